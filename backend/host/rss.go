@@ -1,0 +1,145 @@
+package host
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/metrics"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"github.com/shirou/gopsutil/v3/mem"
+)
+
+// procFile is a /proc file of this process kept open and read with pread at
+// offset 0, which makes the kernel regenerate its contents: one system call
+// per reading, no open/close, no allocation.
+type procFile struct {
+	path string
+	once sync.Once
+	fd   int
+	err  error
+
+	mu  sync.Mutex
+	buf []byte
+}
+
+// parse reads the file and calls f with its contents, which are valid only
+// during the call.
+func (p *procFile) parse(f func([]byte) (uint64, error)) (uint64, error) {
+	p.once.Do(func() {
+		p.fd, p.err = syscall.Open(p.path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if p.err != nil {
+			p.err = &os.PathError{Op: "open", Path: p.path, Err: p.err}
+		}
+		p.buf = make([]byte, 4096)
+	})
+	if p.err != nil {
+		return 0, p.err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		n, err := syscall.Pread(p.fd, p.buf, 0)
+		if err != nil {
+			return 0, &os.PathError{Op: "read", Path: p.path, Err: err}
+		}
+		if n < len(p.buf) {
+			return f(p.buf[:n])
+		}
+		p.buf = make([]byte, 2*len(p.buf)) // the file did not fit
+	}
+}
+
+var (
+	statm  = procFile{path: "/proc/self/statm"}
+	status = procFile{path: "/proc/self/status"}
+
+	pageSize = uint64(os.Getpagesize())
+)
+
+// RSS returns this process's resident set size in bytes: the second field of
+// /proc/self/statm times the page size. It costs one pread system call.
+func RSS() (uint64, error) {
+	return statm.parse(parseStatm)
+}
+
+func parseStatm(b []byte) (uint64, error) {
+	// "size resident shared text lib data dt"
+	_, rest, ok := bytes.Cut(b, []byte{' '})
+	if ok {
+		field, _, _ := bytes.Cut(rest, []byte{' '})
+		if pages, err := strconv.ParseUint(string(field), 10, 64); err == nil {
+			return pages * pageSize, nil
+		}
+	}
+	return 0, fmt.Errorf("host: cannot parse /proc/self/statm: %q", b)
+}
+
+// statusField returns a "kB" field of /proc/self/status (VmHWM, VmRSS, ...)
+// in bytes.
+func statusField(name string) (uint64, error) {
+	return status.parse(func(b []byte) (uint64, error) {
+		key := "\n" + name + ":"
+		i := bytes.Index(b, []byte(key))
+		if i < 0 {
+			return 0, fmt.Errorf("host: no %s in /proc/self/status", name)
+		}
+		line := b[i+len(key):]
+		if j := bytes.IndexByte(line, '\n'); j >= 0 {
+			line = line[:j]
+		}
+		line = bytes.TrimSpace(line)
+		num, unit, _ := bytes.Cut(line, []byte{' '})
+		kb, err := strconv.ParseUint(string(num), 10, 64)
+		if err != nil || string(unit) != "kB" {
+			return 0, fmt.Errorf("host: cannot parse %s in /proc/self/status: %q", name, line)
+		}
+		return kb << 10, nil
+	})
+}
+
+// hwm returns VmHWM, the kernel's high-water mark of this process's RSS
+// since the process started or the mark was last reset (never below the
+// current RSS).
+func hwm() (uint64, error) { return statusField("VmHWM") }
+
+// memInfo returns MemAvailable and MemTotal from /proc/meminfo.
+func memInfo() (available, total uint64, err error) {
+	v, err := mem.VirtualMemory()
+	if err != nil {
+		return 0, 0, err
+	}
+	if v.Total == 0 {
+		return 0, 0, errors.New("host: no MemTotal in /proc/meminfo")
+	}
+	return v.Available, v.Total, nil
+}
+
+// Total returns the host's total RAM (MemTotal), or 0 if it cannot be read.
+func Total() uint64 {
+	_, t, _ := memInfo()
+	return t
+}
+
+// Available returns the RAM available to new allocations without swapping
+// (MemAvailable), or 0 if it cannot be read.
+func Available() uint64 {
+	a, _, _ := memInfo()
+	return a
+}
+
+// HeapLive returns the Go heap's live bytes as of the last completed garbage
+// collection (runtime/metrics "/gc/heap/live:bytes"); run runtime.GC first
+// for a current figure. Tensor memory is not on the Go heap and is not
+// included.
+func HeapLive() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}

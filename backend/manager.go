@@ -1,0 +1,326 @@
+package backend
+
+import (
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"weak"
+)
+
+// PeakMode says when an allocation reclaims garbage first.
+type PeakMode int
+
+const (
+	// PeakExact: an allocation that would raise an open peak counter reclaims
+	// first, so no unreachable byte ever counts toward a peak. The default.
+	PeakExact PeakMode = iota
+	// PeakLazy skips that reclaim: faster, but garbage the tracing GC has not
+	// found yet may count toward peaks. Reports say so.
+	PeakLazy
+)
+
+func (m PeakMode) String() string {
+	if m == PeakLazy {
+		return "lazy"
+	}
+	return "exact"
+}
+
+// ParsePeakMode parses "exact" or "lazy".
+func ParsePeakMode(s string) (PeakMode, error) {
+	switch s {
+	case "exact", "":
+		return PeakExact, nil
+	case "lazy":
+		return PeakLazy, nil
+	}
+	return 0, fmt.Errorf("unknown peak mode %q (want exact or lazy)", s)
+}
+
+// DefaultPacing is the number of bytes allocated since the last reclaim after
+// which the Manager reclaims before the next allocation (Go's GC does not see
+// off-heap bytes, so it would not run on its own).
+const DefaultPacing = 256 << 20
+
+// Config describes the devices of a Manager.
+type Config struct {
+	GPUs   []Allocator // one per GPU ordinal: GPUs[i] serves "cuda:i"
+	Host   Allocator   // serves "cpu"
+	Peak   PeakMode
+	Pacing uint64 // 0 means DefaultPacing
+}
+
+// Manager owns every allocation of one Session: it allocates through the
+// device allocators, keeps a weak pointer to each handle, and reclaims —
+// runtime.GC() then frees every allocation whose handle is gone —
+// synchronously at the points DESIGN.md §4 names. It never relies on
+// finalizers or cleanups for a reported figure.
+//
+// A Manager is safe for use by several goroutines, but a Session uses it
+// from one.
+type Manager struct {
+	mu      sync.Mutex
+	gpus    []Allocator
+	host    Allocator
+	current int
+	peak    PeakMode
+	pacing  uint64
+
+	entries      []entry
+	seq          uint64
+	sinceReclaim uint64
+	stats        ManagerStats
+}
+
+type entry struct {
+	handle weak.Pointer[Memory]
+	rec    *record
+}
+
+// ManagerStats counts the Manager's reclaim work.
+type ManagerStats struct {
+	Reclaims       int           // reclaim passes run
+	ReclaimedBytes uint64        // bytes (requested) freed by reclaim passes
+	ReclaimTime    time.Duration // total time spent in reclaim passes
+	PeakReclaims   int           // passes triggered by exact-peak mode
+	OOMRetries     int           // passes triggered by an out-of-memory retry
+}
+
+// NewManager returns a Manager over the given allocators.
+func NewManager(cfg Config) *Manager {
+	p := cfg.Pacing
+	if p == 0 {
+		p = DefaultPacing
+	}
+	return &Manager{gpus: cfg.GPUs, host: cfg.Host, peak: cfg.Peak, pacing: p}
+}
+
+// PeakMode returns the Manager's peak mode.
+func (m *Manager) PeakMode() PeakMode { return m.peak }
+
+// NumGPUs is the number of GPU devices.
+func (m *Manager) NumGPUs() int { return len(m.gpus) }
+
+// GPU returns the allocator of GPU i.
+func (m *Manager) GPU(i int) Allocator { return m.gpus[i] }
+
+// Host returns the host allocator.
+func (m *Manager) Host() Allocator { return m.host }
+
+// Current returns the current GPU ordinal (torch.cuda.current_device).
+func (m *Manager) Current() int { return m.current }
+
+// SetCurrent sets the current GPU ordinal.
+func (m *Manager) SetCurrent(i int) error {
+	if i < 0 || i >= len(m.gpus) {
+		return fmt.Errorf("invalid device ordinal %d (%s)", i, m.gpuCountText())
+	}
+	m.current = i
+	return nil
+}
+
+func (m *Manager) gpuCountText() string {
+	switch len(m.gpus) {
+	case 0:
+		return "no CUDA devices available"
+	case 1:
+		return "1 CUDA device available"
+	}
+	return fmt.Sprintf("%d CUDA devices available", len(m.gpus))
+}
+
+// Canonical returns the canonical PyTorch name of a device string: "cpu",
+// "cuda:N" ("cuda" means the current device).
+func (m *Manager) Canonical(device string) (string, error) {
+	a, err := m.Allocator(device)
+	if err != nil {
+		return "", err
+	}
+	return a.Device().Name(), nil
+}
+
+// Allocator resolves a PyTorch device string ("cpu", "cuda", "cuda:1") to
+// its allocator.
+func (m *Manager) Allocator(device string) (Allocator, error) {
+	switch {
+	case device == "cpu":
+		if m.host == nil {
+			return nil, fmt.Errorf("no host allocator")
+		}
+		return m.host, nil
+	case device == "cuda":
+		if len(m.gpus) == 0 {
+			return nil, fmt.Errorf("invalid device %q: %s", device, m.gpuCountText())
+		}
+		return m.gpus[m.current], nil
+	case strings.HasPrefix(device, "cuda:"):
+		i, err := strconv.Atoi(device[len("cuda:"):])
+		if err != nil || i < 0 || i >= len(m.gpus) || device[len("cuda:")] == '+' {
+			return nil, fmt.Errorf("invalid device %q: %s", device, m.gpuCountText())
+		}
+		return m.gpus[i], nil
+	}
+	return nil, fmt.Errorf("invalid device %q: want \"cpu\", \"cuda\" or \"cuda:N\"", device)
+}
+
+// Alloc allocates nbytes on a device given as a PyTorch device string.
+func (m *Manager) Alloc(device string, nbytes uint64) (*Memory, error) {
+	a, err := m.Allocator(device)
+	if err != nil {
+		return nil, err
+	}
+	return m.AllocOn(a, nbytes)
+}
+
+// AllocOn allocates nbytes from allocator a, reclaiming first when the
+// pacing threshold is passed or (exact mode) when the allocation would raise
+// an open peak counter, and reclaiming then retrying once before reporting
+// an *OOMError.
+func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sinceReclaim+nbytes > m.pacing {
+		m.reclaimLocked()
+	} else if m.peak == PeakExact && nbytes > 0 && a.Peaks().WouldRaise(a.Allocated()+a.RoundSize(nbytes)) {
+		m.stats.PeakReclaims++
+		m.reclaimLocked()
+	}
+	b, err := a.TryMalloc(nbytes)
+	if err != nil && IsOOM(err) {
+		m.stats.OOMRetries++
+		m.reclaimLocked()
+		b, err = a.Malloc(nbytes)
+	}
+	if err != nil {
+		return nil, err
+	}
+	m.seq++
+	rec := &record{alloc: a, block: b, device: a.Device().Name(), nbytes: nbytes, seq: m.seq}
+	h := &Memory{rec: rec}
+	m.entries = append(m.entries, entry{handle: weak.Make(h), rec: rec})
+	m.sinceReclaim += nbytes
+	return h, nil
+}
+
+// ReclaimResult says what one reclaim pass did.
+type ReclaimResult struct {
+	Freed uint64        // requested bytes freed
+	Count int           // allocations freed
+	Time  time.Duration // wall time of the pass, GC included
+}
+
+// Reclaim runs runtime.GC() and frees every allocation whose handle is no
+// longer reachable. It is synchronous and exact.
+func (m *Manager) Reclaim() ReclaimResult {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reclaimLocked()
+}
+
+func (m *Manager) reclaimLocked() ReclaimResult {
+	start := time.Now()
+	runtime.GC()
+	var res ReclaimResult
+	kept := m.entries[:0]
+	for _, e := range m.entries {
+		if e.rec.freed {
+			continue
+		}
+		if e.handle.Value() == nil {
+			m.freeLocked(e.rec)
+			res.Freed += e.rec.nbytes
+			res.Count++
+			continue
+		}
+		kept = append(kept, e)
+	}
+	clear(m.entries[len(kept):])
+	m.entries = kept
+	m.sinceReclaim = 0
+	res.Time = time.Since(start)
+	m.stats.Reclaims++
+	m.stats.ReclaimedBytes += res.Freed
+	m.stats.ReclaimTime += res.Time
+	return res
+}
+
+func (m *Manager) freeLocked(r *record) {
+	if r.freed {
+		return
+	}
+	r.freed = true
+	if r.block != nil {
+		r.alloc.Free(r.block)
+		r.block = nil
+	}
+}
+
+// Release frees h's memory now, whoever still refers to it; later uses of
+// the handle see Err() report reason (e.g. "released when experiment 'bs=16'
+// finished"). Releasing twice does nothing.
+func (m *Manager) Release(h *Memory, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h.rec.freed {
+		return
+	}
+	h.rec.released = reason
+	m.freeLocked(h.rec)
+}
+
+// Live calls f for every allocation whose handle is still reachable (or not
+// yet collected) and not released, in allocation order, until f returns
+// false. It does not run a GC: call Reclaim first for an exact view.
+func (m *Manager) Live(f func(*Memory) bool) {
+	m.mu.Lock()
+	hs := make([]*Memory, 0, len(m.entries))
+	for _, e := range m.entries {
+		if e.rec.freed {
+			continue
+		}
+		if h := e.handle.Value(); h != nil {
+			hs = append(hs, h)
+		}
+	}
+	m.mu.Unlock()
+	for _, h := range hs {
+		if !f(h) {
+			return
+		}
+	}
+}
+
+// Seq returns the sequence number of the latest allocation; allocations made
+// after this call have larger numbers.
+func (m *Manager) Seq() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.seq
+}
+
+// Stats returns the Manager's reclaim counters.
+func (m *Manager) Stats() ManagerStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
+}
+
+// Close frees every allocation, reachable or not. The Manager must not be
+// used afterwards; Memory handles report the memory as released.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.entries {
+		if !e.rec.freed {
+			e.rec.released = "released when the session closed"
+			m.freeLocked(e.rec)
+		}
+	}
+	m.entries = nil
+	for _, a := range m.gpus {
+		a.EmptyCache()
+	}
+}

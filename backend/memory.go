@@ -1,0 +1,97 @@
+package backend
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Memory is the handle to one allocation owned by a Manager: what a tensor's
+// storage or a cuda.malloc buffer holds. The Manager keeps only a weak
+// pointer to the handle, so when the last Starlark value referring to it
+// becomes unreachable the next reclaim frees the allocation.
+//
+// Code holding a *Memory must not let the record escape to anything the
+// Manager keeps strongly.
+type Memory struct {
+	rec *record
+}
+
+// record is the Manager's strong side of an allocation. It must never point
+// back to its Memory handle.
+type record struct {
+	alloc    Allocator
+	block    *Block
+	device   string
+	nbytes   uint64 // requested bytes
+	seq      uint64 // allocation sequence number within the Manager (1, 2, ...)
+	released string // non-empty once freed explicitly: why
+	freed    bool
+}
+
+// Bytes returns the CPU view of the allocation's nbytes bytes, or nil when the
+// memory is not host-accessible (a real GPU, meta mode) or the size is 0.
+// It returns nil after the memory was released; callers check Err first.
+func (m *Memory) Bytes() []byte {
+	r := m.rec
+	if r.freed || r.block == nil || r.block.Host == nil {
+		return nil
+	}
+	return r.block.Host[:r.nbytes:r.nbytes]
+}
+
+// Pointer returns the address of the first byte of a host-accessible
+// allocation (nil otherwise). It is a convenience for typed views such as
+// unsafe.Slice((*float32)(m.Pointer()), n).
+func (m *Memory) Pointer() unsafe.Pointer {
+	b := m.Bytes()
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&b[0])
+}
+
+// HostAccessible reports whether Bytes gives the data (false on real GPUs and
+// meta devices).
+func (m *Memory) HostAccessible() bool {
+	return m.rec.nbytes == 0 || (m.rec.block != nil && m.rec.block.Host != nil)
+}
+
+// Ptr returns the device address (0 for a zero-size allocation).
+func (m *Memory) Ptr() uintptr {
+	if m.rec.block == nil {
+		return 0
+	}
+	return m.rec.block.Ptr
+}
+
+// Size returns the requested size in bytes.
+func (m *Memory) Size() uint64 { return m.rec.nbytes }
+
+// BlockSize returns the bytes the allocation counts in allocated_bytes (the
+// allocator's rounded block size).
+func (m *Memory) BlockSize() uint64 {
+	if m.rec.block == nil {
+		return 0
+	}
+	return m.rec.block.Size
+}
+
+// Device returns the PyTorch device string of the allocation ("cpu", "cuda:0").
+func (m *Memory) Device() string { return m.rec.device }
+
+// Seq returns the allocation's sequence number in its Manager: allocations
+// made later have larger numbers. Experiments use it to tell which live
+// allocations they own.
+func (m *Memory) Seq() uint64 { return m.rec.seq }
+
+// Err returns nil while the memory is usable, otherwise an error saying why
+// it was released.
+func (m *Memory) Err() error {
+	if m.rec.released != "" {
+		return fmt.Errorf("memory on %s was %s", m.rec.device, m.rec.released)
+	}
+	return nil
+}
+
+// Released reports whether the memory was freed explicitly.
+func (m *Memory) Released() bool { return m.rec.freed }

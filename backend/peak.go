@@ -1,0 +1,98 @@
+package backend
+
+// PeakSet is the set of independent peak counters of one Allocator. Each
+// counter is exact: the allocator reports every increase of its allocated and
+// reserved bytes through Observe, so no transient allocation is missed,
+// however short-lived. Any number of counters may be open at once and each
+// is reset independently (PyTorch has one global counter; pytorch#16266
+// asked for this).
+type PeakSet struct {
+	open []*Peak
+	// minAllocated is the smallest MaxAllocated among open counters; an
+	// allocation that keeps allocated bytes at or below it raises none.
+	minAllocated uint64
+}
+
+// Peak is one counter: the maximum allocated and reserved bytes seen since it
+// was started or last reset.
+type Peak struct {
+	set          *PeakSet
+	MaxAllocated uint64 // exact maximum of allocated bytes since the last reset
+	MaxReserved  uint64 // exact maximum of reserved bytes since the last reset
+}
+
+// New opens a counter starting at the current figures.
+func (s *PeakSet) New(allocated, reserved uint64) *Peak {
+	p := &Peak{set: s, MaxAllocated: allocated, MaxReserved: reserved}
+	s.open = append(s.open, p)
+	s.recompute()
+	return p
+}
+
+// Observe records the allocator's current figures in every open counter.
+// Allocators call it after every increase.
+func (s *PeakSet) Observe(allocated, reserved uint64) {
+	if allocated <= s.minAllocated && len(s.open) > 0 {
+		// Fast path: only reserved can have raised a counter.
+		for _, p := range s.open {
+			if reserved > p.MaxReserved {
+				p.MaxReserved = reserved
+			}
+		}
+		return
+	}
+	for _, p := range s.open {
+		if allocated > p.MaxAllocated {
+			p.MaxAllocated = allocated
+		}
+		if reserved > p.MaxReserved {
+			p.MaxReserved = reserved
+		}
+	}
+	s.recompute()
+}
+
+// WouldRaise reports whether allocated bytes reaching allocated would raise
+// some open counter.
+func (s *PeakSet) WouldRaise(allocated uint64) bool {
+	return len(s.open) > 0 && allocated > s.minAllocated
+}
+
+// Len is the number of open counters.
+func (s *PeakSet) Len() int { return len(s.open) }
+
+func (s *PeakSet) recompute() {
+	if len(s.open) == 0 {
+		s.minAllocated = 0
+		return
+	}
+	m := s.open[0].MaxAllocated
+	for _, p := range s.open[1:] {
+		m = min(m, p.MaxAllocated)
+	}
+	s.minAllocated = m
+}
+
+// Reset restarts the counter at the given current figures.
+func (p *Peak) Reset(allocated, reserved uint64) {
+	p.MaxAllocated, p.MaxReserved = allocated, reserved
+	if p.set != nil {
+		p.set.recompute()
+	}
+}
+
+// Close removes the counter from its set; its last values stay readable.
+func (p *Peak) Close() {
+	s := p.set
+	if s == nil {
+		return
+	}
+	for i, q := range s.open {
+		if q == p {
+			s.open = append(s.open[:i], s.open[i+1:]...)
+			break
+		}
+	}
+	p.set = nil
+	s.recompute()
+}

@@ -1,0 +1,193 @@
+// Package sim is the simulated GPU: a device with a fixed capacity whose
+// memory is anonymous mmap outside the Go heap, so untouched pages cost the
+// host nothing and freed memory goes back to the OS. Compute on it runs on
+// the CPU with real data, unless the device is in meta mode, which keeps
+// sizes and addresses but stores no data (PyTorch's meta device idea) so an
+// 80 GiB GPU can be simulated on a small host.
+//
+// A spec string configures the devices, as in --device sim:SPEC:
+//
+//	16GiB                 one 16 GiB GPU
+//	2x80GiB               two 80 GiB GPUs
+//	16GiB,ctx=300MiB      300 MiB taken by the context (framework preload)
+//	80GiB,meta            meta mode
+package sim
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/dustin/go-humanize"
+	"golang.org/x/sys/unix"
+
+	"github.com/memsh/memsh/backend"
+)
+
+// DefaultSpec is the simulated device used when none is given.
+const DefaultSpec = "16GiB"
+
+// Spec describes a set of identical simulated GPUs.
+type Spec struct {
+	Count int    // number of GPUs (>= 1)
+	Total uint64 // capacity of each, bytes
+	Ctx   uint64 // bytes taken by the context on each, as a CUDA context would
+	Meta  bool   // keep no data
+}
+
+// ParseSpec parses a spec string (see the package doc). The empty string
+// means DefaultSpec.
+func ParseSpec(s string) (Spec, error) {
+	if s == "" {
+		s = DefaultSpec
+	}
+	sp := Spec{Count: 1}
+	parts := strings.Split(s, ",")
+	size := strings.TrimSpace(parts[0])
+	if i := strings.IndexByte(size, 'x'); i > 0 {
+		n, err := strconv.Atoi(size[:i])
+		if err != nil || n < 1 || n > 64 {
+			return Spec{}, fmt.Errorf("sim spec %q: bad device count %q (want 1 to 64)", s, size[:i])
+		}
+		sp.Count, size = n, size[i+1:]
+	}
+	total, err := humanize.ParseBytes(size)
+	if err != nil || total == 0 {
+		return Spec{}, fmt.Errorf("sim spec %q: bad capacity %q (want a size such as 16GiB)", s, size)
+	}
+	sp.Total = total
+	for _, p := range parts[1:] {
+		p = strings.TrimSpace(p)
+		switch {
+		case p == "meta":
+			sp.Meta = true
+		case strings.HasPrefix(p, "ctx="):
+			c, err := humanize.ParseBytes(p[len("ctx="):])
+			if err != nil {
+				return Spec{}, fmt.Errorf("sim spec %q: bad context size %q", s, p[len("ctx="):])
+			}
+			sp.Ctx = c
+		default:
+			return Spec{}, fmt.Errorf("sim spec %q: unknown option %q (want ctx=SIZE or meta)", s, p)
+		}
+	}
+	if sp.Ctx >= sp.Total {
+		return Spec{}, fmt.Errorf("sim spec %q: context %s does not fit in %s", s,
+			backend.FormatSize(sp.Ctx), backend.FormatSize(sp.Total))
+	}
+	return sp, nil
+}
+
+// String formats the spec so that ParseSpec reads it back.
+func (sp Spec) String() string {
+	var b strings.Builder
+	if sp.Count > 1 {
+		fmt.Fprintf(&b, "%dx", sp.Count)
+	}
+	b.WriteString(humanize.IBytes(sp.Total))
+	if sp.Ctx > 0 {
+		b.WriteString(",ctx=" + humanize.IBytes(sp.Ctx))
+	}
+	if sp.Meta {
+		b.WriteString(",meta")
+	}
+	return strings.ReplaceAll(b.String(), " ", "")
+}
+
+// Device is one simulated GPU.
+type Device struct {
+	mu      sync.Mutex
+	ordinal int
+	spec    Spec
+	used    uint64 // bytes handed out by Malloc
+	mallocs int
+	next    uintptr // next fake address in meta mode
+}
+
+// New returns the devices a spec describes, with ordinals 0..Count-1.
+func New(sp Spec) []*Device {
+	ds := make([]*Device, sp.Count)
+	for i := range ds {
+		ds[i] = &Device{ordinal: i, spec: sp, next: 1 << 40}
+	}
+	return ds
+}
+
+// Name implements backend.Device.
+func (d *Device) Name() string { return fmt.Sprintf("cuda:%d", d.ordinal) }
+
+// Kind implements backend.Device.
+func (d *Device) Kind() string { return "sim" }
+
+// Ordinal is the device's CUDA ordinal.
+func (d *Device) Ordinal() int { return d.ordinal }
+
+// Spec returns the device's spec.
+func (d *Device) Spec() Spec { return d.spec }
+
+// Description implements backend.Device.
+func (d *Device) Description() string {
+	s := "simulated GPU " + backend.FormatSize(d.spec.Total)
+	if d.spec.Meta {
+		s += ", meta"
+	}
+	return s
+}
+
+// MemGetInfo implements backend.Device: free is the capacity less the
+// context and every live Malloc.
+func (d *Device) MemGetInfo() (free, total uint64, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.spec.Total - d.spec.Ctx - d.used, d.spec.Total, nil
+}
+
+// Malloc implements backend.Device with an anonymous private mapping
+// (MAP_NORESERVE), or a fake address range in meta mode.
+func (d *Device) Malloc(size uint64) (backend.DeviceMem, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if size == 0 {
+		return backend.DeviceMem{}, fmt.Errorf("sim: zero-size malloc")
+	}
+	if size > d.spec.Total-d.spec.Ctx-d.used {
+		return backend.DeviceMem{}, fmt.Errorf("sim %s: cannot allocate %s: %w", d.Name(), backend.FormatSize(size), backend.ErrDeviceFull)
+	}
+	if d.spec.Meta {
+		p := d.next
+		d.next += uintptr((size + 4095) &^ 4095)
+		d.used += size
+		d.mallocs++
+		return backend.DeviceMem{Ptr: p}, nil
+	}
+	b, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return backend.DeviceMem{}, fmt.Errorf("sim %s: mmap %s: %v: %w", d.Name(), backend.FormatSize(size), err, backend.ErrDeviceFull)
+	}
+	d.used += size
+	d.mallocs++
+	return backend.DeviceMem{Ptr: uintptr(unsafePointer(b)), Host: b}, nil
+}
+
+// Free implements backend.Device.
+func (d *Device) Free(m backend.DeviceMem, size uint64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if m.Host != nil {
+		if err := unix.Munmap(m.Host[:cap(m.Host)]); err != nil {
+			return fmt.Errorf("sim %s: munmap: %v", d.Name(), err)
+		}
+	}
+	d.used -= size
+	d.mallocs--
+	return nil
+}
+
+// Used returns the bytes currently obtained through Malloc (what the
+// allocator has reserved).
+func (d *Device) Used() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.used
+}

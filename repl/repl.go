@@ -1,0 +1,261 @@
+// Package repl is memsh's interactive loop over a scope.Session: prompts
+// ">>> " and "... ", multi-line compound statements, history, Tab
+// completion of globals and module.attr, Ctrl-C to interrupt a running
+// statement (the Session reclaims and stays usable), Ctrl-D to exit, and
+// colon commands (:help, :exp).
+package repl
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/chzyer/readline"
+	"go.starlark.net/starlark"
+	"go.starlark.net/syntax"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/scope"
+)
+
+// LineReader reads one line of input after showing a prompt. It returns
+// io.EOF at end of input (Ctrl-D) and ErrInterrupt when the user pressed
+// Ctrl-C while typing.
+type LineReader interface {
+	Readline(prompt string) (string, error)
+}
+
+// ErrInterrupt is returned by a LineReader when the user pressed Ctrl-C.
+var ErrInterrupt = errors.New("interrupt")
+
+// Run runs the REPL on the terminal until Ctrl-D. History is kept in
+// historyFile ("" for none).
+func Run(s *scope.Session, historyFile string) error {
+	rl, err := readline.NewEx(&readline.Config{
+		Prompt:          ">>> ",
+		HistoryFile:     historyFile,
+		AutoComplete:    &completer{s},
+		InterruptPrompt: "^C",
+		EOFPrompt:       "",
+	})
+	if err != nil {
+		return err
+	}
+	defer rl.Close()
+	s.SetOutput(rl.Stdout())
+	return Loop(s, &terminal{rl}, rl.Stdout())
+}
+
+type terminal struct{ rl *readline.Instance }
+
+func (t *terminal) Readline(prompt string) (string, error) {
+	t.rl.SetPrompt(prompt)
+	line, err := t.rl.Readline()
+	if err == readline.ErrInterrupt {
+		return "", ErrInterrupt
+	}
+	return line, err
+}
+
+// Plain is a LineReader over any reader (a pipe, a file, a test): it writes
+// each prompt and echoes each line to Echo (if non-nil), so the output reads
+// as a transcript.
+type Plain struct {
+	in   *bufio.Reader
+	Echo io.Writer
+}
+
+// NewPlain returns a Plain reader over r echoing to echo.
+func NewPlain(r io.Reader, echo io.Writer) *Plain { return &Plain{in: bufio.NewReader(r), Echo: echo} }
+
+// Readline implements LineReader.
+func (p *Plain) Readline(prompt string) (string, error) {
+	line, err := p.in.ReadString('\n')
+	if err != nil && (err != io.EOF || line == "") {
+		return "", err
+	}
+	line = strings.TrimSuffix(line, "\n")
+	if p.Echo != nil {
+		fmt.Fprintf(p.Echo, "%s%s\n", prompt, line)
+	}
+	return line, nil
+}
+
+// Loop reads inputs from r and runs them in s until end of input, printing
+// errors to out. Ctrl-C (SIGINT) during a statement interrupts it.
+func Loop(s *scope.Session, r LineReader, out io.Writer) error {
+	for {
+		src, err := readInput(r)
+		if err == io.EOF {
+			return nil
+		}
+		if err == ErrInterrupt {
+			continue
+		}
+		if err != nil {
+			fmt.Fprintln(out, err)
+			continue
+		}
+		trimmed := strings.TrimSpace(src)
+		if trimmed == "" {
+			continue
+		}
+		if strings.HasPrefix(trimmed, ":") {
+			if command(s, trimmed, out) {
+				return nil
+			}
+			continue
+		}
+		if err := execInterruptible(s, src); err != nil {
+			printError(out, err)
+		}
+	}
+}
+
+// readInput reads one input: a line, or as many lines as a compound
+// statement or an open bracket needs.
+func readInput(r LineReader) (string, error) {
+	var lines []string
+	var rerr error // the reader's own error: the parser only keeps its text
+	prompt := ">>> "
+	read := func() ([]byte, error) {
+		line, err := r.Readline(prompt)
+		if err != nil {
+			if err == io.EOF && len(lines) > 0 {
+				return nil, nil // end of input ends the statement
+			}
+			rerr = err
+			return nil, err
+		}
+		if len(lines) == 0 && strings.HasPrefix(strings.TrimSpace(line), ":") {
+			lines = append(lines, line)
+			rerr = errColon
+			return nil, errColon
+		}
+		prompt = "... "
+		lines = append(lines, line)
+		return []byte(line + "\n"), nil
+	}
+	_, err := fileOptions.ParseCompoundStmt("<stdin>", read)
+	src := strings.Join(lines, "\n")
+	switch {
+	case rerr == errColon:
+		return src, nil
+	case rerr != nil:
+		return "", rerr
+	case err != nil && len(lines) == 0:
+		return "", err
+	}
+	// A syntax error is reported by Exec, with its position.
+	return src, nil
+}
+
+var fileOptions = &syntax.FileOptions{Set: true, While: true, TopLevelControl: true, GlobalReassign: true, LoadBindsGlobally: true, Recursion: true}
+
+var errColon = errors.New("colon command")
+
+func execInterruptible(s *scope.Session, src string) error {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sig:
+			s.Interrupt()
+		case <-done:
+		}
+	}()
+	err := s.ExecInteractive("<stdin>", src)
+	close(done)
+	signal.Stop(sig)
+	return err
+}
+
+func printError(out io.Writer, err error) {
+	var ee *starlark.EvalError
+	if errors.As(err, &ee) {
+		fmt.Fprintln(out, ee.Backtrace())
+		return
+	}
+	fmt.Fprintln(out, err)
+}
+
+const help = `memsh REPL: Starlark with memory experiments.
+  experiment(name)       open an experiment block; e.finish() reports and cleans up
+  trial(fn, *args)       run fn in a block; OOM is data
+  tensor.zeros(shape, dtype="float32", device="cuda")
+  cuda.memory_allocated(), cuda.memory_stats(), gc(), globals(), fmt_bytes(n)
+Commands:
+  :help                  this text
+  :exp                   open experiments and their figures so far
+  :quit                  exit (or Ctrl-D)
+Ctrl-C interrupts a running statement; Tab completes names and module.attr.`
+
+// command runs a colon command and reports whether the REPL should exit.
+func command(s *scope.Session, line string, out io.Writer) bool {
+	fields := strings.Fields(line)
+	switch fields[0] {
+	case ":help", ":h", ":?":
+		fmt.Fprintln(out, help)
+	case ":quit", ":q", ":exit":
+		return true
+	case ":exp":
+		exps := s.Experiments()
+		if len(exps) == 0 {
+			fmt.Fprintln(out, "no open experiments")
+			return false
+		}
+		for i, e := range exps {
+			d := e.Data()
+			fmt.Fprintf(out, "%s%q running for %s: host consumed %s", strings.Repeat("  ", i), e.Name(), d.Time.Round(time.Millisecond), backend.FormatBytes(d.Host.Consumed))
+			for _, g := range d.GPUs {
+				fmt.Fprintf(out, ", %s consumed %s peaked %s", g.Device, backend.FormatBytes(g.Consumed), backend.FormatBytes(g.Peaked))
+			}
+			fmt.Fprintln(out)
+		}
+	default:
+		fmt.Fprintf(out, "unknown command %s (try :help)\n", fields[0])
+	}
+	return false
+}
+
+// completer completes global names and module.attr.
+type completer struct{ s *scope.Session }
+
+// Do implements readline.AutoCompleter.
+func (c *completer) Do(line []rune, pos int) ([][]rune, int) {
+	start := pos
+	for start > 0 && isIdent(line[start-1]) {
+		start--
+	}
+	word := string(line[start:pos])
+	var candidates []string
+	if i := strings.LastIndexByte(word, '.'); i >= 0 {
+		obj := c.s.Lookup(word[:i])
+		if ha, ok := obj.(starlark.HasAttrs); ok && !strings.Contains(word[:i], ".") {
+			for _, a := range ha.AttrNames() {
+				candidates = append(candidates, word[:i+1]+a)
+			}
+		}
+	} else {
+		candidates = c.s.Names()
+	}
+	sort.Strings(candidates)
+	var out [][]rune
+	for _, cand := range candidates {
+		if strings.HasPrefix(cand, word) {
+			out = append(out, []rune(cand[len(word):]))
+		}
+	}
+	return out, len([]rune(word))
+}
+
+func isIdent(r rune) bool {
+	return r == '_' || r == '.' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+}

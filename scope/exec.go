@@ -1,0 +1,244 @@
+package scope
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/syntax"
+)
+
+// prevName is the predeclared name through which a statement reads the old
+// values of the globals it re-binds. It is not a valid identifier, so user
+// code cannot name it.
+const prevName = "·prev"
+
+// echoName receives the value of an interactive expression statement; it is
+// printed and never stored.
+const echoName = "·echo"
+
+// prevValues serves prevName: `x = ·prev.x` is prepended to a statement that
+// re-binds an existing global x, so the statement's own module global starts
+// at the live value. It holds values only while a statement runs.
+type prevValues struct{ m map[string]starlark.Value }
+
+var _ starlark.HasAttrs = (*prevValues)(nil)
+
+func (p *prevValues) String() string        { return "<previous globals>" }
+func (p *prevValues) Type() string          { return "previous_globals" }
+func (p *prevValues) Freeze()               {}
+func (p *prevValues) Truth() starlark.Bool  { return true }
+func (p *prevValues) Hash() (uint32, error) { return 0, errors.New("unhashable") }
+func (p *prevValues) AttrNames() []string   { return nil }
+func (p *prevValues) Attr(name string) (starlark.Value, error) {
+	if v, ok := p.m[name]; ok {
+		return v, nil
+	}
+	return nil, fmt.Errorf("global variable %s referenced before assignment", name)
+}
+
+// Exec parses src (a string, []byte or io.Reader, or nil to read filename)
+// and runs it one top-level statement at a time against the live globals.
+// It stops at the first failing statement and returns its error (an
+// *starlark.EvalError with a backtrace, a syntax.Error or a resolve error,
+// each with file:line). A function may call one defined later in the same
+// source.
+func (s *Session) Exec(filename string, src any) error {
+	return s.exec(filename, src, false)
+}
+
+// ExecInteractive is Exec for a REPL input: the value of an expression
+// statement other than None is printed, as Python's REPL does. The value is
+// not kept anywhere (there is no `_`).
+func (s *Session) ExecInteractive(filename string, src any) error {
+	return s.exec(filename, src, true)
+}
+
+func (s *Session) exec(filename string, src any, echo bool) error {
+	if s.running {
+		return errors.New("memsh: Exec called while a statement is running")
+	}
+	f, err := fileOptions.Parse(filename, src, 0)
+	if err != nil {
+		return err
+	}
+	fileBound := map[string]bool{}
+	for _, stmt := range f.Stmts {
+		for _, n := range boundNames(stmt) {
+			fileBound[n] = true
+		}
+	}
+	for _, stmt := range f.Stmts {
+		if err := s.execStmt(f, stmt, fileBound, echo); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// execStmt runs one top-level statement: it compiles the statement as a
+// file of its own whose predeclared environment is the live map itself (so
+// functions see later rebindings and definitions), writes every global the
+// statement bound back into the live map, then applies the name deletions
+// and restores that experiments finished during the statement asked for.
+func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[string]bool, echo bool) error {
+	s.finishReopened(stmt)
+
+	names := boundNames(stmt)
+	pos, _ := stmt.Span()
+	var stmts []syntax.Stmt
+	s.prev.m = nil
+	for _, n := range names {
+		if v, ok := s.live[n]; ok {
+			if s.prev.m == nil {
+				s.prev.m = make(map[string]starlark.Value, len(names))
+			}
+			s.prev.m[n] = v
+			stmts = append(stmts, &syntax.AssignStmt{
+				OpPos: pos, Op: syntax.EQ,
+				LHS: &syntax.Ident{NamePos: pos, Name: n},
+				RHS: &syntax.DotExpr{X: &syntax.Ident{NamePos: pos, Name: prevName}, Dot: pos, NamePos: pos, Name: &syntax.Ident{NamePos: pos, Name: n}},
+			})
+		}
+	}
+	if es, ok := stmt.(*syntax.ExprStmt); ok && echo {
+		stmt = &syntax.AssignStmt{OpPos: pos, Op: syntax.EQ, LHS: &syntax.Ident{NamePos: pos, Name: echoName}, RHS: es.X}
+	}
+	stmts = append(stmts, stmt)
+	file := &syntax.File{Path: f.Path, Stmts: stmts, Options: f.Options}
+	prog, err := starlark.FileProgram(file, func(name string) bool {
+		_, ok := s.live[name]
+		return ok || fileBound[name]
+	})
+	if err != nil {
+		s.prev.m = nil
+		return err
+	}
+
+	if s.opts.MaxSteps > 0 {
+		s.thread.Steps = 0
+		s.thread.SetMaxExecutionSteps(s.opts.MaxSteps)
+	}
+	s.running = true
+	globals, err := prog.Init(s.thread, s.live)
+	s.running = false
+	s.prev.m = nil
+
+	for name, v := range globals {
+		if strings.HasPrefix(name, "·") {
+			continue
+		}
+		s.live[name] = v
+		s.user[name] = true
+	}
+	if v, ok := globals[echoName]; ok && err == nil && v != starlark.None {
+		fmt.Fprintln(s.out, v.String())
+	}
+	globals = nil
+	s.applyPending()
+	if err != nil {
+		// A failed statement's temporaries are garbage now: reclaim them
+		// so the Session stays usable with memory back where it was.
+		s.thread.Uncancel()
+		s.mgr.Reclaim()
+		return fixError(err)
+	}
+	return nil
+}
+
+var uninitialized = regexp.MustCompile(`internal error: predeclared variable (\S+) is uninitialized`)
+
+// fixError rewords the interpreter's message for a global that a function
+// uses before the statement defining it has run (a forward reference into
+// a later statement of the file) as Starlark words it within one file.
+func fixError(err error) error {
+	var ee *starlark.EvalError
+	if errors.As(err, &ee) {
+		ee.Msg = uninitialized.ReplaceAllString(ee.Msg, "global variable $1 referenced before assignment")
+	}
+	return err
+}
+
+// finishReopened implements ipyexperiments' re-run rule: a statement
+// `e = experiment(...)` while the experiment bound to e is open finishes the
+// old experiment (printing its report) before the new one starts.
+func (s *Session) finishReopened(stmt syntax.Stmt) {
+	a, ok := stmt.(*syntax.AssignStmt)
+	if !ok || a.Op != syntax.EQ {
+		return
+	}
+	id, ok := a.LHS.(*syntax.Ident)
+	if !ok {
+		return
+	}
+	call, ok := a.RHS.(*syntax.CallExpr)
+	if !ok {
+		return
+	}
+	if fn, ok := call.Fn.(*syntax.Ident); !ok || fn.Name != "experiment" {
+		return
+	}
+	if e, ok := s.live[id.Name].(*Experiment); ok && e.running {
+		_, _ = e.finish(nil, nil)
+		s.applyPending()
+	}
+}
+
+// boundNames returns the global names a top-level statement may bind, in
+// order of appearance: assignment targets, def names, for-loop variables
+// and load bindings, looking inside top-level if/for/while bodies but not
+// inside functions or comprehensions.
+func boundNames(stmt syntax.Stmt) []string {
+	var names []string
+	seen := map[string]bool{}
+	add := func(n string) {
+		if !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	var target func(e syntax.Expr)
+	target = func(e syntax.Expr) {
+		switch e := e.(type) {
+		case *syntax.Ident:
+			add(e.Name)
+		case *syntax.TupleExpr:
+			for _, x := range e.List {
+				target(x)
+			}
+		case *syntax.ListExpr:
+			for _, x := range e.List {
+				target(x)
+			}
+		case *syntax.ParenExpr:
+			target(e.X)
+		}
+	}
+	var walk func(stmts []syntax.Stmt)
+	walk = func(stmts []syntax.Stmt) {
+		for _, st := range stmts {
+			switch st := st.(type) {
+			case *syntax.AssignStmt:
+				target(st.LHS)
+			case *syntax.DefStmt:
+				add(st.Name.Name)
+			case *syntax.ForStmt:
+				target(st.Vars)
+				walk(st.Body)
+			case *syntax.WhileStmt:
+				walk(st.Body)
+			case *syntax.IfStmt:
+				walk(st.True)
+				walk(st.False)
+			case *syntax.LoadStmt:
+				for _, id := range st.To {
+					add(id.Name)
+				}
+			}
+		}
+	}
+	walk([]syntax.Stmt{stmt})
+	return names
+}

@@ -1,0 +1,427 @@
+package scope
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend/host"
+	"github.com/memsh/memsh/scope/refpath"
+)
+
+// Experiment is an experiment block (DESIGN.md §3), and the Starlark value
+// experiment() returns. While it runs it measures host RAM and every GPU
+// with its own exact peak counters; at finish it deletes the names created
+// in the block, restores re-bound names to their values from before the
+// block, keeps the names in keep, releases the block's memory that nothing
+// surviving can reach, and reports what is still reachable as a leak with
+// its reference path.
+type Experiment struct {
+	s       *Session
+	name    string
+	quiet   bool
+	keep    map[string]bool
+	running bool
+
+	meter    *meter
+	seqStart uint64                    // allocations with a larger Manager sequence number belong to the block
+	snapshot map[string]starlark.Value // user globals at open; dropped at finish
+	result   *Data
+	outcome  *Outcome
+}
+
+// Outcome is what finish did to names and memory.
+type Outcome struct {
+	Deleted, Restored, Kept []string
+	Released                uint64 // bytes (requested) released at finish
+	Leaks                   []Leak
+}
+
+// Leak is memory allocated inside a block that is still reachable after it.
+type Leak struct {
+	Device string
+	Bytes  uint64
+	Path   string // reference path, or "held outside Starlark"
+}
+
+// pendingOp is a deletion (restore == nil) or restore of a global, applied
+// by the executor after the running statement, only if the name is still
+// bound to the value finish saw.
+type pendingOp struct {
+	name    string
+	seen    starlark.Value
+	restore starlark.Value
+}
+
+var (
+	_ starlark.HasAttrs  = (*Experiment)(nil)
+	_ refpath.Referrer   = (*Experiment)(nil)
+	_ starlark.Value     = (*Experiment)(nil)
+	_ starlark.Container = nil
+)
+
+// Name returns the experiment's name.
+func (e *Experiment) Name() string { return e.name }
+
+// Running reports whether the experiment is still open.
+func (e *Experiment) Running() bool { return e.running }
+
+// Result returns the final data after finish, or nil while it runs.
+func (e *Experiment) Result() *Data { return e.result }
+
+// Outcome returns what finish deleted, restored, kept, released and found
+// leaking, or nil while it runs.
+func (e *Experiment) Outcome() *Outcome { return e.outcome }
+
+func (e *Experiment) String() string {
+	state := "running"
+	if !e.running {
+		state = "finished"
+	}
+	return fmt.Sprintf("<experiment %q %s>", e.name, state)
+}
+func (e *Experiment) Type() string          { return "experiment" }
+func (e *Experiment) Freeze()               {}
+func (e *Experiment) Truth() starlark.Bool  { return true }
+func (e *Experiment) Hash() (uint32, error) { return 0, errors.New("unhashable type: experiment") }
+
+// References implements refpath.Referrer: a running experiment holds the
+// pre-block values of re-bound names, to restore them.
+func (e *Experiment) References(edge func(string, starlark.Value)) {
+	for name, v := range e.snapshot {
+		edge(".<before "+name+">", v)
+	}
+}
+
+// AttrNames implements starlark.HasAttrs.
+func (e *Experiment) AttrNames() []string {
+	return []string{"data", "finish", "keep", "name", "running"}
+}
+
+// Attr implements starlark.HasAttrs.
+func (e *Experiment) Attr(name string) (starlark.Value, error) {
+	switch name {
+	case "name":
+		return starlark.String(e.name), nil
+	case "running":
+		return starlark.Bool(e.running), nil
+	case "keep":
+		return starlark.NewBuiltin("keep", e.keepBuiltin).BindReceiver(e), nil
+	case "data":
+		return starlark.NewBuiltin("data", e.dataBuiltin).BindReceiver(e), nil
+	case "finish":
+		return starlark.NewBuiltin("finish", e.finishBuiltin).BindReceiver(e), nil
+	}
+	return nil, nil
+}
+
+// open starts an experiment on the session's stack.
+func (s *Session) open(thread *starlark.Thread, name string, keep []string, quiet bool) *Experiment {
+	e := &Experiment{s: s, name: name, quiet: quiet || s.opts.Quiet, keep: map[string]bool{}, running: true}
+	for _, k := range keep {
+		e.keep[k] = true
+	}
+	// Start figures exclude garbage.
+	s.mgr.Reclaim()
+	e.snapshot = s.currentView(thread)
+	e.meter = s.startMeter()
+	e.seqStart = s.mgr.Seq()
+	s.stack = append(s.stack, e)
+	if !e.quiet {
+		fmt.Fprintf(s.out, "*** Experiment %q started\n", name)
+	}
+	return e
+}
+
+func (e *Experiment) keepBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if len(kwargs) > 0 {
+		return nil, fmt.Errorf("experiment.keep: unexpected keyword argument %s", kwargs[0][0])
+	}
+	if !e.running {
+		return nil, fmt.Errorf("experiment.keep: experiment %q already finished", e.name)
+	}
+	view := e.s.currentView(thread)
+	names := make([]string, len(args))
+	for i, a := range args {
+		n, ok := starlark.AsString(a)
+		if !ok {
+			return nil, fmt.Errorf("experiment.keep: for parameter names: got %s, want string", a.Type())
+		}
+		if _, ok := view[n]; !ok {
+			return nil, fmt.Errorf("experiment.keep: for parameter names: no global named %q", n)
+		}
+		names[i] = n
+	}
+	for _, n := range names {
+		e.keep[n] = true
+	}
+	return starlark.None, nil
+}
+
+func (e *Experiment) dataBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackArgs("experiment.data", args, kwargs); err != nil {
+		return nil, err
+	}
+	return e.Data().Value(), nil
+}
+
+// Data returns the figures so far (after a reclaim, so garbage does not
+// count), or the final figures once finished.
+func (e *Experiment) Data() *Data {
+	if !e.running {
+		return e.result
+	}
+	e.s.mgr.Reclaim()
+	return e.s.read(e.meter, e.name)
+}
+
+func (e *Experiment) finishBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackArgs("experiment.finish", args, kwargs); err != nil {
+		return nil, err
+	}
+	d, err := e.finish(thread, nil)
+	if err != nil {
+		return nil, err
+	}
+	return d.Value(), nil
+}
+
+// Finish finishes the experiment from Go (between statements) and returns
+// its data. The name deletions and restores apply at once.
+func (e *Experiment) Finish() (*Data, error) {
+	if e.s.running {
+		return nil, errors.New("experiment.finish: use the Starlark method while a statement runs")
+	}
+	d, err := e.finish(nil, nil)
+	e.s.applyPending()
+	return d, err
+}
+
+// finish ends the block. extra are roots that survive besides the globals
+// (a trial's returned value).
+func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*Data, error) {
+	s := e.s
+	if !e.running {
+		return nil, fmt.Errorf("experiment.finish: experiment %q already finished", e.name)
+	}
+	// Inner experiments finish first.
+	for s.stack[len(s.stack)-1] != e {
+		if _, err := s.stack[len(s.stack)-1].finish(thread, nil); err != nil {
+			return nil, err
+		}
+	}
+
+	// Classify the names bound in the block.
+	view := s.currentView(thread)
+	out := &Outcome{}
+	survivors := make([]refpath.Root, 0, len(view))
+	kept := []refpath.Root{}
+	var ops []pendingOp
+	for name, v := range view {
+		old, existed := e.snapshot[name]
+		_, isHandle := v.(*Experiment)
+		switch {
+		case existed && same(old, v):
+			survivors = append(survivors, refpath.Root{Name: name, Value: v})
+		case e.keep[name]:
+			out.Kept = append(out.Kept, name)
+			kept = append(kept, refpath.Root{Name: name, Value: v})
+		case isHandle:
+			// Handles are never deleted; what they refer to (an open
+			// experiment's snapshot) is already among the survivors.
+		case existed:
+			out.Restored = append(out.Restored, name)
+			ops = append(ops, pendingOp{name: name, seen: v, restore: old})
+			survivors = append(survivors, refpath.Root{Name: name, Value: old})
+		default:
+			out.Deleted = append(out.Deleted, name)
+			ops = append(ops, pendingOp{name: name, seen: v})
+		}
+	}
+	sort.Strings(out.Deleted)
+	sort.Strings(out.Restored)
+	sort.Strings(out.Kept)
+	for _, outer := range s.stack[:len(s.stack)-1] {
+		survivors = append(survivors, refpath.Root{Name: "experiment " + outer.name, Value: outer})
+	}
+	kept = append(kept, extra...)
+
+	// Figures at the end, garbage excluded.
+	s.mgr.Reclaim()
+	end := s.read(e.meter, e.name)
+
+	// The block's live allocations.
+	owned := map[*backend.Memory]bool{}
+	s.mgr.Live(func(m *backend.Memory) bool {
+		if m.Seq() > e.seqStart {
+			owned[m] = true
+		}
+		return true
+	})
+	if len(owned) > 0 {
+		keptMem := map[*backend.Memory]bool{}
+		refpath.Walk(kept, func(h refpath.Hit) bool {
+			keptMem[h.Memory] = true
+			return true
+		})
+		leaked := map[*backend.Memory]bool{}
+		refpath.Walk(survivors, func(h refpath.Hit) bool {
+			if owned[h.Memory] && !keptMem[h.Memory] {
+				leaked[h.Memory] = true
+				out.Leaks = append(out.Leaks, Leak{Device: h.Memory.Device(), Bytes: h.Memory.Size(), Path: h.Path})
+			}
+			return true
+		})
+		visible := map[*backend.Memory]bool{}
+		refpath.Walk(s.visibleRoots(thread, view), func(h refpath.Hit) bool {
+			visible[h.Memory] = true
+			return true
+		})
+		reason := fmt.Sprintf("released when experiment %q finished", e.name)
+		for m := range owned {
+			switch {
+			case keptMem[m] || leaked[m]:
+			case visible[m]:
+				out.Released += m.Size()
+				s.mgr.Release(m, reason)
+			default:
+				out.Leaks = append(out.Leaks, Leak{Device: m.Device(), Bytes: m.Size(), Path: "held outside Starlark"})
+			}
+		}
+		sort.Slice(out.Leaks, func(i, j int) bool { return out.Leaks[i].Path < out.Leaks[j].Path })
+	}
+
+	// Figures after the release: what came back (glibc trimmed, so freed
+	// host blocks are back with the OS).
+	host.Trim()
+	post := s.read(e.meter, e.name)
+	end.Host.Reclaimed = end.Host.Used - post.Host.Used
+	end.Host.Available = post.Host.Available
+	for i := range end.GPUs {
+		end.GPUs[i].Reclaimed = end.GPUs[i].Used - post.GPUs[i].Used
+		end.GPUs[i].Available = post.GPUs[i].Available
+	}
+	e.meter.close()
+
+	e.running = false
+	e.snapshot = nil
+	e.result = end
+	e.outcome = out
+	s.stack = s.stack[:len(s.stack)-1]
+	s.pending = append(s.pending, ops...)
+	if !e.quiet {
+		s.printReport(e)
+	}
+	return end, nil
+}
+
+// currentView returns the user globals as the running statement sees them:
+// the live map overlaid with the statement's own globals, with the pending
+// deletions and restores of experiments finished during it applied.
+func (s *Session) currentView(thread *starlark.Thread) map[string]starlark.Value {
+	view := make(map[string]starlark.Value, len(s.user)+8)
+	for name := range s.user {
+		view[name] = s.live[name]
+	}
+	for name, v := range s.statementGlobals(thread) {
+		if name[0] < 0x80 { // skip ·prev, ·echo
+			view[name] = v
+		}
+	}
+	for _, op := range s.pending {
+		if cur, ok := view[op.name]; ok && same(cur, op.seen) {
+			if op.restore == nil {
+				delete(view, op.name)
+			} else {
+				view[op.name] = op.restore
+			}
+		}
+	}
+	return view
+}
+
+// statementGlobals returns the globals the running top-level statement has
+// bound so far (its module is not in the live map until it ends).
+func (s *Session) statementGlobals(thread *starlark.Thread) starlark.StringDict {
+	if !s.running || thread != s.thread || thread.CallStackDepth() == 0 {
+		return nil
+	}
+	fn, ok := thread.DebugFrame(thread.CallStackDepth() - 1).Callable().(*starlark.Function)
+	if !ok || fn.Name() != "<toplevel>" {
+		return nil
+	}
+	return fn.Globals()
+}
+
+// visibleRoots is everything Starlark can still see: every name of the view
+// and the locals of every frame on the thread's stack.
+func (s *Session) visibleRoots(thread *starlark.Thread, view map[string]starlark.Value) []refpath.Root {
+	roots := make([]refpath.Root, 0, len(view))
+	for name, v := range view {
+		roots = append(roots, refpath.Root{Name: name, Value: v})
+	}
+	if thread != nil {
+		for d := 0; d < thread.CallStackDepth(); d++ {
+			fr := thread.DebugFrame(d)
+			if _, ok := fr.Callable().(*starlark.Function); !ok {
+				continue
+			}
+			for i := 0; i < fr.NumLocals(); i++ {
+				b, v := fr.Local(i)
+				roots = append(roots, refpath.Root{Name: "<local " + b.Name + ">", Value: v})
+			}
+		}
+	}
+	return roots
+}
+
+// applyPending applies the deletions and restores of experiments finished
+// during the statement that just ended.
+func (s *Session) applyPending() {
+	for _, op := range s.pending {
+		cur, ok := s.live[op.name]
+		if !ok || !s.user[op.name] || !same(cur, op.seen) {
+			continue // re-bound after the experiment finished: leave it
+		}
+		if op.restore != nil {
+			s.live[op.name] = op.restore
+			continue
+		}
+		delete(s.user, op.name)
+		if b, ok := s.builtins[op.name]; ok {
+			s.live[op.name] = b
+		} else {
+			delete(s.live, op.name)
+		}
+	}
+	clear(s.pending)
+	s.pending = s.pending[:0]
+}
+
+// same reports whether a and b are the same Starlark value (identity for
+// reference values, equality for scalars).
+func same(a, b starlark.Value) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if ta, ok := a.(starlark.Tuple); ok {
+		tb, ok := b.(starlark.Tuple)
+		if !ok || len(ta) != len(tb) {
+			return false
+		}
+		for i := range ta {
+			if !same(ta[i], tb[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	if reflect.TypeOf(a) != reflect.TypeOf(b) || !reflect.TypeOf(a).Comparable() {
+		return false
+	}
+	return a == b
+}

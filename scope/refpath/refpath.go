@@ -1,0 +1,161 @@
+// Package refpath finds which memory allocations Starlark values keep alive,
+// and by what reference path: `cache["k"][3]`, `f.<free t>`, `s.weights`.
+// Experiments use it to report leaks at finish and reports use it to name
+// tensors.
+//
+// The walk is breadth-first from named roots, so each allocation is reported
+// with a shortest path. It follows lists, tuples, dicts, sets, structs,
+// modules, functions (free variables, defaults and module globals), bound
+// builtins (their receiver), env.Holder values (tensors, buffers) and any
+// value implementing Referrer. Other values are opaque.
+package refpath
+
+import (
+	"fmt"
+	"reflect"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/starlarkstruct"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/starlib/env"
+)
+
+// Referrer is implemented by memsh's own container values (experiment
+// handles, trial results, ...) so the walk can see inside them. Each call of
+// edge gives a path suffix (".field", "[0]", ".<state>") and the value it
+// leads to.
+type Referrer interface {
+	starlark.Value
+	References(edge func(suffix string, v starlark.Value))
+}
+
+// Root is a named starting point of the walk.
+type Root struct {
+	Name  string
+	Value starlark.Value
+}
+
+// Hit is one allocation reached by the walk.
+type Hit struct {
+	Memory *backend.Memory
+	Path   string         // shortest reference path, e.g. `lst[0]`
+	Holder starlark.Value // the value that owns the memory (a tensor, a buffer)
+}
+
+// Walk visits every value reachable from roots, breadth-first, and calls
+// visit once for each distinct allocation the first time a holder of it is
+// reached. If visit returns false the walk stops.
+func Walk(roots []Root, visit func(Hit) bool) {
+	type item struct {
+		v    starlark.Value
+		path string
+	}
+	seen := map[uintptr]bool{}
+	mems := map[*backend.Memory]bool{}
+	queue := make([]item, 0, len(roots))
+	for _, r := range roots {
+		if r.Value != nil {
+			queue = append(queue, item{r.Value, r.Name})
+		}
+	}
+	for len(queue) > 0 {
+		it := queue[0]
+		queue = queue[1:]
+		if id, ok := identity(it.v); ok {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+		} else {
+			continue // a scalar: holds nothing
+		}
+		if h, ok := it.v.(env.Holder); ok {
+			if m := h.HeldMemory(); m != nil && !mems[m] {
+				mems[m] = true
+				if !visit(Hit{Memory: m, Path: it.path, Holder: it.v}) {
+					return
+				}
+			}
+		}
+		push := func(suffix string, v starlark.Value) {
+			if v != nil {
+				queue = append(queue, item{v, it.path + suffix})
+			}
+		}
+		switch v := it.v.(type) {
+		case *starlark.List:
+			for i := 0; i < v.Len(); i++ {
+				push(fmt.Sprintf("[%d]", i), v.Index(i))
+			}
+		case starlark.Tuple:
+			for i, x := range v {
+				push(fmt.Sprintf("[%d]", i), x)
+			}
+		case *starlark.Dict:
+			for _, kv := range v.Items() {
+				push(fmt.Sprintf("[%s]", kv[0].String()), kv[1])
+				push(fmt.Sprintf(".<key %s>", kv[0].String()), kv[0])
+			}
+		case *starlark.Set:
+			iter := v.Iterate()
+			var x starlark.Value
+			for i := 0; iter.Next(&x); i++ {
+				push(fmt.Sprintf(".<element %d>", i), x)
+			}
+			iter.Done()
+		case *starlarkstruct.Struct:
+			for _, name := range v.AttrNames() {
+				x, _ := v.Attr(name)
+				push("."+name, x)
+			}
+		case *starlarkstruct.Module:
+			for name, x := range v.Members {
+				push("."+name, x)
+			}
+		case *starlark.Function:
+			for i := 0; i < v.NumFreeVars(); i++ {
+				b, x := v.FreeVar(i)
+				push(".<free "+b.Name+">", x)
+			}
+			for i := 0; i < v.NumParams()+v.NumKwonlyParams(); i++ {
+				if d := v.ParamDefault(i); d != nil {
+					name, _ := v.Param(i)
+					push(".<default "+name+">", d)
+				}
+			}
+			for name, x := range v.Globals() {
+				push(".<global "+name+">", x)
+			}
+		case *starlark.Builtin:
+			push(".<receiver>", v.Receiver())
+		case Referrer:
+			v.References(push)
+		}
+	}
+}
+
+// identity returns a key that identifies a reference value, and false for
+// values that cannot hold references (numbers, strings, None, bools).
+func identity(v starlark.Value) (uintptr, bool) {
+	switch v := v.(type) {
+	case starlark.NoneType, starlark.Bool, starlark.Int, starlark.Float, starlark.String, starlark.Bytes:
+		return 0, false
+	case starlark.Tuple:
+		if len(v) == 0 {
+			return 0, false
+		}
+		return reflect.ValueOf(&v[0]).Pointer(), true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.UnsafePointer:
+		if rv.Pointer() == 0 {
+			return 0, false
+		}
+		return rv.Pointer(), true
+	}
+	// A value type we do not know: walk it once per distinct type+value is
+	// not possible to key; treat it as a leaf that is still visited.
+	return reflect.ValueOf(&v).Pointer(), true
+}

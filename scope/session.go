@@ -1,0 +1,273 @@
+// Package scope is memsh's executor: the Session, which owns one live map of
+// Starlark globals, a thread, a device set and the stack of open
+// experiments, and runs source one top-level statement at a time against the
+// live map so that it knows exactly which names each statement bound.
+//
+// A Session is the unit an embedding Go program creates; the REPL and the
+// script runner are thin users of it. Experiments (experiment(), trial())
+// live here because they are made of the executor's binding records.
+package scope
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/syntax"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend/host"
+	"github.com/memsh/memsh/starlib"
+	"github.com/memsh/memsh/starlib/env"
+)
+
+// Options configure a Session.
+type Options struct {
+	// Device picks the GPU backend, as the --device flag: "auto" (the
+	// default), "sim", "sim:SPEC" (see backend/sim), or "cpu" (no GPU).
+	Device string
+	// Peak is the peak mode (--peak): backend.PeakExact (default) or PeakLazy.
+	Peak backend.PeakMode
+	// Out receives print() output and reports; Err receives notices such as
+	// the auto device line. Both default to the process's stdout / stderr.
+	Out, Err io.Writer
+	// Quiet suppresses experiment reports (--quiet); data() and finish()
+	// still return the figures.
+	Quiet bool
+	// Argv is bound to the global argv (a list of strings) when non-nil.
+	Argv []string
+	// MaxSteps, if non-zero, limits the Starlark execution steps of each
+	// top-level statement (--max-steps).
+	MaxSteps uint64
+	// Builtins are extra predeclared names for embedders (and tests): they
+	// behave like memsh's own builtins and are not user globals.
+	Builtins starlark.StringDict
+}
+
+// Session is one memsh interpreter: live globals, a thread, devices and the
+// experiment stack. Its methods must be called from one goroutine at a time,
+// except Interrupt.
+type Session struct {
+	opts    Options
+	out     io.Writer
+	thread  *starlark.Thread
+	env     *env.Env
+	mgr     *backend.Manager
+	rss     *host.PeakRSS
+	devices []backend.Device
+
+	builtins starlark.StringDict // predeclared names memsh provides
+	live     starlark.StringDict // builtins overlaid with user globals: the predeclared map of every statement
+	user     map[string]bool     // names in live that the user bound
+	prev     *prevValues         // the synthetic source of re-bound names' old values
+
+	stack   []*Experiment // open experiments, outermost first
+	pending []pendingOp   // name deletions and restores to apply after the running statement
+	running bool          // a top-level statement is executing
+}
+
+// New creates a Session on the devices opts.Device selects.
+func New(opts Options) (*Session, error) {
+	if opts.Out == nil {
+		opts.Out = os.Stdout
+	}
+	if opts.Err == nil {
+		opts.Err = os.Stderr
+	}
+	gpus, notice, err := OpenDevices(opts.Device)
+	if err != nil {
+		return nil, err
+	}
+	if notice != "" {
+		fmt.Fprintln(opts.Err, notice)
+	}
+	return NewWithDevices(opts, gpus)
+}
+
+// NewWithDevices creates a Session over the given GPU devices (each served
+// by a caching allocator; ordinals in slice order) and host memory.
+func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
+	if opts.Out == nil {
+		opts.Out = os.Stdout
+	}
+	if opts.Err == nil {
+		opts.Err = os.Stderr
+	}
+	allocs := make([]backend.Allocator, len(gpus))
+	for i, d := range gpus {
+		allocs[i] = backend.NewCachingAllocator(d, i)
+	}
+	mgr := backend.NewManager(backend.Config{GPUs: allocs, Host: host.NewAllocator(), Peak: opts.Peak})
+	s := &Session{
+		opts:    opts,
+		out:     opts.Out,
+		mgr:     mgr,
+		rss:     host.NewPeakRSS(),
+		devices: gpus,
+		user:    map[string]bool{},
+		prev:    &prevValues{},
+	}
+	s.env = env.New(mgr, opts.Out)
+	s.thread = &starlark.Thread{
+		Name:  "memsh",
+		Print: func(_ *starlark.Thread, msg string) { fmt.Fprintln(s.out, msg) },
+		Load:  s.load,
+	}
+	env.Install(s.thread, s.env)
+	s.thread.SetLocal(sessionKey, s)
+
+	s.builtins = starlib.Predeclared()
+	for k, v := range s.sessionBuiltins() {
+		s.builtins[k] = v
+	}
+	for k, v := range opts.Builtins {
+		s.builtins[k] = v
+	}
+	if opts.Argv != nil {
+		l := make([]starlark.Value, len(opts.Argv))
+		for i, a := range opts.Argv {
+			l[i] = starlark.String(a)
+		}
+		s.builtins["argv"] = starlark.NewList(l)
+	}
+	s.live = make(starlark.StringDict, len(s.builtins)+64)
+	for k, v := range s.builtins {
+		s.live[k] = v
+	}
+	s.live[prevName] = s.prev
+	return s, nil
+}
+
+const sessionKey = "memsh.session"
+
+func sessionOf(thread *starlark.Thread) *Session {
+	s, _ := thread.Local(sessionKey).(*Session)
+	return s
+}
+
+// Manager returns the Session's memory manager.
+func (s *Session) Manager() *backend.Manager { return s.mgr }
+
+// Env returns the state the Session shares with its Starlark modules.
+func (s *Session) Env() *env.Env { return s.env }
+
+// Thread returns the Session's Starlark thread (for starlark.Call from Go).
+func (s *Session) Thread() *starlark.Thread { return s.thread }
+
+// Devices returns the GPU devices, by ordinal.
+func (s *Session) Devices() []backend.Device { return s.devices }
+
+// SetOutput redirects print() output and reports.
+func (s *Session) SetOutput(w io.Writer) {
+	s.out = w
+	s.env.Out = w
+}
+
+// Output returns where print() output and reports go.
+func (s *Session) Output() io.Writer { return s.out }
+
+// Get returns the user global name, or nil.
+func (s *Session) Get(name string) starlark.Value {
+	if !s.user[name] {
+		return nil
+	}
+	return s.live[name]
+}
+
+// Set binds a user global from Go. It must not be called while a statement
+// runs.
+func (s *Session) Set(name string, v starlark.Value) {
+	s.live[name] = v
+	s.user[name] = true
+}
+
+// Globals returns a new dict of the user globals (what the Starlark builtin
+// globals() returns), without memsh's builtins.
+func (s *Session) Globals() starlark.StringDict {
+	g := make(starlark.StringDict, len(s.user))
+	for name := range s.user {
+		g[name] = s.live[name]
+	}
+	return g
+}
+
+// Names returns every name visible to Starlark code, sorted: user globals,
+// memsh's builtins and the universe (for completion).
+func (s *Session) Names() []string {
+	seen := map[string]bool{}
+	for k := range s.live {
+		if k != prevName {
+			seen[k] = true
+		}
+	}
+	for k := range starlark.Universe {
+		seen[k] = true
+	}
+	names := make([]string, 0, len(seen))
+	for k := range seen {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Lookup returns the value of a visible name: a user global, a memsh
+// builtin or a universe builtin.
+func (s *Session) Lookup(name string) starlark.Value {
+	if name == prevName {
+		return nil
+	}
+	if v, ok := s.live[name]; ok {
+		return v
+	}
+	return starlark.Universe[name]
+}
+
+// Experiments returns the open experiments, outermost first.
+func (s *Session) Experiments() []*Experiment {
+	return append([]*Experiment(nil), s.stack...)
+}
+
+// Interrupt cancels the running statement (Ctrl-C). It is safe to call from
+// another goroutine; the statement fails with an "interrupted" error and the
+// Session reclaims and stays usable.
+func (s *Session) Interrupt() { s.thread.Cancel("interrupted") }
+
+// Close finishes open experiments quietly and frees all memory.
+func (s *Session) Close() {
+	for len(s.stack) > 0 {
+		e := s.stack[len(s.stack)-1]
+		e.quiet = true
+		_, _ = e.finish(nil, nil)
+	}
+	s.live = nil
+	s.user = nil
+	s.mgr.Close()
+}
+
+func (s *Session) load(_ *starlark.Thread, module string) (starlark.StringDict, error) {
+	if strings.HasPrefix(module, "@") {
+		return nil, fmt.Errorf("load: no module %q", module)
+	}
+	src, err := os.ReadFile(module)
+	if err != nil {
+		return nil, err
+	}
+	thread := &starlark.Thread{Name: "load " + module, Print: s.thread.Print, Load: s.load}
+	env.Install(thread, s.env)
+	thread.SetLocal(sessionKey, s)
+	return starlark.ExecFileOptions(fileOptions, thread, module, src, s.builtins)
+}
+
+// fileOptions turns every Starlark dialect option on, as DESIGN.md §2 asks.
+var fileOptions = &syntax.FileOptions{
+	Set:               true,
+	While:             true,
+	TopLevelControl:   true,
+	GlobalReassign:    true,
+	LoadBindsGlobally: true,
+	Recursion:         true,
+}

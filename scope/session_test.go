@@ -1,0 +1,210 @@
+package scope_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/scope"
+)
+
+func newSession(t *testing.T, device string) (*scope.Session, *bytes.Buffer) {
+	t.Helper()
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: device, Out: &out, Err: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s, &out
+}
+
+// A script may call a function defined later in the file.
+func TestForwardReference(t *testing.T) {
+	s, out := newSession(t, "sim:1GiB")
+	err := s.Exec("fwd.star", `
+def main():
+    return helper() + 1
+def helper():
+    return 41
+print(main())
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != "42\n" {
+		t.Errorf("output %q, want 42", got)
+	}
+}
+
+// Calling a function that uses a global defined by a later statement,
+// before that statement runs, is Starlark's usual error.
+func TestForwardReferenceBeforeDefinition(t *testing.T) {
+	s, _ := newSession(t, "sim:1GiB")
+	err := s.Exec("early.star", `
+def main():
+    return later
+main()
+later = 1
+`)
+	if err == nil || !strings.Contains(err.Error(), "global variable later referenced before assignment") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// Errors carry file:line and a Starlark backtrace.
+func TestErrorBacktrace(t *testing.T) {
+	s, _ := newSession(t, "sim:1GiB")
+	err := s.Exec("bt.star", "def f():\n    return 1 // 0\n\nf()\n")
+	var ee *starlark.EvalError
+	if !errors.As(err, &ee) {
+		t.Fatalf("err = %v (%T), want *starlark.EvalError", err, err)
+	}
+	bt := ee.Backtrace()
+	for _, want := range []string{"bt.star:4:2: in <toplevel>", "bt.star:2:14: in f", "division by zero"} {
+		if !strings.Contains(bt, want) {
+			t.Errorf("backtrace lacks %q:\n%s", want, bt)
+		}
+	}
+	// The session stays usable.
+	if err := s.Exec("after.star", "x = 1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Syntax errors have positions.
+func TestSyntaxError(t *testing.T) {
+	s, _ := newSession(t, "sim:1GiB")
+	err := s.Exec("syn.star", "x = (1,\n")
+	if err == nil || !strings.Contains(err.Error(), "syn.star:") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// ExecInteractive prints expression values and keeps no `_`.
+func TestInteractiveEcho(t *testing.T) {
+	s, out := newSession(t, "sim:1GiB")
+	if err := s.ExecInteractive("<stdin>", "1 + 2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ExecInteractive("<stdin>", "None"); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != "3\n" {
+		t.Errorf("output %q, want \"3\\n\"", got)
+	}
+	if len(s.Globals()) != 0 {
+		t.Errorf("globals after echo: %v", s.Globals())
+	}
+}
+
+// Interrupt stops a running statement; the session reclaims and stays usable.
+func TestInterrupt(t *testing.T) {
+	s, _ := newSession(t, "sim:1GiB")
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		s.Interrupt()
+	}()
+	err := s.Exec("loop.star", "x = tensor.zeros([1024], device=\"cuda\")\nwhile True:\n    y = x + 1\n")
+	if err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := s.Exec("after.star", "y = None\nassert_ok = cuda.memory_allocated() == 4096"); err != nil {
+		t.Fatal(err)
+	}
+	if v := s.Get("assert_ok"); v != starlark.True {
+		t.Errorf("memory after interrupt: assert_ok = %v", v)
+	}
+}
+
+// Two Sessions in one process do not see each other.
+func TestSessionsIsolated(t *testing.T) {
+	a, _ := newSession(t, "sim:1GiB")
+	b, _ := newSession(t, "sim:1GiB")
+	if err := a.Exec("a.star", "x = tensor.zeros([1024], device=\"cuda\")"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Exec("b.star", "ok = cuda.memory_allocated() == 0"); err != nil {
+		t.Fatal(err)
+	}
+	if b.Get("x") != nil || b.Get("ok") != starlark.True {
+		t.Errorf("session b sees a's state: x=%v ok=%v", b.Get("x"), b.Get("ok"))
+	}
+	if _, ok := starlark.Universe["experiment"]; ok {
+		t.Errorf("starlark.Universe was mutated")
+	}
+}
+
+// Go code can finish an experiment between statements; names go at once.
+func TestFinishFromGo(t *testing.T) {
+	s, _ := newSession(t, "sim:1GiB")
+	if err := s.Exec("go.star", "e = experiment(quiet=True)\nx = tensor.zeros([1024], device=\"cuda\")"); err != nil {
+		t.Fatal(err)
+	}
+	e := s.Experiments()[0]
+	d, err := e.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.GPU.Consumed != 4096 || d.GPU.Reclaimed != 4096 {
+		t.Errorf("consumed %d reclaimed %d, want 4096 4096", d.GPU.Consumed, d.GPU.Reclaimed)
+	}
+	if s.Get("x") != nil {
+		t.Errorf("x survived the experiment")
+	}
+	if len(s.Experiments()) != 0 {
+		t.Errorf("experiment still open")
+	}
+}
+
+func TestMaxSteps(t *testing.T) {
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out, MaxSteps: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Exec("steps.star", "n = 0\nwhile True:\n    n += 1\n")
+	if err == nil || !strings.Contains(err.Error(), "too many steps") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := s.Exec("after.star", "m = 1"); err != nil {
+		t.Fatalf("after a step limit: %v", err)
+	}
+}
+
+func TestOpenDevices(t *testing.T) {
+	for _, tc := range []struct {
+		spec    string
+		n       int
+		notice  bool
+		wantErr string
+	}{
+		{"auto", 1, true, ""},
+		{"", 1, true, ""},
+		{"cpu", 0, false, ""},
+		{"sim", 1, false, ""},
+		{"sim:2x80GiB", 2, false, ""},
+		{"sim:16GiB,ctx=300MiB", 1, false, ""},
+		{"sim:80GiB,meta", 1, false, ""},
+		{"sim:lots", 0, false, "bad capacity"},
+		{"sim:1GiB,ctx=2GiB", 0, false, "does not fit"},
+		{"sim:1GiB,fast", 0, false, "unknown option"},
+		{"tpu", 0, false, "unknown device"},
+	} {
+		gpus, notice, err := scope.OpenDevices(tc.spec)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: err = %v, want %q", tc.spec, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || len(gpus) != tc.n || (notice != "") != tc.notice {
+			t.Errorf("%q: %d gpus, notice %q, err %v", tc.spec, len(gpus), notice, err)
+		}
+	}
+}

@@ -1,0 +1,70 @@
+// Package starlib assembles memsh's Starlark environment: the modules
+// (cuda, tensor, each a sub-package exporting `var Module`) and the global
+// builtins that need no Session: gc, fmt_bytes and the byte-unit constants.
+// The Session adds experiment, trial, globals and argv (package scope).
+package starlib
+
+import (
+	"fmt"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/starlib/cuda"
+	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/starlib/tensor"
+)
+
+// Predeclared returns a new dict of memsh's session-independent
+// predeclared names:
+//
+//	cuda, tensor           modules
+//	gc()                   reclaim now; returns the bytes freed
+//	fmt_bytes(n)           "1.50 GiB": IEC units, two decimals
+//	KiB MiB GiB TiB        1024, 1024², 1024³, 1024⁴
+func Predeclared() starlark.StringDict {
+	return starlark.StringDict{
+		"cuda":      cuda.Module,
+		"tensor":    tensor.Module,
+		"gc":        starlark.NewBuiltin("gc", gc),
+		"fmt_bytes": starlark.NewBuiltin("fmt_bytes", fmtBytes),
+		"KiB":       starlark.MakeInt64(1 << 10),
+		"MiB":       starlark.MakeInt64(1 << 20),
+		"GiB":       starlark.MakeInt64(1 << 30),
+		"TiB":       starlark.MakeInt64(1 << 40),
+	}
+}
+
+// gc() runs a reclaim: a full Go GC, then every tensor and buffer no value
+// can reach is freed. It returns the number of bytes freed. (Memory stays
+// cached by the allocator; cuda.empty_cache() releases it to the device.)
+func gc(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
+		return nil, err
+	}
+	e, err := env.Of(thread, b.Name())
+	if err != nil {
+		return nil, err
+	}
+	return starlark.MakeUint64(e.Manager.Reclaim().Freed), nil
+}
+
+// fmt_bytes(n) formats a byte count with IEC units and two decimals:
+// fmt_bytes(1536) == "1.50 KiB", fmt_bytes(512) == "512 B".
+func fmtBytes(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var n starlark.Value
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "n", &n); err != nil {
+		return nil, err
+	}
+	switch n := n.(type) {
+	case starlark.Int:
+		i, ok := n.Int64()
+		if !ok {
+			return nil, fmt.Errorf("fmt_bytes: for parameter n: %s out of range", n)
+		}
+		return starlark.String(backend.FormatBytes(i)), nil
+	case starlark.Float:
+		return starlark.String(backend.FormatBytes(int64(n))), nil
+	}
+	return nil, fmt.Errorf("fmt_bytes: for parameter n: got %s, want int", n.Type())
+}

@@ -1,0 +1,196 @@
+package tensor
+
+import (
+	"runtime"
+	"unsafe"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+	"gonum.org/v1/gonum/blas/blas64"
+)
+
+// Matrix multiplication through gonum's BLAS: float32 with blas32.Gemm and
+// float64 with blas64.Gemm directly on tensor memory (transposed views
+// are passed as transposed operands, without copies); float16 and bfloat16
+// are widened to float32 and rounded back, integer types go through
+// float64, in Go-heap scratch buffers of one matrix each.
+
+// matLayout is how a matrix with row stride rs and column stride cs (in
+// elements) is passed to BLAS: as is (row-major with leading dimension ld)
+// or transposed (its transpose is row-major with leading dimension ld).
+type matLayout struct {
+	trans bool
+	ld    int
+}
+
+// blasLayout returns the BLAS layout of a rows×cols matrix with strides
+// (rs, cs), or ok=false if BLAS cannot read it directly.
+func blasLayout(rows, cols, rs, cs int) (l matLayout, ok bool) {
+	if cols == 1 || cs == 1 {
+		ld := rs
+		if rows == 1 {
+			ld = cols
+		}
+		if ld >= max(cols, 1) {
+			return matLayout{ld: ld}, true
+		}
+	}
+	if rows == 1 || rs == 1 {
+		ld := cs
+		if cols == 1 {
+			ld = rows
+		}
+		if ld >= max(rows, 1) {
+			return matLayout{trans: true, ld: ld}, true
+		}
+	}
+	return matLayout{}, false
+}
+
+// matOperand is one batch matrix: base address of element (0, 0), shape
+// and strides in elements.
+type matOperand struct {
+	p          unsafe.Pointer
+	rows, cols int
+	rs, cs     int
+}
+
+// general returns the BLAS view of the matrix for element type T.
+func general[T float32 | float64](m matOperand, l matLayout) (rows, cols, ld int, data []T, t blas.Transpose) {
+	rows, cols, t = m.rows, m.cols, blas.NoTrans
+	if l.trans {
+		rows, cols, t = m.cols, m.rows, blas.Trans
+	}
+	n := (rows-1)*l.ld + cols
+	return rows, cols, l.ld, unsafe.Slice((*T)(m.p), n), t
+}
+
+// gemmDirect computes c = a × b for float32 or float64 matrices BLAS can
+// read in place; c is contiguous (row stride c.cols).
+func gemmDirect(dt DType, a, b, c matOperand, la, lb matLayout) {
+	if dt == Float32 {
+		ar, ac, ald, ad, ta := general[float32](a, la)
+		br, bc, bld, bd, tb := general[float32](b, lb)
+		cd := unsafe.Slice((*float32)(c.p), c.rows*c.cols)
+		blas32.Gemm(ta, tb, 1,
+			blas32.General{Rows: ar, Cols: ac, Stride: ald, Data: ad},
+			blas32.General{Rows: br, Cols: bc, Stride: bld, Data: bd},
+			0, blas32.General{Rows: c.rows, Cols: c.cols, Stride: c.cols, Data: cd})
+		return
+	}
+	ar, ac, ald, ad, ta := general[float64](a, la)
+	br, bc, bld, bd, tb := general[float64](b, lb)
+	cd := unsafe.Slice((*float64)(c.p), c.rows*c.cols)
+	blas64.Gemm(ta, tb, 1,
+		blas64.General{Rows: ar, Cols: ac, Stride: ald, Data: ad},
+		blas64.General{Rows: br, Cols: bc, Stride: bld, Data: bd},
+		0, blas64.General{Rows: c.rows, Cols: c.cols, Stride: c.cols, Data: cd})
+}
+
+// widen copies a strided matrix of dtype dt into a row-major scratch
+// buffer of T.
+func widen[T float32 | float64](m matOperand, dt DType) []T {
+	out := make([]T, m.rows*m.cols)
+	size := dt.Size()
+	if dt.IsFloat() && dt != Float64 {
+		load := loadF32[dt]
+		for i := range m.rows {
+			for j := range m.cols {
+				out[i*m.cols+j] = T(load(elemAddr(m.p, i*m.rs+j*m.cs, size)))
+			}
+		}
+		return out
+	}
+	load := loadF64[dt]
+	for i := range m.rows {
+		for j := range m.cols {
+			out[i*m.cols+j] = T(load(elemAddr(m.p, i*m.rs+j*m.cs, size)))
+		}
+	}
+	return out
+}
+
+// gemmConvert computes c = a × b for the other dtypes through scratch
+// buffers: float16/bfloat16 in float32, integers in float64.
+func gemmConvert(dt DType, a, b, c matOperand) {
+	size := dt.Size()
+	if kindOf(dt) == kindF32 {
+		ad, bd := widen[float32](a, dt), widen[float32](b, dt)
+		cd := make([]float32, c.rows*c.cols)
+		blas32.Gemm(blas.NoTrans, blas.NoTrans, 1,
+			blas32.General{Rows: a.rows, Cols: a.cols, Stride: a.cols, Data: ad},
+			blas32.General{Rows: b.rows, Cols: b.cols, Stride: b.cols, Data: bd},
+			0, blas32.General{Rows: c.rows, Cols: c.cols, Stride: c.cols, Data: cd})
+		store := storeF32[dt]
+		for i, v := range cd {
+			store(elemAddr(c.p, i, size), v)
+		}
+		return
+	}
+	ad, bd := widen[float64](a, dt), widen[float64](b, dt)
+	cd := make([]float64, c.rows*c.cols)
+	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1,
+		blas64.General{Rows: a.rows, Cols: a.cols, Stride: a.cols, Data: ad},
+		blas64.General{Rows: b.rows, Cols: b.cols, Stride: b.cols, Data: bd},
+		0, blas64.General{Rows: c.rows, Cols: c.cols, Stride: c.cols, Data: cd})
+	store := storeF64[dt]
+	for i, v := range cd {
+		store(elemAddr(c.p, i, size), v)
+	}
+}
+
+// batchedMatmul computes out[b] = a[b] × b[b] for every batch index. a and
+// b are given with their batch strides broadcast to batch; out is
+// contiguous with shape batch + [n, m].
+func batchedMatmul(dt DType, batch []int, a, b *Tensor, aSt, bSt []int, n, k, m int, out *Tensor) {
+	nb := numel(batch)
+	if nb == 0 || n == 0 || m == 0 {
+		return
+	}
+	size := dt.Size()
+	outP := out.mem.Pointer()
+	if k == 0 {
+		clear(unsafe.Slice((*byte)(outP), nb*n*m*size))
+		return
+	}
+	ad, bd := len(a.shape), len(b.shape)
+	ars, acs := a.strides[ad-2], a.strides[ad-1]
+	brs, bcs := b.strides[bd-2], b.strides[bd-1]
+	la, okA := blasLayout(n, k, ars, acs)
+	lb, okB := blasLayout(k, m, brs, bcs)
+	direct := (dt == Float32 || dt == Float64) && okA && okB
+	aP, bP := a.mem.Pointer(), b.mem.Pointer()
+	one := func(i int) {
+		aoff, boff := a.offset, b.offset
+		rem := i
+		for d := len(batch) - 1; d >= 0; d-- {
+			x := rem % batch[d]
+			rem /= batch[d]
+			aoff += x * aSt[d]
+			boff += x * bSt[d]
+		}
+		am := matOperand{p: elemAddr(aP, aoff, size), rows: n, cols: k, rs: ars, cs: acs}
+		bm := matOperand{p: elemAddr(bP, boff, size), rows: k, cols: m, rs: brs, cs: bcs}
+		cm := matOperand{p: elemAddr(outP, i*n*m, size), rows: n, cols: m, rs: m, cs: 1}
+		if direct {
+			gemmDirect(dt, am, bm, cm, la, lb)
+		} else {
+			gemmConvert(dt, am, bm, cm)
+		}
+	}
+	// Large matrices: gonum parallelises each product; many small ones: run
+	// batches in parallel.
+	if nb > 1 && n*k*m < 1<<21 {
+		parallelFor(nb, 2, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				one(i)
+			}
+		})
+	} else {
+		for i := range nb {
+			one(i)
+		}
+	}
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
+}

@@ -1,0 +1,226 @@
+package tensor
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// Reductions: sum, mean, max, min over any set of dimensions. Floating
+// inputs accumulate in float64, integer and bool inputs in int64; max and
+// min propagate NaN (and report its index) as PyTorch does.
+
+type reduceKind uint8
+
+const (
+	redSum reduceKind = iota
+	redMean
+	redMax
+	redMin
+)
+
+// accum is a partial reduction.
+type accum struct {
+	f   float64
+	i   int64
+	idx int  // index of the max/min in the reduced range
+	set bool // a max/min has been seen
+	nan bool // a NaN has been seen (max/min of floats)
+}
+
+// sumRunF adds n elements of dtype dt at p (stride in bytes) in float64.
+func sumRunF(p unsafe.Pointer, n, stride int, dt DType) float64 {
+	switch {
+	case dt == Float32 && stride == 4:
+		s := unsafe.Slice((*float32)(p), n)
+		var a0, a1, a2, a3 float64
+		i := 0
+		for ; i+4 <= n; i += 4 {
+			a0 += float64(s[i])
+			a1 += float64(s[i+1])
+			a2 += float64(s[i+2])
+			a3 += float64(s[i+3])
+		}
+		for ; i < n; i++ {
+			a0 += float64(s[i])
+		}
+		return (a0 + a1) + (a2 + a3)
+	case dt == Float64 && stride == 8:
+		s := unsafe.Slice((*float64)(p), n)
+		var a0, a1 float64
+		i := 0
+		for ; i+2 <= n; i += 2 {
+			a0 += s[i]
+			a1 += s[i+1]
+		}
+		if i < n {
+			a0 += s[i]
+		}
+		return a0 + a1
+	}
+	load := loadF64[dt]
+	var s float64
+	for range n {
+		s += load(p)
+		p = unsafe.Add(p, stride)
+	}
+	return s
+}
+
+func sumRunI(p unsafe.Pointer, n, stride int, dt DType) int64 {
+	load := loadI64[dt]
+	var s int64
+	for range n {
+		s += load(p)
+		p = unsafe.Add(p, stride)
+	}
+	return s
+}
+
+// extremeRun folds n elements into a (max if isMax, else min); pos is the
+// reduced index of the first element.
+func extremeRun(a *accum, p unsafe.Pointer, n, stride int, dt DType, isMax bool, pos int) {
+	if dt.IsFloat() {
+		load := loadF64[dt]
+		for j := range n {
+			if a.nan {
+				return
+			}
+			v := load(p)
+			switch {
+			case v != v:
+				a.f, a.idx, a.nan, a.set = v, pos+j, true, true
+			case !a.set || (isMax && v > a.f) || (!isMax && v < a.f):
+				a.f, a.idx, a.set = v, pos+j, true
+			}
+			p = unsafe.Add(p, stride)
+		}
+		return
+	}
+	load := loadI64[dt]
+	for j := range n {
+		v := load(p)
+		if !a.set || (isMax && v > a.i) || (!isMax && v < a.i) {
+			a.i, a.idx, a.set = v, pos+j, true
+		}
+		p = unsafe.Add(p, stride)
+	}
+}
+
+// combine merges partial b (from a later range) into a.
+func (a *accum) combine(b accum, kind reduceKind, float bool) {
+	switch kind {
+	case redSum, redMean:
+		a.f += b.f
+		a.i += b.i
+		return
+	}
+	if a.nan || !b.set {
+		return
+	}
+	isMax := kind == redMax
+	switch {
+	case b.nan, !a.set:
+		*a = b
+	case float && ((isMax && b.f > a.f) || (!isMax && b.f < a.f)):
+		*a = b
+	case !float && ((isMax && b.i > a.i) || (!isMax && b.i < a.i)):
+		*a = b
+	}
+}
+
+// reduceKernel reduces in over the dimensions marked in red, writing one
+// value per kept position (row-major over the kept dimensions) at outP as
+// outDT and, for max/min when idxP is not nil, the int64 index there.
+func reduceKernel(kind reduceKind, in *Tensor, red []bool, outP unsafe.Pointer, outDT DType, idxP unsafe.Pointer) {
+	var oShape, oSt, iShape, iSt []int
+	for d, s := range in.shape {
+		if red[d] {
+			iShape, iSt = append(iShape, s), append(iSt, in.strides[d])
+		} else {
+			oShape, oSt = append(oShape, s), append(oSt, in.strides[d])
+		}
+	}
+	nOut, nIn := numel(oShape), numel(iShape)
+	isFloat := in.dtype.IsFloat()
+	size := in.dtype.Size()
+	inner := newElemIter(iShape, strided{base: in.mem.Pointer(), size: size, st: iSt})
+	stride := inner.inner[0]
+
+	reduceRange := func(sc *iterScratch, base []int, lo, hi int) accum {
+		var a accum
+		pos := lo
+		inner.runRangeWith(sc, base, lo, hi, func(p []unsafe.Pointer, n int) {
+			switch kind {
+			case redSum, redMean:
+				if isFloat {
+					a.f += sumRunF(p[0], n, stride, in.dtype)
+				} else {
+					a.i += sumRunI(p[0], n, stride, in.dtype)
+				}
+			default:
+				extremeRun(&a, p[0], n, stride, in.dtype, kind == redMax, pos)
+			}
+			pos += n
+		})
+		return a
+	}
+	offsetOf := func(o int) int {
+		off := in.offset
+		for d := len(oShape) - 1; d >= 0; d-- {
+			off += (o % oShape[d]) * oSt[d]
+			o /= oShape[d]
+		}
+		return off
+	}
+	outSize := outDT.Size()
+	store := func(o int, a accum) {
+		q := elemAddr(outP, o, outSize)
+		switch {
+		case kind == redMean && isFloat:
+			storeF64[outDT](q, a.f/float64(nIn))
+		case kind == redMean:
+			storeF64[outDT](q, float64(a.i)/float64(nIn))
+		case isFloat:
+			storeF64[outDT](q, a.f)
+		default:
+			storeI64[outDT](q, a.i)
+		}
+		if idxP != nil {
+			st(elemAddr(idxP, o, 8), int64(a.idx))
+		}
+	}
+	total := nOut * nIn
+	p := runtime.GOMAXPROCS(0)
+	if nOut >= p || total < parallelThreshold {
+		thr := nOut + 1
+		if total >= parallelThreshold {
+			thr = 1
+		}
+		parallelFor(nOut, thr, func(lo, hi int) {
+			sc := inner.scratch()
+			base := []int{0}
+			for o := lo; o < hi; o++ {
+				base[0] = offsetOf(o)
+				store(o, reduceRange(sc, base, 0, nIn))
+			}
+		})
+		return
+	}
+	// Few outputs, many inputs each: split each reduction.
+	for o := range nOut {
+		base := []int{offsetOf(o)}
+		chunks := make([]accum, p)
+		size := (nIn + p - 1) / p
+		parallelFor(p, 1, func(lo, hi int) {
+			for c := lo; c < hi; c++ {
+				clo, chi := c*size, min((c+1)*size, nIn)
+				chunks[c] = reduceRange(inner.scratch(), base, clo, chi)
+			}
+		})
+		a := chunks[0]
+		for _, b := range chunks[1:] {
+			a.combine(b, kind, in.dtype.IsFloat())
+		}
+		store(o, a)
+	}
+}

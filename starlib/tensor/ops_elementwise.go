@@ -1,0 +1,421 @@
+package tensor
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+
+	"go.starlark.net/starlark"
+)
+
+// Elementwise operations: + - * / // % (out of place and in place),
+// unary functions, fill and copy.
+
+var binOpNames = [...]string{
+	opAdd:      "tensor.add",
+	opSub:      "tensor.sub",
+	opMul:      "tensor.mul",
+	opDiv:      "tensor.div",
+	opFloorDiv: "tensor.floor_divide",
+	opMod:      "tensor.remainder",
+}
+
+// operand is an argument of an elementwise op: a tensor or a number.
+type operand struct {
+	t *Tensor // nil for a number
+	// for a number: its wrapped dtype (int64, float32 or bool) and value
+	dt DType
+	f  float64
+	i  int64
+	// zeroDim: a number read from a 0-dim "cpu" tensor used with tensors on
+	// another device; it promotes as a 0-dim tensor of dtype dt.
+	zeroDim bool
+}
+
+var errNotOperand = errors.New("not a tensor or number")
+
+// asOperand converts a Starlark value to an operand.
+func asOperand(v starlark.Value) (operand, error) {
+	switch v := v.(type) {
+	case *Tensor:
+		return operand{t: v}, nil
+	case starlark.Int:
+		i, ok := v.Int64()
+		if !ok {
+			return operand{}, fmt.Errorf("integer %s does not fit in int64", v)
+		}
+		return operand{dt: Int64, i: i, f: float64(i)}, nil
+	case starlark.Float:
+		return operand{dt: Float32, f: float64(v), i: int64(v)}, nil
+	case starlark.Bool:
+		i := b2i(bool(v))
+		return operand{dt: Bool, i: i, f: float64(i)}, nil
+	}
+	return operand{}, errNotOperand
+}
+
+// dtype is the operand's dtype for promotion.
+func (o operand) dtype() DType {
+	if o.t != nil {
+		return o.t.dtype
+	}
+	return o.dt
+}
+
+func (o operand) shape() []int {
+	if o.t != nil {
+		return o.t.shape
+	}
+	return nil
+}
+
+// scalarOf reads a 0-dim tensor's value as a number operand that promotes
+// as a 0-dim tensor.
+func scalarOf(fname string, t *Tensor) (operand, error) {
+	if err := t.needData(fname); err != nil {
+		return operand{}, err
+	}
+	p := elemAddr(t.mem.Pointer(), t.offset, t.dtype.Size())
+	o := operand{dt: t.dtype, f: loadF64[t.dtype](p), i: loadI64[t.dtype](p), zeroDim: true}
+	runtime.KeepAlive(t)
+	return o, nil
+}
+
+// sameDevice checks that the tensor operands are on one device and returns
+// it. A 0-dim "cpu" tensor may be combined with tensors on another device
+// (as in PyTorch): it is read as a number.
+func sameDevice(fname string, ops []operand) (string, error) {
+	device := ""
+	for _, o := range ops {
+		if o.t == nil || (len(o.t.shape) == 0 && o.t.mem.Device() == "cpu") {
+			continue
+		}
+		if d := o.t.mem.Device(); device == "" {
+			device = d
+		} else if d != device {
+			return "", fmt.Errorf("%s: expected all tensors to be on the same device, but found at least two devices, %s and %s", fname, device, d)
+		}
+	}
+	if device == "" {
+		device = "cpu"
+	}
+	for i, o := range ops {
+		if o.t != nil && o.t.mem.Device() != device {
+			s, err := scalarOf(fname, o.t)
+			if err != nil {
+				return "", err
+			}
+			ops[i] = s
+		}
+	}
+	return device, nil
+}
+
+// broadcastShapes returns the broadcast of the shapes or an error worded
+// like PyTorch's (checked from the last dimension, naming the result's
+// dimension).
+func broadcastShapes(fname string, shapes ...[]int) ([]int, error) {
+	var out []int
+	for i, s := range shapes {
+		if i == 0 {
+			out = slices.Clone(s)
+			continue
+		}
+		nd := max(len(out), len(s))
+		res := make([]int, nd)
+		for d := nd - 1; d >= 0; d-- {
+			a, b := 1, 1
+			if k := d - (nd - len(out)); k >= 0 {
+				a = out[k]
+			}
+			if k := d - (nd - len(s)); k >= 0 {
+				b = s[k]
+			}
+			switch {
+			case a == b || b == 1:
+				res[d] = a
+			case a == 1:
+				res[d] = b
+			default:
+				return nil, fmt.Errorf("%s: the size of tensor a (%d) must match the size of tensor b (%d) at non-singleton dimension %d", fname, a, b, d)
+			}
+		}
+		out = res
+	}
+	return out, nil
+}
+
+// promote returns the common dtype of the operands.
+func promote(ops ...operand) DType {
+	rt := newResultType()
+	for _, o := range ops {
+		switch {
+		case o.t != nil:
+			rt.addTensor(o.t.dtype, len(o.t.shape))
+		case o.zeroDim:
+			rt.addTensor(o.dt, 0)
+		default:
+			rt.addScalar(o.dt)
+		}
+	}
+	return rt.result()
+}
+
+func checkSub(fname string, op binOp, x, y operand) error {
+	if op == opSub && (x.dtype() == Bool || y.dtype() == Bool) {
+		if x.dtype() == Bool && y.dtype() == Bool {
+			return fmt.Errorf("%s: subtraction, the `-` operator, with two bool tensors is not supported", fname)
+		}
+		return fmt.Errorf("%s: subtraction, the `-` operator, with a bool tensor is not supported", fname)
+	}
+	return nil
+}
+
+// argOf makes a kernel argument of an operand.
+func argOf(o operand, shape []int, common DType) binArg {
+	if o.t == nil {
+		return numberArg(o, common, len(shape))
+	}
+	return binArg{s: layoutOf(o.t, shape), dt: o.t.dtype}
+}
+
+// binary computes x op y into a new tensor (PyTorch broadcasting and type
+// promotion; true division gives a float result).
+func binary(op binOp, x, y operand) (starlark.Value, error) {
+	fname := binOpNames[op]
+	ops := []operand{x, y}
+	for _, o := range ops {
+		if o.t != nil {
+			if err := o.t.checkLive(fname); err != nil {
+				return nil, err
+			}
+		}
+	}
+	device, err := sameDevice(fname, ops)
+	if err != nil {
+		return nil, err
+	}
+	x, y = ops[0], ops[1]
+	if err := checkSub(fname, op, x, y); err != nil {
+		return nil, err
+	}
+	common := promote(x, y)
+	if op == opDiv && !common.IsFloat() {
+		common = DefaultFloat
+	}
+	shape, err := broadcastShapes(fname, x.shape(), y.shape())
+	if err != nil {
+		return nil, err
+	}
+	e := x.t
+	if e == nil {
+		e = y.t
+	}
+	out, err := newTensor(e.env, fname, device, common, shape)
+	if err != nil {
+		return nil, err
+	}
+	if out.hasData() && out.Numel() > 0 {
+		if binaryKernel(op, layoutOf(out, shape), common, argOf(x, shape, common), argOf(y, shape, common), common, shape) {
+			return nil, fmt.Errorf("%s: ZeroDivisionError: integer division by zero", fname)
+		}
+	}
+	runtime.KeepAlive(x.t)
+	runtime.KeepAlive(y.t)
+	return out, nil
+}
+
+// inplace computes self op= other into self; nothing is allocated.
+func inplace(fname string, op binOp, self *Tensor, otherV starlark.Value) (starlark.Value, error) {
+	other, err := asOperand(otherV)
+	if err != nil {
+		return nil, fmt.Errorf("%s: for parameter other: got %s, want tensor or number", fname, otherV.Type())
+	}
+	if err := self.checkLive(fname); err != nil {
+		return nil, err
+	}
+	ops := []operand{{t: self}, other}
+	if other.t != nil {
+		if err := other.t.checkLive(fname); err != nil {
+			return nil, err
+		}
+		if len(self.shape) == 0 && self.mem.Device() == "cpu" && other.t.mem.Device() != "cpu" {
+			return nil, fmt.Errorf("%s: expected all tensors to be on the same device, but found at least two devices, cpu and %s", fname, other.t.mem.Device())
+		}
+	}
+	if _, err := sameDevice(fname, ops); err != nil {
+		return nil, err
+	}
+	other = ops[1]
+	if err := checkSub(fname, op, ops[0], other); err != nil {
+		return nil, err
+	}
+	common := promote(ops[0], other)
+	if op == opDiv && !common.IsFloat() {
+		common = DefaultFloat
+	}
+	if !canCast(common, self.dtype) {
+		return nil, fmt.Errorf("%s: result type %s can't be cast to the desired output type %s", fname, common, self.dtype)
+	}
+	if err := checkInplaceShape(fname, self, other.shape()); err != nil {
+		return nil, err
+	}
+	if err := internalOverlap(fname, self); err != nil {
+		return nil, err
+	}
+	if other.t != nil && overlaps(self, other.t) {
+		return nil, fmt.Errorf("%s: unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location", fname)
+	}
+	if self.hasData() && self.Numel() > 0 {
+		shape := self.shape
+		if binaryKernel(op, layoutOf(self, shape), self.dtype, argOf(ops[0], shape, common), argOf(other, shape, common), common, shape) {
+			return nil, fmt.Errorf("%s: ZeroDivisionError: integer division by zero", fname)
+		}
+	}
+	runtime.KeepAlive(other.t)
+	return self, nil
+}
+
+func checkInplaceShape(fname string, self *Tensor, shape []int) error {
+	b, err := broadcastShapes(fname, self.shape, shape)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(b, self.shape) {
+		return fmt.Errorf("%s: output with shape %s doesn't match the broadcast shape %s", fname, fmtShape(self.shape), fmtShape(b))
+	}
+	return nil
+}
+
+// internalOverlap reports whether several elements of t share memory (an
+// expanded view), which in-place ops reject as PyTorch does.
+func internalOverlap(fname string, t *Tensor) error {
+	for d, s := range t.shape {
+		if s > 1 && t.strides[d] == 0 {
+			return fmt.Errorf("%s: unsupported operation: more than one element of the written-to tensor refers to a single memory location; clone() the tensor first", fname)
+		}
+	}
+	return nil
+}
+
+// overlaps reports whether b reads memory that a writes, other than
+// element for element (the same layout), which in-place ops reject as
+// PyTorch does.
+func overlaps(a, b *Tensor) bool {
+	if a.mem != b.mem || a.Numel() == 0 || b.Numel() == 0 {
+		return false
+	}
+	if a.offset == b.offset && slices.Equal(a.shape, b.shape) && slices.Equal(a.strides, b.strides) {
+		return false
+	}
+	alo, ahi := a.span()
+	blo, bhi := b.span()
+	return alo <= bhi && blo <= ahi
+}
+
+// span is the range of element offsets the tensor touches.
+func (t *Tensor) span() (lo, hi int) {
+	lo, hi = t.offset, t.offset
+	for d, s := range t.shape {
+		if t.strides[d] > 0 {
+			hi += (s - 1) * t.strides[d]
+		} else {
+			lo += (s - 1) * t.strides[d]
+		}
+	}
+	return lo, hi
+}
+
+// unary computes op(t) into a new tensor.
+func unary(fname string, op unaryOp, t *Tensor) (starlark.Value, error) {
+	if err := t.checkLive(fname); err != nil {
+		return nil, err
+	}
+	if t.dtype == Bool {
+		switch op {
+		case uNeg:
+			return nil, fmt.Errorf("%s: negation, the `-` operator, on a bool tensor is not supported", fname)
+		case uAbs, uRelu:
+			return nil, fmt.Errorf("%s: not implemented for 'bool'", fname)
+		}
+	}
+	dt := t.dtype
+	if op.floatOnly() && !dt.IsFloat() {
+		dt = DefaultFloat
+	}
+	out, err := newTensor(t.env, fname, t.mem.Device(), dt, t.shape)
+	if err != nil {
+		return nil, err
+	}
+	if out.hasData() && out.Numel() > 0 {
+		unaryKernel(op, layoutOf(out, out.shape), dt, layoutOf(t, out.shape), t.dtype, out.shape)
+	}
+	runtime.KeepAlive(t)
+	return out, nil
+}
+
+// copyInto copies src (broadcast to dst's shape, any dtype) into dst, as
+// Tensor.copy_. Devices may differ. Nothing is allocated.
+func copyInto(fname string, dst, src *Tensor) error {
+	if err := dst.checkLive(fname); err != nil {
+		return err
+	}
+	if err := src.checkLive(fname); err != nil {
+		return err
+	}
+	if err := checkInplaceShape(fname, dst, src.shape); err != nil {
+		return err
+	}
+	if err := internalOverlap(fname, dst); err != nil {
+		return err
+	}
+	if overlaps(dst, src) {
+		return fmt.Errorf("%s: unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location", fname)
+	}
+	if !dst.hasData() || dst.Numel() == 0 {
+		return nil
+	}
+	if !src.hasData() { // from a meta device: the values are unknown; store zeros
+		fillKernel(layoutOf(dst, dst.shape), dst.dtype, 0, dst.shape)
+		return nil
+	}
+	copyKernel(layoutOf(dst, dst.shape), dst.dtype, layoutOf(src, dst.shape), src.dtype, dst.shape)
+	runtime.KeepAlive(dst)
+	runtime.KeepAlive(src)
+	return nil
+}
+
+// fillInto stores the number v into every element of dst, as Tensor.fill_.
+func fillInto(fname string, dst *Tensor, v starlark.Value) error {
+	o, err := asOperand(v)
+	if err != nil || o.t != nil {
+		if o.t != nil && len(o.t.shape) == 0 {
+			return copyInto(fname, dst, o.t)
+		}
+		return fmt.Errorf("%s: for parameter value: got %s, want number", fname, v.Type())
+	}
+	if err := dst.checkLive(fname); err != nil {
+		return err
+	}
+	if err := internalOverlap(fname, dst); err != nil {
+		return err
+	}
+	if dst.hasData() && dst.Numel() > 0 {
+		fillKernel(layoutOf(dst, dst.shape), dst.dtype, encodeValue(dst.dtype, o), dst.shape)
+	}
+	runtime.KeepAlive(dst)
+	return nil
+}
+
+// fmtShape prints a shape as PyTorch does in messages: [2, 3].
+func fmtShape(shape []int) string {
+	b := []byte{'['}
+	for i, s := range shape {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = fmt.Appendf(b, "%d", s)
+	}
+	return string(append(b, ']'))
+}

@@ -1,0 +1,89 @@
+package tensor
+
+import (
+	"fmt"
+	"slices"
+)
+
+// matmul is torch.matmul: 1-D·1-D is a dot product (0-dim result), 2-D×2-D
+// a matrix product, a 1-D operand is treated as a row (left) or column
+// (right) vector that is removed from the result, and higher ranks are
+// batches of matrices whose batch dimensions broadcast. Both operands must
+// have the same dtype and device; the result ([..., n, m], contiguous) is
+// the only allocation.
+func matmul(fname string, a, b *Tensor) (*Tensor, error) {
+	if err := a.checkLive(fname); err != nil {
+		return nil, err
+	}
+	if err := b.checkLive(fname); err != nil {
+		return nil, err
+	}
+	if len(a.shape) == 0 || len(b.shape) == 0 {
+		return nil, fmt.Errorf("%s: both arguments to matmul need to be at least 1D, but they are %dD and %dD", fname, len(a.shape), len(b.shape))
+	}
+	if a.mem.Device() != b.mem.Device() {
+		return nil, fmt.Errorf("%s: expected all tensors to be on the same device, but found at least two devices, %s and %s", fname, a.mem.Device(), b.mem.Device())
+	}
+	if a.dtype != b.dtype {
+		return nil, fmt.Errorf("%s: expected both tensors to have the same dtype, but got: %s != %s", fname, a.dtype, b.dtype)
+	}
+	if a.dtype == Bool {
+		return nil, fmt.Errorf("%s: not implemented for 'bool'", fname)
+	}
+	// Promote 1-D operands to matrices (views, no allocation).
+	am, bm := a, b
+	if len(a.shape) == 1 {
+		am = unsqueezed(a, 0)
+	}
+	if len(b.shape) == 1 {
+		bm = unsqueezed(b, 1)
+	}
+	ad, bd := len(am.shape), len(bm.shape)
+	n, k := am.shape[ad-2], am.shape[ad-1]
+	k2, m := bm.shape[bd-2], bm.shape[bd-1]
+	if k != k2 {
+		switch {
+		case len(a.shape) == 1 && len(b.shape) == 1:
+			return nil, fmt.Errorf("%s: inconsistent tensor size, expected tensor [%d] and src [%d] to have the same number of elements", fname, a.shape[0], b.shape[0])
+		case ad == 2 && bd == 2:
+			return nil, fmt.Errorf("%s: mat1 and mat2 shapes cannot be multiplied (%dx%d and %dx%d)", fname, n, k, k2, m)
+		}
+		return nil, fmt.Errorf("%s: size mismatch: %s @ %s (contracted dimensions %d and %d)", fname, fmtShape(a.shape), fmtShape(b.shape), k, k2)
+	}
+	batch, err := broadcastShapes(fname, am.shape[:ad-2], bm.shape[:bd-2])
+	if err != nil {
+		return nil, err
+	}
+	// Result shape: batch + [n, m] without the vector dimensions.
+	shape := slices.Clone(batch)
+	if len(a.shape) > 1 {
+		shape = append(shape, n)
+	}
+	if len(b.shape) > 1 {
+		shape = append(shape, m)
+	}
+	out, err := newTensor(a.env, fname, a.mem.Device(), a.dtype, shape)
+	if err != nil {
+		return nil, err
+	}
+	if out.hasData() {
+		aSt := batchStrides(am, batch)
+		bSt := batchStrides(bm, batch)
+		batchedMatmul(a.dtype, batch, am, bm, aSt, bSt, n, k, m, out)
+	}
+	return out, nil
+}
+
+// batchStrides returns the strides of t's batch dimensions (all but the
+// last two) broadcast to batch.
+func batchStrides(t *Tensor, batch []int) []int {
+	nb := len(t.shape) - 2
+	st := make([]int, len(batch))
+	k := len(batch) - nb
+	for d := range nb {
+		if t.shape[d] != 1 {
+			st[k+d] = t.strides[d]
+		}
+	}
+	return st
+}

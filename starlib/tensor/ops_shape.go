@@ -1,0 +1,398 @@
+package tensor
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+
+	"go.starlark.net/starlark"
+)
+
+// Views and copies: view, reshape, transpose, permute, squeeze, ..., to,
+// clone, contiguous, cat, stack.
+
+// wrapDim turns a possibly negative dim into an index in [0, ndim) (a
+// 0-dim tensor accepts 0 and -1), with PyTorch's error.
+func wrapDim(fname string, dim, ndim int) (int, error) {
+	n := max(ndim, 1)
+	if dim < -n || dim >= n {
+		return 0, fmt.Errorf("%s: dimension out of range (expected to be in range of [%d, %d], but got %d)", fname, -n, n-1, dim)
+	}
+	if dim < 0 {
+		dim += n
+	}
+	return dim, nil
+}
+
+// intsArg reads a list of ints given as one list/tuple or as varargs.
+func intsArg(fname, param string, args starlark.Tuple, allowNegative bool) ([]int, error) {
+	var elems []starlark.Value = args
+	if len(args) == 1 {
+		switch v := args[0].(type) {
+		case starlark.Tuple:
+			elems = v
+		case *starlark.List:
+			elems = nil
+			for i := range v.Len() {
+				elems = append(elems, v.Index(i))
+			}
+		}
+	}
+	out := make([]int, len(elems))
+	for i, x := range elems {
+		var n int
+		if err := starlark.AsInt(x, &n); err != nil {
+			return nil, fmt.Errorf("%s: for parameter %s: element %d: got %s, want int", fname, param, i, x.Type())
+		}
+		if n < 0 && !allowNegative {
+			return nil, fmt.Errorf("%s: for parameter %s: negative dimension %d", fname, param, n)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// inferShape resolves a single -1 in shape for a tensor of n elements.
+func inferShape(fname string, shape []int, n int) ([]int, error) {
+	shape = slices.Clone(shape)
+	infer := -1
+	prod := 1
+	for i, s := range shape {
+		switch {
+		case s == -1:
+			if infer >= 0 {
+				return nil, fmt.Errorf("%s: only one dimension can be inferred", fname)
+			}
+			infer = i
+		case s < 0:
+			return nil, fmt.Errorf("%s: invalid shape dimension %d", fname, s)
+		default:
+			prod *= s
+		}
+	}
+	if infer >= 0 {
+		if prod == 0 || n%prod != 0 {
+			return nil, fmt.Errorf("%s: shape '%s' is invalid for input of size %d", fname, fmtShape(shape), n)
+		}
+		shape[infer] = n / prod
+	} else if prod != n {
+		return nil, fmt.Errorf("%s: shape '%s' is invalid for input of size %d", fname, fmtShape(shape), n)
+	}
+	return shape, nil
+}
+
+// computeStride is PyTorch's at::detail::computeStride: the strides that
+// let newShape view memory laid out as (oldShape, oldStrides), or nil.
+func computeStride(oldShape, oldStrides, newShape []int) []int {
+	if len(oldShape) == 0 {
+		return contiguousStrides(newShape)
+	}
+	n := numel(oldShape)
+	if n == 0 {
+		if slices.Equal(oldShape, newShape) {
+			return slices.Clone(oldStrides)
+		}
+		return contiguousStrides(newShape)
+	}
+	newStrides := make([]int, len(newShape))
+	viewD := len(newShape) - 1
+	chunkBase := oldStrides[len(oldStrides)-1]
+	tensorNumel, viewNumel := 1, 1
+	for d := len(oldShape) - 1; d >= 0; d-- {
+		tensorNumel *= oldShape[d]
+		if d == 0 || (oldShape[d-1] != 1 && oldStrides[d-1] != tensorNumel*chunkBase) {
+			for viewD >= 0 && (viewNumel < tensorNumel || newShape[viewD] == 1) {
+				newStrides[viewD] = viewNumel * chunkBase
+				viewNumel *= newShape[viewD]
+				viewD--
+			}
+			if viewNumel != tensorNumel {
+				return nil
+			}
+			if d > 0 {
+				chunkBase = oldStrides[d-1]
+				tensorNumel, viewNumel = 1, 1
+			}
+		}
+	}
+	if viewD != -1 {
+		return nil
+	}
+	return newStrides
+}
+
+// viewAs returns t viewed with a new shape (-1 inferred); with copyOK it
+// falls back to a contiguous copy when no view is possible (reshape).
+func viewAs(fname string, t *Tensor, shapeIn []int, copyOK bool) (*Tensor, error) {
+	if err := t.checkLive(fname); err != nil {
+		return nil, err
+	}
+	shape, err := inferShape(fname, shapeIn, t.Numel())
+	if err != nil {
+		return nil, err
+	}
+	if st := computeStride(t.shape, t.strides, shape); st != nil {
+		return t.viewOf(shape, st, t.offset), nil
+	}
+	if !copyOK {
+		return nil, fmt.Errorf("%s: view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous subspaces); use reshape instead", fname)
+	}
+	c, err := copyTo(fname, t, t.mem.Device(), t.dtype)
+	if err != nil {
+		return nil, err
+	}
+	c.shape, c.strides = shape, contiguousStrides(shape)
+	return c, nil
+}
+
+// transposed returns the view of t with dims d0 and d1 swapped.
+func transposed(fname string, t *Tensor, d0, d1 int) (*Tensor, error) {
+	if err := t.checkLive(fname); err != nil {
+		return nil, err
+	}
+	a, err := wrapDim(fname, d0, len(t.shape))
+	if err != nil {
+		return nil, err
+	}
+	b, err := wrapDim(fname, d1, len(t.shape))
+	if err != nil {
+		return nil, err
+	}
+	shape, strides := slices.Clone(t.shape), slices.Clone(t.strides)
+	if len(shape) > 0 {
+		shape[a], shape[b] = shape[b], shape[a]
+		strides[a], strides[b] = strides[b], strides[a]
+	}
+	return t.viewOf(shape, strides, t.offset), nil
+}
+
+// transposeAll reverses the dimensions (Tensor.T).
+func transposeAll(t *Tensor) *Tensor {
+	shape, strides := slices.Clone(t.shape), slices.Clone(t.strides)
+	slices.Reverse(shape)
+	slices.Reverse(strides)
+	return t.viewOf(shape, strides, t.offset)
+}
+
+// permuted returns the view of t with dims reordered.
+func permuted(fname string, t *Tensor, dims []int) (*Tensor, error) {
+	if err := t.checkLive(fname); err != nil {
+		return nil, err
+	}
+	if len(dims) != len(t.shape) {
+		return nil, fmt.Errorf("%s: number of dims don't match in permute (tensor has %d, got %d)", fname, len(t.shape), len(dims))
+	}
+	seen := make([]bool, len(dims))
+	shape, strides := make([]int, len(dims)), make([]int, len(dims))
+	for i, d := range dims {
+		w, err := wrapDim(fname, d, len(dims))
+		if err != nil {
+			return nil, err
+		}
+		if seen[w] {
+			return nil, fmt.Errorf("%s: repeated dim in permute", fname)
+		}
+		seen[w] = true
+		shape[i], strides[i] = t.shape[w], t.strides[w]
+	}
+	return t.viewOf(shape, strides, t.offset), nil
+}
+
+// expanded returns the view of t broadcast to sizes (-1 keeps a size).
+func expanded(fname string, t *Tensor, sizes []int) (*Tensor, error) {
+	if err := t.checkLive(fname); err != nil {
+		return nil, err
+	}
+	if len(sizes) < len(t.shape) {
+		return nil, fmt.Errorf("%s: the number of sizes provided (%d) must be greater or equal to the number of dimensions in the tensor (%d)", fname, len(sizes), len(t.shape))
+	}
+	k := len(sizes) - len(t.shape)
+	shape, strides := make([]int, len(sizes)), make([]int, len(sizes))
+	for i, s := range sizes {
+		if i < k {
+			if s < 0 {
+				return nil, fmt.Errorf("%s: the expanded size of the tensor (%d) isn't allowed in a leading, non-existing dimension %d", fname, s, i)
+			}
+			shape[i] = s
+			continue
+		}
+		old := t.shape[i-k]
+		switch {
+		case s == -1 || s == old:
+			shape[i], strides[i] = old, t.strides[i-k]
+		case old == 1 && s >= 0:
+			shape[i] = s
+		default:
+			return nil, fmt.Errorf("%s: the expanded size of the tensor (%d) must match the existing size (%d) at non-singleton dimension %d; target sizes: %s; tensor sizes: %s",
+				fname, s, old, i, fmtShape(sizes), fmtShape(t.shape))
+		}
+	}
+	return t.viewOf(shape, strides, t.offset), nil
+}
+
+// copyTo returns a new contiguous copy of src on device with dtype dt.
+// A source on a meta device gives zeros on a device that stores values.
+func copyTo(fname string, src *Tensor, device string, dt DType) (*Tensor, error) {
+	if err := src.checkLive(fname); err != nil {
+		return nil, err
+	}
+	out, err := newTensor(src.env, fname, device, dt, src.shape)
+	if err != nil {
+		return nil, err
+	}
+	if out.hasData() && out.Numel() > 0 {
+		if src.hasData() {
+			copyKernel(layoutOf(out, out.shape), dt, layoutOf(src, out.shape), src.dtype, out.shape)
+		} else {
+			fillKernel(layoutOf(out, out.shape), dt, 0, out.shape)
+		}
+	}
+	runtime.KeepAlive(src)
+	return out, nil
+}
+
+// tensorList reads a list or tuple of tensors (at least one).
+func tensorList(fname string, v starlark.Value) ([]*Tensor, error) {
+	var elems []starlark.Value
+	switch v := v.(type) {
+	case starlark.Tuple:
+		elems = v
+	case *starlark.List:
+		for i := range v.Len() {
+			elems = append(elems, v.Index(i))
+		}
+	default:
+		return nil, fmt.Errorf("%s: for parameter tensors: got %s, want list or tuple of tensors", fname, v.Type())
+	}
+	if len(elems) == 0 {
+		return nil, fmt.Errorf("%s: expected a non-empty list of tensors", fname)
+	}
+	ts := make([]*Tensor, len(elems))
+	for i, x := range elems {
+		t, ok := x.(*Tensor)
+		if !ok {
+			return nil, fmt.Errorf("%s: for parameter tensors: element %d: got %s, want tensor", fname, i, x.Type())
+		}
+		if err := t.checkLive(fname); err != nil {
+			return nil, err
+		}
+		ts[i] = t
+	}
+	return ts, nil
+}
+
+func cat(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var tv starlark.Value
+	dim := 0
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "tensors", &tv, "dim?", &dim); err != nil {
+		return nil, err
+	}
+	ts, err := tensorList(b.Name(), tv)
+	if err != nil {
+		return nil, err
+	}
+	return concat(b.Name(), ts, dim)
+}
+
+// concat is cat: inputs promote to a common dtype and must be on one
+// device; 1-D empty tensors are skipped as in PyTorch.
+func concat(fname string, all []*Tensor, dim int) (*Tensor, error) {
+	var ts []*Tensor
+	for _, t := range all {
+		if !(len(t.shape) == 1 && t.shape[0] == 0) {
+			ts = append(ts, t)
+		}
+	}
+	if len(ts) == 0 {
+		ts = all[:1]
+	}
+	ref := ts[0]
+	if len(ref.shape) == 0 {
+		return nil, fmt.Errorf("%s: zero-dimensional tensor (at position 0) cannot be concatenated", fname)
+	}
+	d, err := wrapDim(fname, dim, len(ref.shape))
+	if err != nil {
+		return nil, err
+	}
+	ops := make([]operand, len(all))
+	for i, t := range all {
+		ops[i] = operand{t: t}
+	}
+	device := ""
+	for _, t := range all {
+		if device == "" {
+			device = t.mem.Device()
+		} else if t.mem.Device() != device {
+			return nil, fmt.Errorf("%s: expected all tensors to be on the same device, but found at least two devices, %s and %s", fname, device, t.mem.Device())
+		}
+	}
+	common := promote(ops...)
+	shape := slices.Clone(ref.shape)
+	shape[d] = 0
+	for i, t := range ts {
+		if len(t.shape) != len(ref.shape) {
+			return nil, fmt.Errorf("%s: tensors must have same number of dimensions: got %d and %d", fname, len(ref.shape), len(t.shape))
+		}
+		for j := range t.shape {
+			if j != d && t.shape[j] != ref.shape[j] {
+				return nil, fmt.Errorf("%s: sizes of tensors must match except in dimension %d; expected size %d but got size %d for tensor number %d in the list", fname, d, ref.shape[j], t.shape[j], i)
+			}
+		}
+		shape[d] += t.shape[d]
+	}
+	out, err := newTensor(ref.env, fname, device, common, shape)
+	if err != nil {
+		return nil, err
+	}
+	if out.hasData() && out.Numel() > 0 {
+		pos := 0
+		for _, t := range ts {
+			part := out.viewOf(slices.Clone(t.shape), out.strides, out.offset+pos*out.strides[d])
+			pos += t.shape[d]
+			if t.Numel() > 0 {
+				copyKernel(layoutOf(part, t.shape), common, layoutOf(t, t.shape), t.dtype, t.shape)
+			}
+		}
+	}
+	runtime.KeepAlive(all)
+	return out, nil
+}
+
+func stack(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	fname := b.Name()
+	var tv starlark.Value
+	dim := 0
+	if err := starlark.UnpackArgs(fname, args, kwargs, "tensors", &tv, "dim?", &dim); err != nil {
+		return nil, err
+	}
+	ts, err := tensorList(fname, tv)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range ts {
+		if !slices.Equal(t.shape, ts[0].shape) {
+			return nil, fmt.Errorf("%s: stack expects each tensor to be equal size, but got %s at entry 0 and %s at entry %d", fname, fmtShape(ts[0].shape), fmtShape(t.shape), i)
+		}
+	}
+	d, err := wrapDim(fname, dim, len(ts[0].shape)+1)
+	if err != nil {
+		return nil, err
+	}
+	us := make([]*Tensor, len(ts))
+	for i, t := range ts {
+		us[i] = unsqueezed(t, d)
+	}
+	return concat(fname, us, d)
+}
+
+// unsqueezed is the view of t with a size-1 dimension inserted at d
+// (0 <= d <= ndim).
+func unsqueezed(t *Tensor, d int) *Tensor {
+	st := 1
+	if d < len(t.shape) {
+		st = t.strides[d] * t.shape[d]
+	}
+	shape := slices.Insert(slices.Clone(t.shape), d, 1)
+	strides := slices.Insert(slices.Clone(t.strides), d, st)
+	return t.viewOf(shape, strides, t.offset)
+}
