@@ -16,12 +16,18 @@ type Figures struct {
 	// Device is "host" for host RAM, or the GPU's device string ("cuda:0").
 	Device string
 	// Used at the end of the interval: host process RSS, or the GPU
-	// allocator's allocated bytes (allocated_bytes.all.current).
+	// allocator's allocated bytes (allocated_bytes.all.current). A
+	// simulated GPU keeps its data in this process's memory; those resident
+	// pages (mincore) are not counted in host RSS, so host figures are the
+	// host's own, as with a real GPU.
 	Used int64
 	// Consumed is used at the end minus used at the start.
 	Consumed int64
 	// Peak is the exact maximum of used during the interval (host: VmHWM
-	// where the kernel lets memsh reset it, otherwise sampled).
+	// where the kernel lets memsh reset it, otherwise sampled). With a
+	// simulated GPU holding data, the host peak is VmHWM less the
+	// simulator's resident pages at the end, a lower bound when the
+	// simulator touched new pages during the interval.
 	Peak int64
 	// Peaked is the transient blip above what was kept, as ipyexperiments,
 	// its CellLogger and fastai's GPUMemTrace define it:
@@ -91,7 +97,7 @@ type meter struct {
 // startMeter opens peak counters at the current figures.
 func (s *Session) startMeter() *meter {
 	m := &meter{start: time.Now()}
-	m.hostStart, _ = host.RSS()
+	m.hostStart = s.hostUsed()
 	if c, err := s.rss.New(); err == nil {
 		m.hostPeak = c
 	}
@@ -106,11 +112,13 @@ func (s *Session) startMeter() *meter {
 // read returns the figures since the meter started; Reclaimed is 0.
 func (s *Session) read(m *meter, name string) *Data {
 	d := &Data{Name: name, Time: time.Since(m.start)}
+	simRes := s.simResident()
 	rss, _ := host.RSS()
+	rss -= min(rss, simRes)
 	hpeak := rss
 	if m.hostPeak != nil {
-		if p, err := m.hostPeak.Peak(); err == nil {
-			hpeak = max(p, rss)
+		if p, err := m.hostPeak.Peak(); err == nil && p > simRes {
+			hpeak = max(p-simRes, rss, m.hostStart)
 		}
 	}
 	d.Host = makeFigures("host", m.hostStart, rss, hpeak, host.Available())
@@ -139,4 +147,25 @@ func makeFigures(device string, start, used, peak, avail uint64) Figures {
 	f.Peaked = max(0, int64(peak)-int64(start)) - max(0, f.Consumed)
 	f.Peaked = max(0, f.Peaked)
 	return f
+}
+
+// residentDevice is implemented by devices whose memory lives in this
+// process (the simulator).
+type residentDevice interface{ Resident() uint64 }
+
+// simResident is the host memory the simulated GPUs' data occupies.
+func (s *Session) simResident() uint64 {
+	var n uint64
+	for _, d := range s.devices {
+		if r, ok := d.(residentDevice); ok {
+			n += r.Resident()
+		}
+	}
+	return n
+}
+
+// hostUsed is the process RSS less the simulated GPUs' resident data.
+func (s *Session) hostUsed() uint64 {
+	rss, _ := host.RSS()
+	return rss - min(rss, s.simResident())
 }

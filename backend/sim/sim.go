@@ -20,9 +20,7 @@ import (
 	"sync"
 
 	"github.com/dustin/go-humanize"
-	"golang.org/x/sys/unix"
-
-	"github.com/memsh/memsh/backend"
+		"github.com/memsh/memsh/backend"
 )
 
 // DefaultSpec is the simulated device used when none is given.
@@ -102,14 +100,15 @@ type Device struct {
 	spec    Spec
 	used    uint64 // bytes handed out by Malloc
 	mallocs int
-	next    uintptr // next fake address in meta mode
+	next    uintptr          // next fake address in meta mode
+	maps    map[*byte][]byte // live mappings, by first byte
 }
 
 // New returns the devices a spec describes, with ordinals 0..Count-1.
 func New(sp Spec) []*Device {
 	ds := make([]*Device, sp.Count)
 	for i := range ds {
-		ds[i] = &Device{ordinal: i, spec: sp, next: 1 << 40}
+		ds[i] = &Device{ordinal: i, spec: sp, next: 1 << 40, maps: map[*byte][]byte{}}
 	}
 	return ds
 }
@@ -161,12 +160,13 @@ func (d *Device) Malloc(size uint64) (backend.DeviceMem, error) {
 		d.mallocs++
 		return backend.DeviceMem{Ptr: p}, nil
 	}
-	b, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	b, err := mapAligned(size)
 	if err != nil {
 		return backend.DeviceMem{}, fmt.Errorf("sim %s: mmap %s: %v: %w", d.Name(), backend.FormatSize(size), err, backend.ErrDeviceFull)
 	}
 	d.used += size
 	d.mallocs++
+	d.maps[&b[0]] = b
 	return backend.DeviceMem{Ptr: uintptr(unsafePointer(b)), Host: b}, nil
 }
 
@@ -175,7 +175,8 @@ func (d *Device) Free(m backend.DeviceMem, size uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if m.Host != nil {
-		if err := unix.Munmap(m.Host[:cap(m.Host)]); err != nil {
+		delete(d.maps, &m.Host[0])
+		if err := unmap(m.Host[:cap(m.Host)]); err != nil {
 			return fmt.Errorf("sim %s: munmap: %v", d.Name(), err)
 		}
 	}
@@ -190,4 +191,18 @@ func (d *Device) Used() uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.used
+}
+
+// Resident returns the bytes of the device's memory that are resident in
+// host RAM (pages the simulator's data has touched), by mincore(2). The
+// Session subtracts it from the process RSS so host figures count the host's
+// own memory only.
+func (d *Device) Resident() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var n uint64
+	for _, b := range d.maps {
+		n += resident(b)
+	}
+	return n
 }

@@ -1,0 +1,65 @@
+package sim
+
+import (
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const hugePage = 2 << 20
+
+// mapAligned maps size bytes of anonymous private memory (MAP_NORESERVE:
+// untouched pages cost nothing). Mappings of 2 MiB or more start on a 2 MiB
+// boundary and are advised MADV_HUGEPAGE, so touching them faults in
+// transparent huge pages rather than 4 KiB pages, as a GPU's memory would
+// be used in large pages.
+func mapAligned(size uint64) ([]byte, error) {
+	flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_NORESERVE
+	prot := unix.PROT_READ | unix.PROT_WRITE
+	length := size
+	if size >= hugePage {
+		length += hugePage
+	}
+	p, err := unix.MmapPtr(-1, 0, nil, uintptr(length), prot, flags)
+	if err != nil {
+		return nil, err
+	}
+	raw := unsafe.Slice((*byte)(p), length)
+	if size < hugePage {
+		return raw[:size:size], nil
+	}
+	base := uintptr(p)
+	head := int((hugePage - base%hugePage) % hugePage)
+	b := raw[head : head+int(size) : head+int(size)]
+	if head > 0 {
+		_ = unmap(raw[:head])
+	}
+	if tail := raw[head+int(size):]; len(tail) > 0 {
+		_ = unmap(tail)
+	}
+	_ = unix.Madvise(b, unix.MADV_HUGEPAGE)
+	return b, nil
+}
+
+// unmap releases a mapping or part of one.
+func unmap(b []byte) error {
+	return unix.MunmapPtr(unsafe.Pointer(&b[0]), uintptr(len(b)))
+}
+
+var pageSize = uint64(os.Getpagesize())
+
+// resident counts the bytes of b resident in RAM (mincore(2)).
+func resident(b []byte) uint64 {
+	pages := (uint64(len(b)) + pageSize - 1) / pageSize
+	vec := make([]byte, pages)
+	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0])))
+	if errno != 0 {
+		return 0
+	}
+	var n uint64
+	for _, v := range vec {
+		n += uint64(v & 1)
+	}
+	return n * pageSize
+}
