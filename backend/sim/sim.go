@@ -20,7 +20,7 @@ import (
 	"sync"
 
 	"github.com/dustin/go-humanize"
-		"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend"
 )
 
 // DefaultSpec is the simulated device used when none is given.
