@@ -18,7 +18,7 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts")
 // Noisy parts of a transcript: elapsed times and host RSS figures.
 var (
 	elapsed = regexp.MustCompile(`\d\d:\d\d:\d\d\.\d\d\d|running for [0-9.]+m?s`)
-	hostRow = regexp.MustCompile(`(?m)^( *host) .*$`)
+	hostRow = regexp.MustCompile(`(?m)^(host ) .*$`)
 	hostFig = regexp.MustCompile(`host consumed -?[0-9.]+ [KMG]?i?B`)
 )
 

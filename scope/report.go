@@ -32,17 +32,16 @@ func WriteReport(w io.Writer, d *Data, o *Outcome, mode backend.PeakMode) {
 		list("Kept:", o.Kept)
 	}
 	fmt.Fprintf(w, "\n*** Experiment memory:\n")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "Device\tConsumed\tPeaked\tReclaimed\tAvailable\t\n")
+	// Fixed-width columns, so that reports line up across experiments.
+	fmt.Fprintf(w, "%-8s %12s %12s %12s %12s\n", "Device", "Consumed", "Peaked", "Reclaimed", "Available")
 	row := func(f Figures) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", f.Device, backend.FormatBytes(f.Consumed), backend.FormatBytes(f.Peaked),
+		fmt.Fprintf(w, "%-8s %12s %12s %12s %12s\n", f.Device, backend.FormatBytes(f.Consumed), backend.FormatBytes(f.Peaked),
 			backend.FormatBytes(f.Reclaimed), backend.FormatBytes(f.Available))
 	}
 	row(d.Host)
 	for _, g := range d.GPUs {
 		row(g)
 	}
-	tw.Flush()
 	if mode == backend.PeakLazy {
 		fmt.Fprintf(w, "(--peak lazy: GPU peaks may include garbage not yet reclaimed)\n")
 	}
