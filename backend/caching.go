@@ -46,6 +46,17 @@ type CachingAllocator struct {
 	st      stats
 	peaks   PeakSet
 	tryOnly bool // a TryMalloc is running: do not count an OOM
+
+	// onSegment, if set, is told of every segment obtained from (alloc
+	// true) or returned to the device.
+	onSegment func(alloc bool, ptr uintptr, size uint64)
+}
+
+// SetSegmentHook installs f to be called after every segment allocation
+// (alloc true) and release; nil removes it. The Manager uses it to report
+// segment events to observers (memory_viz's segment_alloc/segment_free).
+func (a *CachingAllocator) SetSegmentHook(f func(alloc bool, ptr uintptr, size uint64)) {
+	a.onSegment = f
 }
 
 // blockPool is the set of free blocks of one pool, ordered by (size, address)
@@ -312,6 +323,9 @@ func (a *CachingAllocator) allocSegment(p *blockPool, rounded, requested uint64)
 	a.st.segment.inc(p.stat, 1)
 	a.st.reservedBytes.inc(p.stat, int64(size))
 	a.st.numDeviceAlloc++
+	if a.onSegment != nil {
+		a.onSegment(true, mem.Ptr, size)
+	}
 	return b, nil
 }
 
@@ -457,6 +471,9 @@ func (a *CachingAllocator) releaseCached() error {
 		a.st.segment.dec(seg.pool.stat, 1)
 		a.st.reservedBytes.dec(seg.pool.stat, int64(seg.size))
 		a.st.numDeviceFree++
+		if a.onSegment != nil {
+			a.onSegment(false, seg.mem.Ptr, seg.size)
+		}
 		seg.head, seg.owner = nil, nil
 	}
 	return first

@@ -73,6 +73,71 @@ type Manager struct {
 	seq          uint64
 	sinceReclaim uint64
 	stats        ManagerStats
+
+	observers []*observer
+}
+
+// EventKind is the kind of a memory Event.
+type EventKind int
+
+const (
+	EventAlloc        EventKind = iota // a block was handed out
+	EventFree                          // a block was freed (reclaimed, released or by Close)
+	EventSegmentAlloc                  // the caching allocator obtained a segment from the device
+	EventSegmentFree                   // the caching allocator returned a segment to the device
+	EventOOM                           // an allocation failed for lack of memory (after the reclaim and retry)
+)
+
+var eventNames = [...]string{"alloc", "free", "segment_alloc", "segment_free", "oom"}
+
+// String returns PyTorch's memory-history action name: "alloc", "free",
+// "segment_alloc", "segment_free" or "oom".
+func (k EventKind) String() string { return eventNames[k] }
+
+// Event is one change in device or host memory, as observers see it.
+type Event struct {
+	Kind      EventKind
+	Device    string  // "cuda:0", "cpu"
+	Addr      uintptr // block or segment address (0 for OOM and zero-size blocks)
+	Size      uint64  // block size (rounded), segment size, or for OOM the requested bytes
+	Requested uint64  // bytes asked for (alloc and free)
+	Seq       uint64  // the allocation's sequence number (alloc and free)
+	Allocated uint64  // the allocator's allocated bytes after the event
+	Reserved  uint64  // the allocator's reserved bytes after the event
+}
+
+type observer struct{ f func(Event) }
+
+// Observe registers f to be called synchronously for every memory event of
+// every device, in order, until remove is called. f runs while the Manager
+// is locked: it must not call the Manager's methods (it may read allocator
+// figures and the Starlark thread's call stack).
+func (m *Manager) Observe(f func(Event)) (remove func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := &observer{f}
+	m.observers = append(m.observers, o)
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for i, x := range m.observers {
+			if x == o {
+				m.observers = append(m.observers[:i:i], m.observers[i+1:]...)
+				return
+			}
+		}
+	}
+}
+
+func (m *Manager) emit(a Allocator, e Event) {
+	if len(m.observers) == 0 {
+		return
+	}
+	e.Device = a.Device().Name()
+	e.Allocated, e.Reserved = a.Allocated(), a.Reserved()
+	for _, o := range m.observers {
+		o.f(e)
+	}
 }
 
 type entry struct {
@@ -95,7 +160,22 @@ func NewManager(cfg Config) *Manager {
 	if p == 0 {
 		p = DefaultPacing
 	}
-	return &Manager{gpus: cfg.GPUs, host: cfg.Host, peak: cfg.Peak, pacing: p}
+	m := &Manager{gpus: cfg.GPUs, host: cfg.Host, peak: cfg.Peak, pacing: p}
+	for _, a := range append(append([]Allocator(nil), cfg.GPUs...), cfg.Host) {
+		if h, ok := a.(interface {
+			SetSegmentHook(func(bool, uintptr, uint64))
+		}); ok {
+			a := a
+			h.SetSegmentHook(func(alloc bool, ptr uintptr, size uint64) {
+				k := EventSegmentFree
+				if alloc {
+					k = EventSegmentAlloc
+				}
+				m.emit(a, Event{Kind: k, Addr: ptr, Size: size})
+			})
+		}
+	}
+	return m
 }
 
 // PeakMode returns the Manager's peak mode.
@@ -195,6 +275,9 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 		b, err = a.Malloc(nbytes)
 	}
 	if err != nil {
+		if IsOOM(err) {
+			m.emit(a, Event{Kind: EventOOM, Size: nbytes, Requested: nbytes})
+		}
 		return nil, err
 	}
 	m.seq++
@@ -202,6 +285,7 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	h := &Memory{rec: rec}
 	m.entries = append(m.entries, entry{handle: weak.Make(h), rec: rec})
 	m.sinceReclaim += nbytes
+	m.emit(a, Event{Kind: EventAlloc, Addr: b.Ptr, Size: b.Size, Requested: nbytes, Seq: rec.seq})
 	return h, nil
 }
 
@@ -253,8 +337,10 @@ func (m *Manager) freeLocked(r *record) {
 	}
 	r.freed = true
 	if r.block != nil {
+		addr, size := r.block.Ptr, r.block.Size
 		r.alloc.Free(r.block)
 		r.block = nil
+		m.emit(r.alloc, Event{Kind: EventFree, Addr: addr, Size: size, Requested: r.nbytes, Seq: r.seq})
 	}
 }
 

@@ -197,12 +197,34 @@ Commands:
   :quit                  exit (or Ctrl-D)
 Ctrl-C interrupts a running statement; Tab completes names and module.attr.`
 
+// Command is a REPL colon command added by a feature (":log", ":stats").
+type Command struct {
+	Help string // one line for :help, e.g. ":log on|compact|off   per-input memory log"
+	Run  func(s *scope.Session, args []string, out io.Writer)
+}
+
+// Commands holds the colon commands beyond the built-in :help, :exp and
+// :quit, by name with the colon (":log"). Features register theirs in init.
+var Commands = map[string]Command{}
+
 // command runs a colon command and reports whether the REPL should exit.
 func command(s *scope.Session, line string, out io.Writer) bool {
 	fields := strings.Fields(line)
+	if c, ok := Commands[fields[0]]; ok {
+		c.Run(s, fields[1:], out)
+		return false
+	}
 	switch fields[0] {
 	case ":help", ":h", ":?":
 		fmt.Fprintln(out, help)
+		names := make([]string, 0, len(Commands))
+		for name := range Commands {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			fmt.Fprintf(out, "  %s\n", Commands[name].Help)
+		}
 	case ":quit", ":q", ":exit":
 		return true
 	case ":exp":

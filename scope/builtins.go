@@ -10,7 +10,9 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/scope/measure"
 	"github.com/memsh/memsh/scope/refpath"
+	"github.com/memsh/memsh/starlib/env"
 )
 
 // sessionBuiltins are the global builtins made of the Session itself:
@@ -106,7 +108,7 @@ func trialBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	if name == "" {
 		name = "trial " + fn.Name()
 	}
-	r, err := s.Trial(thread, name, fn, args[1:], rest)
+	r, err := s.RunTrial(thread, name, fn, args[1:], rest, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +121,7 @@ type TrialResult struct {
 	Status string // "ok", "oom" or "error"
 	Error  string
 	Return starlark.Value // fn's result, None on failure
-	Data   *Data
+	Data   *measure.Data
 }
 
 // Value returns struct(name, status, error, value, data).
@@ -137,11 +139,13 @@ func (r *TrialResult) Value() starlark.Value {
 	})
 }
 
-// Trial runs fn(args, kwargs) in a fresh quiet experiment named name and
-// classifies the result. An interrupt (Ctrl-C) or step limit is not a trial
+// RunTrial runs fn(args, kwargs) in a fresh quiet experiment named name and
+// classifies the result; params are recorded with the trial's FinishEvent
+// (a sweep's point). An interrupt (Ctrl-C) or step limit is not a trial
 // outcome: it is returned as an error after the block is finished.
-func (s *Session) Trial(thread *starlark.Thread, name string, fn starlark.Callable, args starlark.Tuple, kwargs []starlark.Tuple) (*TrialResult, error) {
+func (s *Session) RunTrial(thread *starlark.Thread, name string, fn starlark.Callable, args starlark.Tuple, kwargs []starlark.Tuple, params starlark.StringDict) (*TrialResult, error) {
 	e := s.open(thread, name, nil, true)
+	e.trial = true
 	v, callErr := starlark.Call(thread, fn, args, kwargs)
 	r := &TrialResult{Name: name, Status: "ok", Return: starlark.None}
 	var extra []refpath.Root
@@ -163,6 +167,7 @@ func (s *Session) Trial(thread *starlark.Thread, name string, fn starlark.Callab
 	if callErr != nil && isInterrupt(callErr) {
 		return nil, callErr
 	}
+	s.finishEvent(env.FinishEvent{Kind: "trial", Name: name, Status: r.Status, Error: r.Error, Params: params, Data: d, Leaks: leakLines(e.outcome)})
 	return r, nil
 }
 

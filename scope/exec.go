@@ -8,6 +8,8 @@ import (
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
+
+	"github.com/memsh/memsh/starlib/env"
 )
 
 // prevName is the predeclared name through which a statement reads the old
@@ -117,6 +119,8 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[strin
 		return err
 	}
 
+	end := syntax.End(stmt)
+	s.statementEvent(env.StatementEvent{Start: true, Pos: pos, End: end})
 	if s.opts.MaxSteps > 0 {
 		s.thread.Steps = 0
 		s.thread.SetMaxExecutionSteps(s.opts.MaxSteps)
@@ -138,6 +142,7 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[strin
 	}
 	globals = nil
 	s.applyPending()
+	s.statementEvent(env.StatementEvent{Pos: pos, End: end, Err: err})
 	if err != nil {
 		// A failed statement's temporaries are garbage now: reclaim them
 		// so the Session stays usable with memory back where it was.

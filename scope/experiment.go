@@ -10,7 +10,9 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
+	"github.com/memsh/memsh/scope/measure"
 	"github.com/memsh/memsh/scope/refpath"
+	"github.com/memsh/memsh/starlib/env"
 )
 
 // Experiment is an experiment block (DESIGN.md §3), and the Starlark value
@@ -24,13 +26,14 @@ type Experiment struct {
 	s       *Session
 	name    string
 	quiet   bool
+	trial   bool // run by trial(): the trial reports its own FinishEvent
 	keep    map[string]bool
 	running bool
 
 	meter    *meter
 	seqStart uint64                    // allocations with a larger Manager sequence number belong to the block
 	snapshot map[string]starlark.Value // user globals at open; dropped at finish
-	result   *Data
+	result   *measure.Data
 	outcome  *Outcome
 }
 
@@ -71,7 +74,7 @@ func (e *Experiment) Name() string { return e.name }
 func (e *Experiment) Running() bool { return e.running }
 
 // Result returns the final data after finish, or nil while it runs.
-func (e *Experiment) Result() *Data { return e.result }
+func (e *Experiment) Result() *measure.Data { return e.result }
 
 // Outcome returns what finish deleted, restored, kept, released and found
 // leaking, or nil while it runs.
@@ -171,7 +174,7 @@ func (e *Experiment) dataBuiltin(thread *starlark.Thread, b *starlark.Builtin, a
 
 // Data returns the figures so far (after a reclaim, so garbage does not
 // count), or the final figures once finished.
-func (e *Experiment) Data() *Data {
+func (e *Experiment) Data() *measure.Data {
 	if !e.running {
 		return e.result
 	}
@@ -192,7 +195,7 @@ func (e *Experiment) finishBuiltin(thread *starlark.Thread, b *starlark.Builtin,
 
 // Finish finishes the experiment from Go (between statements) and returns
 // its data. The name deletions and restores apply at once.
-func (e *Experiment) Finish() (*Data, error) {
+func (e *Experiment) Finish() (*measure.Data, error) {
 	if e.s.running {
 		return nil, errors.New("experiment.finish: use the Starlark method while a statement runs")
 	}
@@ -203,7 +206,7 @@ func (e *Experiment) Finish() (*Data, error) {
 
 // finish ends the block. extra are roots that survive besides the globals
 // (a trial's returned value).
-func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*Data, error) {
+func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*measure.Data, error) {
 	s := e.s
 	if !e.running {
 		return nil, fmt.Errorf("experiment.finish: experiment %q already finished", e.name)
@@ -315,6 +318,9 @@ func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*Dat
 	s.pending = append(s.pending, ops...)
 	if !e.quiet {
 		s.printReport(e)
+	}
+	if !e.trial {
+		s.finishEvent(env.FinishEvent{Kind: "experiment", Name: e.name, Status: "ok", Data: end, Leaks: leakLines(out)})
 	}
 	return end, nil
 }

@@ -3,86 +3,10 @@ package scope
 import (
 	"time"
 
-	"go.starlark.net/starlark"
-	"go.starlark.net/starlarkstruct"
-
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
+	"github.com/memsh/memsh/scope/measure"
 )
-
-// Figures are one resource's memory figures over an interval, in bytes, as
-// DESIGN.md §5 defines them.
-type Figures struct {
-	// Device is "host" for host RAM, or the GPU's device string ("cuda:0").
-	Device string
-	// Used at the end of the interval: host process RSS, or the GPU
-	// allocator's allocated bytes (allocated_bytes.all.current). A
-	// simulated GPU keeps its data in this process's memory; those resident
-	// pages (mincore) are not counted in host RSS, so host figures are the
-	// host's own, as with a real GPU.
-	Used int64
-	// Consumed is used at the end minus used at the start.
-	Consumed int64
-	// Peak is the exact maximum of used during the interval (host: VmHWM
-	// where the kernel lets memsh reset it, otherwise sampled). With a
-	// simulated GPU holding data, the host peak is VmHWM less the
-	// simulator's resident pages at the end, a lower bound when the
-	// simulator touched new pages during the interval.
-	Peak int64
-	// Peaked is the transient blip above what was kept, as ipyexperiments,
-	// its CellLogger and fastai's GPUMemTrace define it:
-	// max(0, peak − start) − max(0, consumed).
-	Peaked int64
-	// Reclaimed is how much of consumed came back at finish; 0 until then.
-	Reclaimed int64
-	// Available is free memory now: device free (cuMemGetInfo, or the
-	// simulator's), or the host's MemAvailable.
-	Available int64
-}
-
-// Data is what an experiment measured: DESIGN.md §3's
-// struct(name, time, host, gpu, gpus).
-type Data struct {
-	Name string
-	Time time.Duration // elapsed wall time
-	Host Figures
-	GPU  *Figures // the current device's figures; nil without GPUs
-	GPUs []Figures
-}
-
-// Value returns the data as the Starlark struct data() and finish() return:
-// struct(name, time, host, gpu, gpus) with time in seconds and each figure
-// struct(device, used, consumed, peak, peaked, reclaimed, available) in
-// bytes; gpu is None without GPUs.
-func (d *Data) Value() starlark.Value {
-	gpus := make([]starlark.Value, len(d.GPUs))
-	for i := range d.GPUs {
-		gpus[i] = d.GPUs[i].value()
-	}
-	var gpu starlark.Value = starlark.None
-	if d.GPU != nil {
-		gpu = d.GPU.value()
-	}
-	return starlarkstruct.FromStringDict(starlarkstruct.Default, starlark.StringDict{
-		"name": starlark.String(d.Name),
-		"time": starlark.Float(d.Time.Seconds()),
-		"host": d.Host.value(),
-		"gpu":  gpu,
-		"gpus": starlark.Tuple(gpus),
-	})
-}
-
-func (f *Figures) value() starlark.Value {
-	return starlarkstruct.FromStringDict(starlarkstruct.Default, starlark.StringDict{
-		"device":    starlark.String(f.Device),
-		"used":      starlark.MakeInt64(f.Used),
-		"consumed":  starlark.MakeInt64(f.Consumed),
-		"peak":      starlark.MakeInt64(f.Peak),
-		"peaked":    starlark.MakeInt64(f.Peaked),
-		"reclaimed": starlark.MakeInt64(f.Reclaimed),
-		"available": starlark.MakeInt64(f.Available),
-	})
-}
 
 // meter holds the start figures and exact peak counters of one interval
 // over host RAM and every GPU. It keeps no Starlark value.
@@ -110,8 +34,8 @@ func (s *Session) startMeter() *meter {
 }
 
 // read returns the figures since the meter started; Reclaimed is 0.
-func (s *Session) read(m *meter, name string) *Data {
-	d := &Data{Name: name, Time: time.Since(m.start)}
+func (s *Session) read(m *meter, name string) *measure.Data {
+	d := &measure.Data{Name: name, Time: time.Since(m.start)}
 	simRes := s.simResident()
 	rss, _ := host.RSS()
 	rss -= min(rss, simRes)
@@ -142,8 +66,8 @@ func (m *meter) close() {
 	}
 }
 
-func makeFigures(device string, start, used, peak, avail uint64) Figures {
-	f := Figures{Device: device, Used: int64(used), Consumed: int64(used) - int64(start), Peak: int64(peak), Available: int64(avail)}
+func makeFigures(device string, start, used, peak, avail uint64) measure.Figures {
+	f := measure.Figures{Device: device, Used: int64(used), Consumed: int64(used) - int64(start), Peak: int64(peak), Available: int64(avail)}
 	f.Peaked = max(0, int64(peak)-int64(start)) - max(0, f.Consumed)
 	f.Peaked = max(0, f.Peaked)
 	return f

@@ -64,6 +64,9 @@ type Session struct {
 	user     map[string]bool     // names in live that the user bound
 	prev     *prevValues         // the synthetic source of re-bound names' old values
 
+	stmtHooks   []*stmtHook
+	finishHooks []*finishHook
+
 	stack   []*Experiment // open experiments, outermost first
 	pending []pendingOp   // name deletions and restores to apply after the running statement
 	running bool          // a top-level statement is executing
@@ -111,6 +114,8 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 		prev:    &prevValues{},
 	}
 	s.env = env.New(mgr, opts.Out)
+	s.env.Err = opts.Err
+	s.env.Session = s
 	s.thread = &starlark.Thread{
 		Name:  "memsh",
 		Print: func(_ *starlark.Thread, msg string) { fmt.Fprintln(s.out, msg) },

@@ -26,6 +26,17 @@ import (
 	"github.com/memsh/memsh/scope"
 )
 
+// A feature adds its own flags and subcommands from a file of its own, in
+// an init function, so main stays wiring.
+var (
+	// sessionFlags are defined on the flag set before parsing; each returns
+	// a setup run on the new Session (before any code runs) and a cleanup
+	// run when memsh exits.
+	sessionFlags []func(fs *flag.FlagSet) func(s *scope.Session) (cleanup func(), err error)
+	// subcommands run instead of the interpreter: memsh NAME ARGS...
+	subcommands = map[string]func(args []string, stdout, stderr io.Writer) int{}
+)
+
 // version is set with -ldflags "-X main.version=..."; otherwise the module
 // version from the build info is used.
 var version = ""
@@ -43,6 +54,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	code := fs.String("c", "", "run `CODE` and exit")
 	interactive := fs.Bool("i", false, "run the script, then start the REPL")
 	maxSteps := fs.Uint64("max-steps", 0, "limit the Starlark steps of each top-level statement (0: no limit)")
+	var setups []func(s *scope.Session) (func(), error)
+	for _, f := range sessionFlags {
+		setups = append(setups, f(fs))
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: memsh [flags] [FILE.star [ARG...]] | memsh -c CODE | memsh devices | memsh version\n")
 		fs.PrintDefaults()
@@ -62,6 +77,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		case "devices":
 			return devices(*device, stdout, stderr)
 		}
+		if sub, ok := subcommands[rest[0]]; ok {
+			return sub(rest[1:], stdout, stderr)
+		}
 	}
 	mode, err := backend.ParsePeakMode(*peak)
 	if err != nil {
@@ -78,6 +96,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer s.Close()
+	for _, setup := range setups {
+		cleanup, err := setup(s)
+		if err != nil {
+			fmt.Fprintln(stderr, "memsh:", err)
+			return 2
+		}
+		if cleanup != nil {
+			defer cleanup()
+		}
+	}
 
 	switch {
 	case *code != "":

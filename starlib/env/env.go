@@ -11,8 +11,10 @@ import (
 	"os"
 
 	"go.starlark.net/starlark"
+	"go.starlark.net/syntax"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/scope/measure"
 )
 
 const threadKey = "memsh.env"
@@ -21,6 +23,8 @@ const threadKey = "memsh.env"
 type Env struct {
 	Manager *backend.Manager
 	Out     io.Writer // where print() and reports go
+	Err     io.Writer // where notices and progress bars go
+	Session Session   // the Session, for modules that observe it
 
 	// DefaultDevice is the device tensors are created on when none is
 	// given (tensor.set_default_device). "cpu" as in PyTorch.
@@ -35,7 +39,7 @@ func New(m *backend.Manager, out io.Writer) *Env {
 	if out == nil {
 		out = os.Stdout
 	}
-	return &Env{Manager: m, Out: out, DefaultDevice: "cpu", Values: map[string]any{}}
+	return &Env{Manager: m, Out: out, Err: os.Stderr, DefaultDevice: "cpu", Values: map[string]any{}}
 }
 
 // Install makes e the Env of thread.
@@ -56,4 +60,44 @@ func Of(thread *starlark.Thread, builtin string) (*Env, error) {
 type Holder interface {
 	starlark.Value
 	HeldMemory() *backend.Memory
+}
+
+// Session is the view of the running memsh Session offered to modules that
+// observe it (per-statement loggers, traces, output records, sweeps). It is
+// implemented by *scope.Session; Env.Session is nil outside a Session.
+type Session interface {
+	// UserGlobals returns the user globals as globals() sees them now
+	// (including the running statement's own bindings).
+	UserGlobals(thread *starlark.Thread) starlark.StringDict
+	// OnStatement registers f to be called before and after every
+	// top-level statement, until remove is called.
+	OnStatement(f func(StatementEvent)) (remove func())
+	// OnFinish registers f to be called when an experiment or a trial
+	// finishes, until remove is called.
+	OnFinish(f func(FinishEvent)) (remove func())
+	// Trial runs fn(*args, **kwargs) as trial() does, recording params with
+	// the trial's FinishEvent, and returns the trial() result struct
+	// (name, status, error, value, data).
+	Trial(thread *starlark.Thread, name string, fn starlark.Callable, args starlark.Tuple, kwargs []starlark.Tuple, params starlark.StringDict) (starlark.Value, error)
+}
+
+// StatementEvent is sent before (Start true) and after each top-level
+// statement.
+type StatementEvent struct {
+	Start    bool
+	Pos, End syntax.Position // the statement's span
+	Err      error           // after: the statement's error, or nil
+}
+
+// FinishEvent describes a finished experiment or trial.
+type FinishEvent struct {
+	Kind   string // "experiment" or "trial"
+	Name   string
+	Status string // trials: "ok", "oom" or "error"; experiments: "ok"
+	Error  string // trials: the error message, or ""
+	Params starlark.StringDict
+	Data   *measure.Data
+	// Leaks lists memory allocated in the block and still reachable, as
+	// "device bytes path" lines.
+	Leaks []string
 }
