@@ -83,14 +83,28 @@ func (sp Spec) String() string {
 	if sp.Count > 1 {
 		fmt.Fprintf(&b, "%dx", sp.Count)
 	}
-	b.WriteString(humanize.IBytes(sp.Total))
+	b.WriteString(exactSize(sp.Total))
 	if sp.Ctx > 0 {
-		b.WriteString(",ctx=" + humanize.IBytes(sp.Ctx))
+		b.WriteString(",ctx=" + exactSize(sp.Ctx))
 	}
 	if sp.Meta {
 		b.WriteString(",meta")
 	}
-	return strings.ReplaceAll(b.String(), " ", "")
+	return b.String()
+}
+
+// exactSize prints n in the largest IEC unit that divides it exactly, so
+// that ParseSpec reads back the same number.
+func exactSize(n uint64) string {
+	for _, u := range []struct {
+		size uint64
+		name string
+	}{{1 << 40, "TiB"}, {1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.FormatUint(n/u.size, 10) + u.name
+		}
+	}
+	return strconv.FormatUint(n, 10) + "B"
 }
 
 // Device is one simulated GPU.
