@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
 
 	"go.starlark.net/starlark"
 
@@ -334,7 +335,7 @@ func (s *Session) currentView(thread *starlark.Thread) map[string]starlark.Value
 		view[name] = s.live[name]
 	}
 	for name, v := range s.statementGlobals(thread) {
-		if name[0] < 0x80 { // skip ·prev, ·echo
+		if !strings.HasPrefix(name, "·") { // skip ·prev, ·echo
 			view[name] = v
 		}
 	}

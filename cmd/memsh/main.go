@@ -87,7 +87,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	opts := scope.Options{Device: *device, Peak: mode, Out: stdout, Err: stderr, Quiet: *quiet, MaxSteps: *maxSteps, Argv: []string{}}
-	if len(rest) > 1 {
+	switch {
+	case *code != "":
+		opts.Argv = rest
+	case len(rest) > 1:
 		opts.Argv = rest[1:]
 	}
 	s, err := scope.New(opts)
@@ -109,7 +112,6 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	switch {
 	case *code != "":
-		opts.Argv = rest
 		if err := s.Exec("<cmd>", *code); err != nil {
 			printError(stderr, err)
 			return 1

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCLI(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "s.star")
+	if err := os.WriteFile(script, []byte("print('args', argv)\nx = tensor.zeros([4], device='cuda')\nprint(x.device)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.star")
+	if err := os.WriteFile(bad, []byte("def f():\n    return 1 // 0\nf()\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		stdin   string
+		rc      int
+		out     string // substring of stdout
+		errText string // substring of stderr
+	}{
+		{"version", []string{"version"}, "", 0, "memsh ", ""},
+		{"devices", []string{"--device", "sim:2x8GiB", "devices"}, "", 0, "cuda:1", ""},
+		{"devices auto notice", []string{"devices"}, "", 0, "simulated GPU", "using the simulator"},
+		{"code", []string{"--device", "sim:1GiB", "-c", "print(cuda.device_count(), argv)", "a"}, "", 0, `1 ["a"]`, ""},
+		{"script with args", []string{"--device", "sim:1GiB", script, "x", "y"}, "", 0, "args [\"x\", \"y\"]\ncuda:0", ""},
+		{"script error", []string{"--device", "sim:1GiB", bad}, "", 1, "", "bad.star:2:14: in f"},
+		{"missing script", []string{"--device", "sim:1GiB", filepath.Join(dir, "nope.star")}, "", 1, "", "no such file"},
+		{"bad device", []string{"--device", "tpu", "-c", "1"}, "", 1, "", "unknown device \"tpu\""},
+		{"bad peak", []string{"--peak", "eager", "-c", "1"}, "", 2, "", "unknown peak mode"},
+		{"bad flag", []string{"--nope"}, "", 2, "", "flag provided but not defined"},
+		{"piped REPL", []string{"--device", "sim:1GiB"}, "x = 6 * 7\nx\n", 0, "42", ""},
+		{"interactive after script", []string{"--device", "sim:1GiB", "-i", script}, "x.shape\n", 0, "(4,)", ""},
+		{"quiet", []string{"--device", "sim:1GiB", "--quiet", "-c", "e = experiment()\ne.finish()"}, "", 0, "", ""},
+		{"cpu only", []string{"--device", "cpu", "-c", "print(cuda.is_available())"}, "", 0, "False", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			rc := run(tc.args, strings.NewReader(tc.stdin), &out, &errb)
+			if rc != tc.rc {
+				t.Errorf("rc = %d, want %d\nstdout: %s\nstderr: %s", rc, tc.rc, out.String(), errb.String())
+			}
+			if !strings.Contains(out.String(), tc.out) {
+				t.Errorf("stdout lacks %q:\n%s", tc.out, out.String())
+			}
+			if !strings.Contains(errb.String(), tc.errText) {
+				t.Errorf("stderr lacks %q:\n%s", tc.errText, errb.String())
+			}
+			if tc.name == "quiet" && out.Len() != 0 {
+				t.Errorf("--quiet printed %q", out.String())
+			}
+		})
+	}
+}
