@@ -120,12 +120,15 @@ func (m *Manager) Observe(f func(Event)) (remove func()) {
 	return func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		for i, x := range m.observers {
-			if x == o {
-				m.observers = append(m.observers[:i:i], m.observers[i+1:]...)
-				return
+		// A new array, so the removed observer's closure is not kept
+		// reachable by the old one.
+		kept := make([]*observer, 0, len(m.observers))
+		for _, x := range m.observers {
+			if x != o {
+				kept = append(kept, x)
 			}
 		}
+		m.observers = kept
 	}
 }
 

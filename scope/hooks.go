@@ -30,13 +30,16 @@ func (s *Session) OnFinish(f func(env.FinishEvent)) (remove func()) {
 	return func() { s.finishHooks = removeHook(s.finishHooks, h) }
 }
 
+// removeHook returns hs without h, in a new array, so the removed hook (and
+// whatever its closure holds) is not kept reachable by the old one.
 func removeHook[T comparable](hs []T, h T) []T {
-	for i, x := range hs {
-		if x == h {
-			return append(hs[:i:i], hs[i+1:]...)
+	out := make([]T, 0, len(hs))
+	for _, x := range hs {
+		if x != h {
+			out = append(out, x)
 		}
 	}
-	return hs
+	return out
 }
 
 func (s *Session) statementEvent(e env.StatementEvent) {
