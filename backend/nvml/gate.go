@@ -1,0 +1,270 @@
+// Package nvml is memsh's view of NVIDIA's management library (NVML,
+// through github.com/NVIDIA/go-nvml): the GPUs of the machine with their
+// names and UUIDs, device-wide total / free / used memory (and reserved
+// memory where NVML's v2 memory query exists), the memory each process uses,
+// utilization, and MIG devices with their own memory.
+//
+// Every NVML call goes through one gate object, a *Gate. An NVML call made
+// while the library is not loaded and initialised jumps through a null
+// function pointer and kills the process, so the Gate makes no call at all
+// unless nvml.Init succeeded, and none after Close. A Gate over a machine
+// without NVIDIA's library (or without a driver, or without GPUs) is simply
+// unavailable: every method returns an error wrapping ErrUnavailable that
+// says why, and nothing crashes.
+//
+// The figures are device-wide: they include other processes and the CUDA
+// context, unlike the caching allocator's figures. All sizes are in bytes.
+//
+// CUDA ordinals and NVML indices differ (CUDA_VISIBLE_DEVICES renumbers
+// CUDA's devices, NVML ignores it); ByUUID maps a CUDA device to its NVML
+// device by UUID, which both report.
+package nvml
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// ErrUnavailable is wrapped by every error of a Gate whose NVML library
+// could not be loaded or initialised, or that was closed.
+var ErrUnavailable = errors.New("NVML unavailable")
+
+// LibraryEnv names the environment variable that overrides the path of the
+// NVML library the Default gate loads (default libnvidia-ml.so.1).
+const LibraryEnv = "MEMSH_LIBNVML"
+
+// memoryV2Symbol is the C symbol of the v2 memory query.
+const memoryV2Symbol = "nvmlDeviceGetMemoryInfo_v2"
+
+// Gate is the one way memsh calls NVML. It is safe for concurrent use; calls
+// are serialised.
+type Gate struct {
+	mu     sync.Mutex
+	lib    gonvml.Interface
+	ok     bool  // Init succeeded and Close has not run
+	err    error // why the gate is closed
+	hasV2  bool  // nvmlDeviceGetMemoryInfo_v2 exists in the library
+	v2Fail bool  // the v2 query failed once; use v1 from then on
+	// missing lists the optional entry points the library lacks (an old
+	// driver): calling one would jump through a null pointer.
+	missing map[string]bool
+}
+
+// requiredSymbols are the entry points without which the gate is
+// unavailable; each entry lists acceptable versions.
+var requiredSymbols = [][]string{
+	{"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"},
+	{"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"},
+	{"nvmlDeviceGetUUID"},
+	{"nvmlDeviceGetName"},
+	{"nvmlDeviceGetMemoryInfo"},
+}
+
+// optionalSymbols are checked once; a query needing a missing one fails
+// with an error instead of being called.
+var optionalSymbols = []string{
+	"nvmlSystemGetDriverVersion", "nvmlSystemGetProcessName", "nvmlDeviceGetUtilizationRates",
+	"nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount",
+	"nvmlDeviceGetMigDeviceHandleByIndex",
+}
+
+// New returns a gate over lib and initialises NVML through it. When Init
+// fails the gate is unavailable (see Err) and lib is never called again.
+// lib is typically go-nvml's nvml.New(...) or a mock.
+func New(lib gonvml.Interface) *Gate {
+	g := &Gate{lib: lib}
+	if lib == nil {
+		g.err = fmt.Errorf("%w: no library", ErrUnavailable)
+		return g
+	}
+	if r := lib.Init(); r != gonvml.SUCCESS {
+		g.err = fmt.Errorf("%w: nvmlInit: %s", ErrUnavailable, initReason(r))
+		return g
+	}
+	ext := lib.Extensions()
+	for _, alts := range requiredSymbols {
+		found := false
+		for _, sym := range alts {
+			found = found || ext.LookupSymbol(sym) == nil
+		}
+		if !found {
+			g.err = fmt.Errorf("%w: the NVML library has no %s (a driver too old for memsh)", ErrUnavailable, alts[len(alts)-1])
+			_ = lib.Shutdown()
+			return g
+		}
+	}
+	g.missing = map[string]bool{}
+	for _, sym := range optionalSymbols {
+		if ext.LookupSymbol(sym) != nil {
+			g.missing[sym] = true
+		}
+	}
+	g.ok = true
+	g.hasV2 = ext.LookupSymbol(memoryV2Symbol) == nil
+	return g
+}
+
+// need returns an error when the library lacks an optional entry point
+// (the gate is held).
+func (g *Gate) need(sym string) error {
+	if g.missing[sym] {
+		return &Error{Op: sym, Code: gonvml.ERROR_FUNCTION_NOT_FOUND}
+	}
+	return nil
+}
+
+// initReason explains an Init failure.
+func initReason(r gonvml.Return) string {
+	switch r {
+	case gonvml.ERROR_LIBRARY_NOT_FOUND:
+		return "libnvidia-ml.so.1 not found (no NVIDIA driver installed?)"
+	case gonvml.ERROR_DRIVER_NOT_LOADED:
+		return "the NVIDIA kernel driver is not loaded"
+	case gonvml.ERROR_NO_PERMISSION:
+		return "no permission to talk to the NVIDIA driver"
+	}
+	return r.Error()
+}
+
+// Open returns a gate over the NVML library at path ("" for the system's
+// libnvidia-ml.so.1), loaded at run time.
+func Open(path string) *Gate {
+	var opts []gonvml.LibraryOption
+	if path != "" {
+		opts = append(opts, gonvml.WithLibraryPath(path))
+	}
+	return New(gonvml.New(opts...))
+}
+
+var (
+	defaultOnce sync.Once
+	defaultGate *Gate
+)
+
+// Default returns the process-wide gate over the system's NVML library (or
+// the one $MEMSH_LIBNVML names), opened on first use and never closed: NVML
+// is a property of the process, like the driver.
+func Default() *Gate {
+	defaultOnce.Do(func() { defaultGate = Open(os.Getenv(LibraryEnv)) })
+	return defaultGate
+}
+
+// Available reports whether NVML calls can be made.
+func (g *Gate) Available() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ok
+}
+
+// Err returns why the gate is unavailable (wrapping ErrUnavailable), or nil.
+func (g *Gate) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ok {
+		return nil
+	}
+	return g.err
+}
+
+// HasMemoryV2 reports whether the library has the v2 memory query, which
+// also reports the memory the driver reserves.
+func (g *Gate) HasMemoryV2() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ok && g.hasV2
+}
+
+// Close shuts NVML down (once); the gate is unavailable afterwards and its
+// Devices must not be used.
+func (g *Gate) Close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.ok {
+		return
+	}
+	g.ok = false
+	g.err = fmt.Errorf("%w: the NVML gate was closed", ErrUnavailable)
+	_ = g.lib.Shutdown()
+}
+
+// call runs f with the library if the gate is open, serialised. It is the
+// only place the library is reached.
+func (g *Gate) call(f func(lib gonvml.Interface) error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.ok {
+		return g.err
+	}
+	return f(g.lib)
+}
+
+// retErr converts an NVML return code to an error naming the query.
+func retErr(what string, r gonvml.Return) error {
+	if r == gonvml.SUCCESS {
+		return nil
+	}
+	return &Error{Op: what, Code: r}
+}
+
+// Error is a failed NVML query.
+type Error struct {
+	Op   string        // the query, e.g. "nvmlDeviceGetMemoryInfo"
+	Code gonvml.Return // NVML's return code
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Op, e.Code.Error()) }
+
+// IsNotSupported reports whether err is NVML's "not supported" answer (a
+// query the device or driver does not offer, such as utilization of a MIG
+// device).
+func IsNotSupported(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == gonvml.ERROR_NOT_SUPPORTED
+}
+
+// DriverVersion returns the driver's version string, such as "550.54.15".
+func (g *Gate) DriverVersion() (string, error) {
+	var v string
+	err := g.call(func(lib gonvml.Interface) error {
+		if err := g.need("nvmlSystemGetDriverVersion"); err != nil {
+			return err
+		}
+		var r gonvml.Return
+		v, r = lib.SystemGetDriverVersion()
+		return retErr("nvmlSystemGetDriverVersion", r)
+	})
+	return v, err
+}
+
+// Count returns the number of GPUs NVML sees (all of the machine's GPUs:
+// NVML ignores CUDA_VISIBLE_DEVICES).
+func (g *Gate) Count() (int, error) {
+	var n int
+	err := g.call(func(lib gonvml.Interface) error {
+		var r gonvml.Return
+		n, r = lib.DeviceGetCount()
+		return retErr("nvmlDeviceGetCount", r)
+	})
+	return n, err
+}
+
+// ProcessName returns the name of a process as NVML knows it, or "" when
+// NVML cannot tell (a pid from another PID namespace, for instance).
+func (g *Gate) ProcessName(pid uint32) string {
+	var name string
+	_ = g.call(func(lib gonvml.Interface) error {
+		if g.need("nvmlSystemGetProcessName") != nil {
+			return nil
+		}
+		n, r := lib.SystemGetProcessName(int(pid))
+		if r == gonvml.SUCCESS {
+			name = n
+		}
+		return nil
+	})
+	return name
+}
