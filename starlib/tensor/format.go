@@ -12,7 +12,9 @@ import (
 // summarised to their first and last 3 entries per dimension with "...".
 // Suffixes: device='cuda:0' when not on the CPU, size=(...) for empty
 // tensors that are not 1-D and for tensors whose values are not available,
-// and dtype=tensor.float16 when the dtype is not float32, int64 or bool.
+// meta=True on a meta device (whose tensors print "..." for their values,
+// as PyTorch's meta tensors do: str() cannot fail), and
+// dtype=tensor.float16 when the dtype is not float32, int64 or bool.
 
 const (
 	printPrecision = 4
@@ -37,6 +39,9 @@ func formatTensor(t *Tensor) string {
 	case !t.hasData():
 		body = "..."
 		suffixes = append(suffixes, sizeSuffix)
+		if t.isMeta() {
+			suffixes = append(suffixes, "meta=True")
+		}
 	case t.Numel() == 0:
 		body = "[]"
 		if len(t.shape) != 1 {

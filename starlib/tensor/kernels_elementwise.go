@@ -89,8 +89,14 @@ func opInt(op binOp, x, y int64, divZero *atomic.Bool) int64 {
 
 // binFloat is the same-dtype float32/float64 loop over one run, with tight
 // loops for contiguous and broadcast-scalar operands. Strides are in bytes.
-func binFloat[T floatT](op binOp, n int, o unsafe.Pointer, so int, a unsafe.Pointer, sa int, b unsafe.Pointer, sb int) {
+func binFloat[T floatT](op binOp, n int, o unsafe.Pointer, so int, a unsafe.Pointer, sa int, b unsafe.Pointer, sb int, stream bool) {
 	sz := int(unsafe.Sizeof(T(0)))
+	if so == sz && op <= opDiv && n >= simdMin {
+		if m := simdMode(sz, sa, sb); m >= 0 {
+			binarySIMD(sz, op, m, o, a, b, n, stream)
+			return
+		}
+	}
 	if so == sz && op <= opDiv {
 		os := unsafe.Slice((*T)(o), n)
 		switch {
@@ -199,10 +205,17 @@ func binaryKernel(op binOp, out strided, outDT DType, a, b binArg, common DType,
 	it := newElemIter(shape, out, a.s, b.s)
 	so, sa, sb := it.inner[0], it.inner[1], it.inner[2]
 	var dz atomic.Bool
+	traffic := it.n * outDT.Size()
+	for _, x := range []binArg{a, b} {
+		if !x.number {
+			traffic += it.n * x.dt.Size()
+		}
+	}
+	stream := traffic > streamBytes()
 	switch kindOf(common) {
 	case kindF32:
 		if outDT == Float32 && a.dt == Float32 && b.dt == Float32 {
-			it.run(func(p []unsafe.Pointer, n int) { binFloat[float32](op, n, p[0], so, p[1], sa, p[2], sb) })
+			it.run(func(p []unsafe.Pointer, n int) { binFloat[float32](op, n, p[0], so, p[1], sa, p[2], sb, stream) })
 			break
 		}
 		la, lb := loadF32[a.dt], loadF32[b.dt]
@@ -222,7 +235,7 @@ func binaryKernel(op binOp, out strided, outDT DType, a, b binArg, common DType,
 		})
 	case kindF64:
 		if outDT == Float64 && a.dt == Float64 && b.dt == Float64 {
-			it.run(func(p []unsafe.Pointer, n int) { binFloat[float64](op, n, p[0], so, p[1], sa, p[2], sb) })
+			it.run(func(p []unsafe.Pointer, n int) { binFloat[float64](op, n, p[0], so, p[1], sa, p[2], sb, stream) })
 			break
 		}
 		la, lb, store := loadF64[a.dt], loadF64[b.dt], storeF64[outDT]
@@ -477,6 +490,10 @@ func fillKernel(dst strided, dt DType, pattern uint64, shape []int) {
 				o = unsafe.Add(o, sd)
 			}
 		case 4:
+			if sd == 4 && n >= simdMin {
+				fill32SIMD(o, uint32(pattern), n)
+				return
+			}
 			if sd == 4 {
 				s := unsafe.Slice((*uint32)(o), n)
 				for i := range s {

@@ -5,15 +5,15 @@ import (
 	"unsafe"
 
 	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas32"
-	"gonum.org/v1/gonum/blas/blas64"
 )
 
-// Matrix multiplication through gonum's BLAS: float32 with blas32.Gemm and
-// float64 with blas64.Gemm directly on tensor memory (transposed views
-// are passed as transposed operands, without copies); float16 and bfloat16
-// are widened to float32 and rounded back, integer types go through
-// float64, in Go-heap scratch buffers of one matrix each.
+// Matrix multiplication through the BLAS of blas.go (OpenBLAS when
+// installed, else gonum): float32 with sgemm and float64 with dgemm
+// directly on tensor memory (transposed views are passed as transposed
+// operands, without copies); float16 and bfloat16 are widened to float32
+// and rounded back, in Go-heap scratch buffers of one matrix each. Integer
+// types use an exact int64 kernel that wraps around on overflow, as
+// PyTorch's CPU kernel does.
 
 // matLayout is how a matrix with row stride rs and column stride cs (in
 // elements) is passed to BLAS: as is (row-major with leading dimension ld)
@@ -67,24 +67,18 @@ func general[T float32 | float64](m matOperand, l matLayout) (rows, cols, ld int
 
 // gemmDirect computes c = a × b for float32 or float64 matrices BLAS can
 // read in place; c is contiguous (row stride c.cols).
-func gemmDirect(dt DType, a, b, c matOperand, la, lb matLayout) {
+func gemmDirect(g *gemm, dt DType, a, b, c matOperand, la, lb matLayout) {
 	if dt == Float32 {
-		ar, ac, ald, ad, ta := general[float32](a, la)
-		br, bc, bld, bd, tb := general[float32](b, lb)
+		_, _, ald, ad, ta := general[float32](a, la)
+		_, _, bld, bd, tb := general[float32](b, lb)
 		cd := unsafe.Slice((*float32)(c.p), c.rows*c.cols)
-		blas32.Gemm(ta, tb, 1,
-			blas32.General{Rows: ar, Cols: ac, Stride: ald, Data: ad},
-			blas32.General{Rows: br, Cols: bc, Stride: bld, Data: bd},
-			0, blas32.General{Rows: c.rows, Cols: c.cols, Stride: c.cols, Data: cd})
+		g.sgemm(ta, tb, c.rows, c.cols, a.cols, ad, ald, bd, bld, cd, c.cols)
 		return
 	}
-	ar, ac, ald, ad, ta := general[float64](a, la)
-	br, bc, bld, bd, tb := general[float64](b, lb)
+	_, _, ald, ad, ta := general[float64](a, la)
+	_, _, bld, bd, tb := general[float64](b, lb)
 	cd := unsafe.Slice((*float64)(c.p), c.rows*c.cols)
-	blas64.Gemm(ta, tb, 1,
-		blas64.General{Rows: ar, Cols: ac, Stride: ald, Data: ad},
-		blas64.General{Rows: br, Cols: bc, Stride: bld, Data: bd},
-		0, blas64.General{Rows: c.rows, Cols: c.cols, Stride: c.cols, Data: cd})
+	g.dgemm(ta, tb, c.rows, c.cols, a.cols, ad, ald, bd, bld, cd, c.cols)
 }
 
 // widen copies a strided matrix of dtype dt into a row-major scratch
@@ -110,33 +104,49 @@ func widen[T float32 | float64](m matOperand, dt DType) []T {
 	return out
 }
 
-// gemmConvert computes c = a × b for the other dtypes through scratch
-// buffers: float16/bfloat16 in float32, integers in float64.
-func gemmConvert(dt DType, a, b, c matOperand) {
+// gemmConvert computes c = a × b for float16 and bfloat16 through float32
+// scratch buffers.
+func gemmConvert(g *gemm, dt DType, a, b, c matOperand) {
 	size := dt.Size()
-	if kindOf(dt) == kindF32 {
-		ad, bd := widen[float32](a, dt), widen[float32](b, dt)
-		cd := make([]float32, c.rows*c.cols)
-		blas32.Gemm(blas.NoTrans, blas.NoTrans, 1,
-			blas32.General{Rows: a.rows, Cols: a.cols, Stride: a.cols, Data: ad},
-			blas32.General{Rows: b.rows, Cols: b.cols, Stride: b.cols, Data: bd},
-			0, blas32.General{Rows: c.rows, Cols: c.cols, Stride: c.cols, Data: cd})
-		store := storeF32[dt]
-		for i, v := range cd {
-			store(elemAddr(c.p, i, size), v)
-		}
-		return
-	}
-	ad, bd := widen[float64](a, dt), widen[float64](b, dt)
-	cd := make([]float64, c.rows*c.cols)
-	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1,
-		blas64.General{Rows: a.rows, Cols: a.cols, Stride: a.cols, Data: ad},
-		blas64.General{Rows: b.rows, Cols: b.cols, Stride: b.cols, Data: bd},
-		0, blas64.General{Rows: c.rows, Cols: c.cols, Stride: c.cols, Data: cd})
-	store := storeF64[dt]
+	ad, bd := widen[float32](a, dt), widen[float32](b, dt)
+	cd := make([]float32, c.rows*c.cols)
+	g.sgemm(blas.NoTrans, blas.NoTrans, c.rows, c.cols, a.cols, ad, a.cols, bd, b.cols, cd, c.cols)
+	store := storeF32[dt]
 	for i, v := range cd {
 		store(elemAddr(c.p, i, size), v)
 	}
+}
+
+// gemmInt computes c = a × b exactly in int64 arithmetic (wrapping on
+// overflow) for integer dtypes, storing into dt; rows of c in parallel.
+func gemmInt(dt DType, a, b, c matOperand) {
+	size := dt.Size()
+	load, store := loadI64[dt], storeI64[dt]
+	bd := make([]int64, b.rows*b.cols) // b, row-major, read once per row of c
+	for i := range b.rows {
+		for j := range b.cols {
+			bd[i*b.cols+j] = load(elemAddr(b.p, i*b.rs+j*b.cs, size))
+		}
+	}
+	parallelFor(c.rows, max(1, parallelThreshold/max(1, a.cols*c.cols)), func(lo, hi int) {
+		row := make([]int64, c.cols)
+		for i := lo; i < hi; i++ {
+			clear(row)
+			for k := range a.cols {
+				x := load(elemAddr(a.p, i*a.rs+k*a.cs, size))
+				if x == 0 {
+					continue
+				}
+				bk := bd[k*b.cols : (k+1)*b.cols]
+				for j, y := range bk {
+					row[j] += x * y
+				}
+			}
+			for j, v := range row {
+				store(elemAddr(c.p, i*c.cols+j, size), v)
+			}
+		}
+	})
 }
 
 // batchedMatmul computes out[b] = a[b] × b[b] for every batch index. a and
@@ -148,7 +158,7 @@ func batchedMatmul(dt DType, batch []int, a, b *Tensor, aSt, bSt []int, n, k, m 
 		return
 	}
 	size := dt.Size()
-	outP := out.mem.Pointer()
+	outP := elemAddr(out.mem.Pointer(), out.offset, size)
 	if k == 0 {
 		clear(unsafe.Slice((*byte)(outP), nb*n*m*size))
 		return
@@ -159,6 +169,7 @@ func batchedMatmul(dt DType, batch []int, a, b *Tensor, aSt, bSt []int, n, k, m 
 	la, okA := blasLayout(n, k, ars, acs)
 	lb, okB := blasLayout(k, m, brs, bcs)
 	direct := (dt == Float32 || dt == Float64) && okA && okB
+	g := currentGemm()
 	aP, bP := a.mem.Pointer(), b.mem.Pointer()
 	one := func(i int) {
 		aoff, boff := a.offset, b.offset
@@ -172,15 +183,19 @@ func batchedMatmul(dt DType, batch []int, a, b *Tensor, aSt, bSt []int, n, k, m 
 		am := matOperand{p: elemAddr(aP, aoff, size), rows: n, cols: k, rs: ars, cs: acs}
 		bm := matOperand{p: elemAddr(bP, boff, size), rows: k, cols: m, rs: brs, cs: bcs}
 		cm := matOperand{p: elemAddr(outP, i*n*m, size), rows: n, cols: m, rs: m, cs: 1}
-		if direct {
-			gemmDirect(dt, am, bm, cm, la, lb)
-		} else {
-			gemmConvert(dt, am, bm, cm)
+		switch {
+		case direct:
+			gemmDirect(g, dt, am, bm, cm, la, lb)
+		case dt.IsFloat():
+			gemmConvert(g, dt, am, bm, cm)
+		default:
+			gemmInt(dt, am, bm, cm)
 		}
 	}
-	// Large matrices: gonum parallelises each product; many small ones: run
-	// batches in parallel.
+	// Large matrices: the BLAS parallelises each product; many small ones:
+	// batches in parallel (with gonum, which is safe to call concurrently).
 	if nb > 1 && n*k*m < 1<<21 {
+		g = gonumGemm
 		parallelFor(nb, 2, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				one(i)

@@ -30,6 +30,8 @@ type accum struct {
 // sumRunF adds n elements of dtype dt at p (stride in bytes) in float64.
 func sumRunF(p unsafe.Pointer, n, stride int, dt DType) float64 {
 	switch {
+	case (dt == Float32 || dt == Float64) && stride == dt.Size() && n >= simdMin:
+		return sumSIMD(stride, p, n)
 	case dt == Float32 && stride == 4:
 		s := unsafe.Slice((*float32)(p), n)
 		var a0, a1, a2, a3 float64

@@ -24,8 +24,13 @@ type methodFn func(thread *starlark.Thread, fname string, t *Tensor, args starla
 //	transpose(d0, d1) t() permute(*dims) squeeze(dim=None) unsqueeze(dim) expand(*sizes)   views
 //	sum(dim=None, keepdim=False, dtype=None) mean(...)   int/bool sums are int64; mean needs a float dtype
 //	max(dim=None, keepdim=False) min(...)     without dim a 0-dim tensor, with dim a tuple (values, indices)
+//	max(dim) and min(dim) return return_types.max/min: a (values, indices) pair with those attributes
 //	item() tolist()                           Starlark numbers / nested lists
-//	add(o) sub(o) mul(o) div(o) matmul(o) relu() neg() abs() exp() log() sqrt() tanh() sigmoid()
+//	add(o, out=None) sub(o) mul(o) div(o) matmul(o, out=None)   out= writes into an existing tensor
+//	relu() neg() abs() exp() log() sqrt() tanh() sigmoid()
+//	eq(o) ne(o) lt(o) le(o) gt(o) ge(o)       elementwise comparisons: bool tensors
+//	equal(o) allclose(o, rtol=1e-05, atol=1e-08, equal_nan=False)   Starlark bools (read values)
+//	narrow(dim, start, length) select(dim, index)   views
 //	add_(o) sub_(o) mul_(o) div_(o) zero_() fill_(v) copy_(src)   in place, allocate nothing, return t
 var methods map[string]methodFn
 
@@ -64,6 +69,20 @@ func init() {
 		"squeeze":   methodSqueeze,
 		"unsqueeze": methodUnsqueeze,
 		"expand":    methodExpand,
+		"narrow": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			var dim, start, length int
+			if err := starlark.UnpackArgs(f, args, kwargs, "dim", &dim, "start", &start, "length", &length); err != nil {
+				return nil, err
+			}
+			return narrowed(f, t, dim, start, length)
+		},
+		"select": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			var dim, index int
+			if err := starlark.UnpackArgs(f, args, kwargs, "dim", &dim, "index", &index); err != nil {
+				return nil, err
+			}
+			return selected(f, t, dim, index)
+		},
 		"sum": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			return reduce(redSum, f, t, args, kwargs)
 		},
@@ -76,25 +95,33 @@ func init() {
 		"min": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			return extreme(redMin, f, t, args, kwargs)
 		},
-		"item":    noArgs(item),
-		"tolist":  noArgs(tolist),
-		"add":     binaryMethod(opAdd),
-		"sub":     binaryMethod(opSub),
-		"mul":     binaryMethod(opMul),
-		"div":     binaryMethod(opDiv),
-		"add_":    inplaceMethod(opAdd),
-		"sub_":    inplaceMethod(opSub),
-		"mul_":    inplaceMethod(opMul),
-		"div_":    inplaceMethod(opDiv),
-		"matmul":  methodMatmul,
-		"relu":    unaryMethod(uRelu),
-		"neg":     unaryMethod(uNeg),
-		"abs":     unaryMethod(uAbs),
-		"exp":     unaryMethod(uExp),
-		"log":     unaryMethod(uLog),
-		"sqrt":    unaryMethod(uSqrt),
-		"tanh":    unaryMethod(uTanh),
-		"sigmoid": unaryMethod(uSigmoid),
+		"item":     noArgs(item),
+		"tolist":   noArgs(tolist),
+		"add":      binaryMethod(opAdd),
+		"sub":      binaryMethod(opSub),
+		"mul":      binaryMethod(opMul),
+		"div":      binaryMethod(opDiv),
+		"add_":     inplaceMethod(opAdd),
+		"sub_":     inplaceMethod(opSub),
+		"mul_":     inplaceMethod(opMul),
+		"div_":     inplaceMethod(opDiv),
+		"matmul":   methodMatmul,
+		"eq":       compareMethod(cmpEq),
+		"ne":       compareMethod(cmpNe),
+		"lt":       compareMethod(cmpLt),
+		"le":       compareMethod(cmpLe),
+		"gt":       compareMethod(cmpGt),
+		"ge":       compareMethod(cmpGe),
+		"equal":    methodEqual,
+		"allclose": methodAllclose,
+		"relu":     unaryMethod(uRelu),
+		"neg":      unaryMethod(uNeg),
+		"abs":      unaryMethod(uAbs),
+		"exp":      unaryMethod(uExp),
+		"log":      unaryMethod(uLog),
+		"sqrt":     unaryMethod(uSqrt),
+		"tanh":     unaryMethod(uTanh),
+		"sigmoid":  unaryMethod(uSigmoid),
 		"zero_": noArgs(func(f string, t *Tensor) (starlark.Value, error) {
 			if err := fillInto(f, t, starlark.MakeInt(0)); err != nil {
 				return nil, err
@@ -128,6 +155,7 @@ func init() {
 		attrNames = append(attrNames, k)
 	}
 	sort.Strings(attrNames)
+	wrapGPUMethods(methods) // gpu_dispatch.go: real GPUs
 }
 
 func noArgs(fn func(fname string, t *Tensor) (starlark.Value, error)) methodFn {
@@ -142,14 +170,15 @@ func noArgs(fn func(fname string, t *Tensor) (starlark.Value, error)) methodFn {
 func binaryMethod(op binOp) methodFn {
 	return func(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var v starlark.Value
-		if err := starlark.UnpackArgs(fname, args, kwargs, "other", &v); err != nil {
+		var out *Tensor
+		if err := starlark.UnpackArgs(fname, args, kwargs, "other", &v, "out?", &out); err != nil {
 			return nil, err
 		}
 		o, err := asOperand(v)
 		if err != nil {
 			return nil, fmt.Errorf("%s: for parameter other: got %s, want tensor or number", fname, v.Type())
 		}
-		return binary(op, operand{t: t}, o)
+		return binaryOut(op, operand{t: t}, o, out)
 	}
 }
 
@@ -445,9 +474,9 @@ func methodExpand(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tup
 }
 
 func methodMatmul(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	var other *Tensor
-	if err := starlark.UnpackArgs(fname, args, kwargs, "other", &other); err != nil {
+	var other, out *Tensor
+	if err := starlark.UnpackArgs(fname, args, kwargs, "other", &other, "out?", &out); err != nil {
 		return nil, err
 	}
-	return matmul(fname, t, other)
+	return matmulOut(fname, t, other, out)
 }

@@ -19,12 +19,16 @@
 // instance when an experiment finished) makes every data access fail with
 // the release reason; on a meta device (sim "meta" mode) results are
 // allocated with their exact sizes but hold no values: ops that need values
-// (item, tolist, "in") fail and printing shows "...".
+// (item, tolist, equal, allclose, "in") fail and printing shows "...".
 //
 // The kernels run on the CPU (for "cpu" tensors and for the simulated GPU,
-// whose memory is host-accessible), in parallel for large tensors;
-// float32/float64 matmul goes through gonum's BLAS. float16 and bfloat16
-// compute in float32 and round to nearest even on store.
+// whose memory is host-accessible), in parallel across cores for large
+// tensors, with vectorised C loops (AVX-512/AVX2/SSE2, chosen at load
+// time) for the contiguous float cases. float32/float64 matmul goes
+// through OpenBLAS when libopenblas is installed (loaded at run time,
+// never needed to build) and gonum's BLAS otherwise; see blas.go and the
+// MEMSH_BLAS environment variable. float16 and bfloat16 compute in float32
+// and round to nearest even on store.
 package tensor
 
 import (
@@ -57,14 +61,18 @@ import (
 // Operations (allocate their result; see the Tensor methods of the same
 // name for details):
 //
-//	matmul(a, b)               matrix product: 1-D, 2-D and batched with broadcasting
+//	matmul(a, b, out=None)     matrix product: 1-D, 2-D and batched with broadcasting
 //	cat(tensors, dim=0)        concatenation along an existing dimension
 //	stack(tensors, dim=0)      concatenation along a new dimension
 //	relu(t) neg(t) abs(t) exp(t) log(t) sqrt(t) tanh(t) sigmoid(t)
-//	add(a, b) sub(a, b) mul(a, b) div(a, b)
+//	add(a, b, out=None) sub(...) mul(...) div(...)   out= writes into an existing tensor, allocating nothing
+//	eq(a, b) ne lt le gt ge    elementwise comparisons: bool tensors
+//	equal(a, b)                True if same shape and elements (reads values)
+//	allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False)   (reads values)
 //	sum(t, dim=None, keepdim=False) mean(...) max(t, dim=None, keepdim=False) min(...)
 //	clone(t) reshape(t, *shape) transpose(t, d0, d1) t(t) permute(t, *dims)
 //	flatten(t, start_dim=0, end_dim=-1) squeeze(t, dim=None) unsqueeze(t, dim) numel(t)
+//	narrow(t, dim, start, length) select(t, dim, index)   views along any dimension
 //
 // Settings and the random generator (per Session):
 //
@@ -93,6 +101,12 @@ import (
 //	tensor.add: expected all tensors to be on the same device, but found at least two devices, cpu and cuda:0
 //	tensor.sum: memory on cuda:0 was released when experiment 'bs=16' finished
 //	tensor.item: device cuda:0 is meta: values are not stored
+//	tensor.add: for parameter out: shape [3, 2] does not match the result's shape [2, 3]
+//
+// Meta devices: every op allocates exactly what it would with data, and
+// what needs values (item, tolist, equal, allclose, "in") fails with the
+// meta error above; printing shows tensor(..., device='cuda:0',
+// size=(...), meta=True), since str() cannot fail.
 //
 // The Tensor type's attributes and methods are listed on [Tensor] and in
 // methods.go.
@@ -129,14 +143,16 @@ func members() starlark.StringDict {
 	for _, name := range []string{
 		"matmul", "relu", "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid",
 		"add", "sub", "mul", "div",
+		"eq", "ne", "lt", "le", "gt", "ge", "equal", "allclose",
 		"sum", "mean", "max", "min", "clone", "reshape", "transpose", "t", "permute",
-		"flatten", "squeeze", "unsqueeze", "numel",
+		"flatten", "squeeze", "unsqueeze", "numel", "narrow", "select",
 	} {
 		m[name] = starlark.NewBuiltin("tensor."+name, methodAsFunction(name))
 	}
 	for d := range numDTypes {
 		m[d.String()] = d
 	}
+	wrapGPUFunctions(m) // gpu_dispatch.go: real GPUs
 	return m
 }
 

@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"math"
+	"math/big"
 
 	"go.starlark.net/starlark"
 
@@ -273,12 +274,19 @@ func arange(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	if (step.f > 0 && end.f < start.f) || (step.f < 0 && end.f > start.f) {
 		return nil, fmt.Errorf("%s: upper bound and larger bound inconsistent with step sign", fname)
 	}
+	// The length, checked in float64 first so that huge ranges fail
+	// cleanly, then computed exactly for integers.
+	nf := math.Ceil((end.f - start.f) / step.f)
+	if nf > maxBytes {
+		return nil, fmt.Errorf("%s: shape [%.0f] needs more than 2^62 bytes", fname, nf)
+	}
 	var n int
 	if anyFloat {
-		n = int(math.Ceil((end.f - start.f) / step.f))
+		n = int(nf)
 	} else {
-		d := end.i - start.i
-		n = int((d + step.i - sign(step.i)) / step.i)
+		d := new(big.Int).Sub(big.NewInt(end.i), big.NewInt(start.i))
+		d.Add(d, big.NewInt(step.i-sign(step.i)))
+		n = int(d.Quo(d, big.NewInt(step.i)).Int64())
 	}
 	shape := []int{max(n, 0)}
 	t, err := newTensor(e, fname, device, dt, shape)

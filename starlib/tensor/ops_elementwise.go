@@ -182,7 +182,14 @@ func argOf(o operand, shape []int, common DType) binArg {
 
 // binary computes x op y into a new tensor (PyTorch broadcasting and type
 // promotion; true division gives a float result).
-func binary(op binOp, x, y operand) (starlark.Value, error) {
+func binary(op binOp, x, y operand) (starlark.Value, error) { return binaryOut(op, x, y, nil) }
+
+// binaryOut computes x op y into dst (the out= parameter), or into a new
+// tensor when dst is nil. dst must have the broadcast shape, be on the
+// operands' device, and have a dtype the result type can be cast to; it
+// may be one of the operands (element for element) but not overlap one
+// otherwise. With dst nothing is allocated.
+func binaryOut(op binOp, x, y operand, dst *Tensor) (starlark.Value, error) {
 	fname := binOpNames[op]
 	ops := []operand{x, y}
 	for _, o := range ops {
@@ -208,22 +215,55 @@ func binary(op binOp, x, y operand) (starlark.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := x.t
-	if e == nil {
-		e = y.t
-	}
-	out, err := newTensor(e.env, fname, device, common, shape)
-	if err != nil {
-		return nil, err
+	var out *Tensor
+	if dst != nil {
+		if err := checkOut(fname, dst, device, common, shape, x.t, y.t); err != nil {
+			return nil, err
+		}
+		out = dst
+	} else {
+		e := x.t
+		if e == nil {
+			e = y.t
+		}
+		if out, err = newTensor(e.env, fname, device, common, shape); err != nil {
+			return nil, err
+		}
 	}
 	if out.hasData() && out.Numel() > 0 {
-		if binaryKernel(op, layoutOf(out, shape), common, argOf(x, shape, common), argOf(y, shape, common), common, shape) {
+		if binaryKernel(op, layoutOf(out, shape), out.dtype, argOf(x, shape, common), argOf(y, shape, common), common, shape) {
 			return nil, fmt.Errorf("%s: ZeroDivisionError: integer division by zero", fname)
 		}
 	}
 	runtime.KeepAlive(x.t)
 	runtime.KeepAlive(y.t)
 	return out, nil
+}
+
+// checkOut checks an out= tensor for a result of the given device, dtype
+// and shape computed from the tensors ins (nil entries are numbers).
+func checkOut(fname string, dst *Tensor, device string, dt DType, shape []int, ins ...*Tensor) error {
+	if err := dst.checkLive(fname); err != nil {
+		return err
+	}
+	if d := dst.mem.Device(); d != device {
+		return fmt.Errorf("%s: for parameter out: expected all tensors to be on the same device, but found at least two devices, %s and %s", fname, device, d)
+	}
+	if !slices.Equal(dst.shape, shape) {
+		return fmt.Errorf("%s: for parameter out: shape %s does not match the result's shape %s", fname, fmtShape(dst.shape), fmtShape(shape))
+	}
+	if !canCast(dt, dst.dtype) {
+		return fmt.Errorf("%s: for parameter out: result type %s can't be cast to the desired output type %s", fname, dt, dst.dtype)
+	}
+	if err := internalOverlap(fname, dst); err != nil {
+		return err
+	}
+	for _, t := range ins {
+		if t != nil && overlaps(dst, t) {
+			return fmt.Errorf("%s: unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location", fname)
+		}
+	}
+	return nil
 }
 
 // inplace computes self op= other into self; nothing is allocated.

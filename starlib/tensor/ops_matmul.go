@@ -11,7 +11,12 @@ import (
 // batches of matrices whose batch dimensions broadcast. Both operands must
 // have the same dtype and device; the result ([..., n, m], contiguous) is
 // the only allocation.
-func matmul(fname string, a, b *Tensor) (*Tensor, error) {
+func matmul(fname string, a, b *Tensor) (*Tensor, error) { return matmulOut(fname, a, b, nil) }
+
+// matmulOut is matmul into dst (the out= parameter) when dst is not nil:
+// dst must be contiguous, of the result's shape, dtype and device, and
+// not overlap a or b; then nothing is allocated.
+func matmulOut(fname string, a, b, dst *Tensor) (*Tensor, error) {
 	if err := a.checkLive(fname); err != nil {
 		return nil, err
 	}
@@ -62,16 +67,38 @@ func matmul(fname string, a, b *Tensor) (*Tensor, error) {
 	if len(b.shape) > 1 {
 		shape = append(shape, m)
 	}
-	out, err := newTensor(a.env, fname, a.mem.Device(), a.dtype, shape)
-	if err != nil {
-		return nil, err
+	var out *Tensor
+	if dst != nil {
+		if err := checkOut(fname, dst, a.mem.Device(), a.dtype, shape, a, b); err != nil {
+			return nil, err
+		}
+		if dst.dtype != a.dtype || !dst.isContiguous() {
+			return nil, fmt.Errorf("%s: for parameter out: want a contiguous %s tensor, got a %s one", fname, a.dtype, layoutName(dst))
+		}
+		// The kernel writes from element 0 of a contiguous layout.
+		out = dst.viewOf(shape, contiguousStrides(shape), dst.offset)
+	} else {
+		if out, err = newTensor(a.env, fname, a.mem.Device(), a.dtype, shape); err != nil {
+			return nil, err
+		}
 	}
 	if out.hasData() {
 		aSt := batchStrides(am, batch)
 		bSt := batchStrides(bm, batch)
 		batchedMatmul(a.dtype, batch, am, bm, aSt, bSt, n, k, m, out)
 	}
+	if dst != nil {
+		return dst, nil
+	}
 	return out, nil
+}
+
+// layoutName describes t's dtype and layout for messages.
+func layoutName(t *Tensor) string {
+	if t.isContiguous() {
+		return "contiguous " + t.dtype.String()
+	}
+	return "non-contiguous " + t.dtype.String()
 }
 
 // batchStrides returns the strides of t's batch dimensions (all but the

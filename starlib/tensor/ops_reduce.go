@@ -105,8 +105,8 @@ func reduce(kind reduceKind, fname string, t *Tensor, args starlark.Tuple, kwarg
 	return out, nil
 }
 
-// extreme implements max and min: with no dim, a 0-dim tensor; with dim, a
-// tuple (values, indices) like PyTorch's named tuple (indices are int64).
+// extreme implements max and min: with no dim, a 0-dim tensor; with dim,
+// the pair (values, indices) as PyTorch's named tuple (indices are int64).
 func extreme(kind reduceKind, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var dimV starlark.Value
 	keepdim := false
@@ -161,7 +161,11 @@ func extreme(kind reduceKind, fname string, t *Tensor, args starlark.Tuple, kwar
 	}
 	runtime.KeepAlive(t)
 	if withDim {
-		return starlark.Tuple{vals, idx}, nil
+		name := "max"
+		if kind == redMin {
+			name = "min"
+		}
+		return &valuesIndices{kind: name, values: vals, indices: idx}, nil
 	}
 	return vals, nil
 }

@@ -67,6 +67,9 @@ func inferShape(fname string, shape []int, n int) ([]int, error) {
 		case s < 0:
 			return nil, fmt.Errorf("%s: invalid shape dimension %d", fname, s)
 		default:
+			if s > 0 && prod > maxBytes/s {
+				return nil, fmt.Errorf("%s: shape '%s' is invalid for input of size %d", fname, fmtShape(shape), n)
+			}
 			prod *= s
 		}
 	}
@@ -227,12 +230,74 @@ func expanded(fname string, t *Tensor, sizes []int) (*Tensor, error) {
 				fname, s, old, i, fmtShape(sizes), fmtShape(t.shape))
 		}
 	}
+	if _, err := checkSize(fname, shape, t.dtype); err != nil {
+		return nil, err
+	}
 	return t.viewOf(shape, strides, t.offset), nil
+}
+
+// narrowed is the view t.narrow(dim, start, length): length elements of
+// dimension dim from start (negative start counts from the end).
+func narrowed(fname string, t *Tensor, dim, start, length int) (*Tensor, error) {
+	if err := t.checkLive(fname); err != nil {
+		return nil, err
+	}
+	if len(t.shape) == 0 {
+		return nil, fmt.Errorf("%s: narrow() cannot be applied to a 0-dim tensor", fname)
+	}
+	d, err := wrapDim(fname, dim, len(t.shape))
+	if err != nil {
+		return nil, err
+	}
+	size := t.shape[d]
+	if start < -size || start > size {
+		return nil, fmt.Errorf("%s: start out of range (expected to be in range of [%d, %d], but got %d)", fname, -size, size, start)
+	}
+	if start < 0 {
+		start += size
+	}
+	if length < 0 {
+		return nil, fmt.Errorf("%s: narrow(): length must be non-negative, got %d", fname, length)
+	}
+	if start > size-length {
+		return nil, fmt.Errorf("%s: start (%d) + length (%d) exceeds dimension size (%d)", fname, start, length, size)
+	}
+	shape := slices.Clone(t.shape)
+	shape[d] = length
+	return t.viewOf(shape, slices.Clone(t.strides), t.offset+start*t.strides[d]), nil
+}
+
+// selected is the view t.select(dim, index): dimension dim removed at
+// index (negative counts from the end).
+func selected(fname string, t *Tensor, dim, index int) (*Tensor, error) {
+	if err := t.checkLive(fname); err != nil {
+		return nil, err
+	}
+	if len(t.shape) == 0 {
+		return nil, fmt.Errorf("%s: select() cannot be applied to a 0-dim tensor", fname)
+	}
+	d, err := wrapDim(fname, dim, len(t.shape))
+	if err != nil {
+		return nil, err
+	}
+	size := t.shape[d]
+	if index < -size || index >= size {
+		return nil, fmt.Errorf("%s: index %d out of range for tensor of size %s at dimension %d", fname, index, fmtShape(t.shape), d)
+	}
+	if index < 0 {
+		index += size
+	}
+	shape := slices.Delete(slices.Clone(t.shape), d, d+1)
+	strides := slices.Delete(slices.Clone(t.strides), d, d+1)
+	return t.viewOf(shape, strides, t.offset+index*t.strides[d]), nil
 }
 
 // copyTo returns a new contiguous copy of src on device with dtype dt.
 // A source on a meta device gives zeros on a device that stores values.
 func copyTo(fname string, src *Tensor, device string, dt DType) (*Tensor, error) {
+	if out, ok, err := gpuCopyTo(fname, src, device, dt); ok { // gpu_copy.go: real GPUs
+		return out, err
+	}
 	if err := src.checkLive(fname); err != nil {
 		return nil, err
 	}
@@ -337,6 +402,9 @@ func concat(fname string, all []*Tensor, dim int) (*Tensor, error) {
 			if j != d && t.shape[j] != ref.shape[j] {
 				return nil, fmt.Errorf("%s: sizes of tensors must match except in dimension %d; expected size %d but got size %d for tensor number %d in the list", fname, d, ref.shape[j], t.shape[j], i)
 			}
+		}
+		if shape[d] > maxBytes-t.shape[d] {
+			return nil, fmt.Errorf("%s: the result's dimension %d has more than 2^62 elements", fname, d)
 		}
 		shape[d] += t.shape[d]
 	}

@@ -19,8 +19,9 @@ import (
 // tensor refers to it.
 //
 // Value semantics, where Starlark differs from Python:
-//   - a tensor is unhashable; == and != compare identity (PyTorch's
-//     elementwise comparisons are not expressible in Starlark);
+//   - a tensor is unhashable; == and != compare identity (they must give
+//     a bool in Starlark) and < <= > >= are errors: the elementwise
+//     comparisons are the methods eq ne lt le gt ge (ops_compare.go);
 //   - truth is "has at least one element" (PyTorch raises for
 //     multi-element tensors; Starlark's truth test cannot fail);
 //   - len(t) is t.shape[0], 0 for a 0-dim tensor;
@@ -60,6 +61,7 @@ var (
 	_ starlark.Indexable  = (*Tensor)(nil)
 	_ starlark.Mapping    = (*Tensor)(nil)
 	_ starlark.Value      = (*Tensor)(nil)
+	_ starlark.Comparable = (*Tensor)(nil)
 	_ starlark.Comparable = DType(0)
 )
 
@@ -154,14 +156,30 @@ func (t *Tensor) needData(fname string) error {
 }
 
 func noDataError(e *env.Env, fname, device string) error {
-	if a, err := e.Manager.Allocator(device); err == nil && a.Device().Kind() != "sim" {
+	if !isMetaDevice(e, device) {
 		return fmt.Errorf("%s: device %s: values are not host-accessible", fname, device)
 	}
 	return fmt.Errorf("%s: device %s is meta: values are not stored", fname, device)
 }
 
+// isMetaDevice reports whether device is a simulated GPU in meta mode
+// (memory that stores no values; a real GPU's memory is not host-accessible
+// either, but it holds values).
+func isMetaDevice(e *env.Env, device string) bool {
+	a, err := e.Manager.Allocator(device)
+	return err == nil && a.Device().Kind() == "sim"
+}
+
+// isMeta reports whether t lives on a meta device.
+func (t *Tensor) isMeta() bool { return !t.hasData() && isMetaDevice(t.env, t.mem.Device()) }
+
 // String returns the PyTorch-style representation (see format.go).
-func (t *Tensor) String() string { return formatTensor(t) }
+func (t *Tensor) String() string {
+	if s, ok := gpuStringHook(t); ok { // gpu_dispatch.go: real GPUs
+		return s
+	}
+	return formatTensor(t)
+}
 
 // Type returns "tensor".
 func (t *Tensor) Type() string { return "tensor" }
@@ -263,6 +281,9 @@ func (t *Tensor) index(fname string, k starlark.Value) (*Tensor, error) {
 // tensor broadcastable to t[i] (copy). Nothing is allocated.
 func (t *Tensor) SetKey(k, v starlark.Value) error {
 	const fname = "tensor.__setitem__"
+	if ok, err := gpuSetKeyHook(t, k, v); ok {
+		return err
+	}
 	dst, err := t.index(fname, k)
 	if err != nil {
 		return err
@@ -295,6 +316,9 @@ func (it *tensorIter) Done() {}
 // Has implements "x in t": whether some element equals the number x.
 func (t *Tensor) Has(y starlark.Value) (bool, error) {
 	const fname = "tensor.__contains__"
+	if found, ok, err := gpuHasHook(t, y); ok {
+		return found, err
+	}
 	f, ok := starlark.AsFloat(y)
 	if !ok {
 		if b, isBool := y.(starlark.Bool); isBool {
@@ -342,6 +366,9 @@ func (t *Tensor) Binary(op syntax.Token, y starlark.Value, side starlark.Side) (
 	} else if err != nil {
 		return nil, fmt.Errorf("%s: %v", binOpNames[bop], err)
 	}
+	if r, ok, err := gpuBinaryHook(t, op, y, side); ok {
+		return r, err
+	}
 	x := operand{t: t}
 	if side == starlark.Right {
 		return binary(bop, other, x)
@@ -353,6 +380,9 @@ func (t *Tensor) Binary(op syntax.Token, y starlark.Value, side starlark.Side) (
 func (t *Tensor) Unary(op syntax.Token) (starlark.Value, error) {
 	switch op {
 	case syntax.MINUS:
+		if r, ok, err := gpuUnaryHook(t, op); ok {
+			return r, err
+		}
 		return unary("tensor.neg", uNeg, t)
 	case syntax.PLUS:
 		return t, nil

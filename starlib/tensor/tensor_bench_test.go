@@ -53,8 +53,21 @@ func BenchmarkAddFloat32(b *testing.B) {
 	}
 }
 
+// BenchmarkAddOutFloat32 measures tensor.add(a, b, out=c): the kernel
+// alone, no allocation (NumPy's np.add(a, b, out=c)).
+func BenchmarkAddOutFloat32(b *testing.B) {
+	for _, n := range []int{1024, 2048, 4096} {
+		b.Run(strconv.Itoa(n)+"x"+strconv.Itoa(n), func(b *testing.B) {
+			s := strconv.Itoa(n)
+			f, fn := benchFunc(b, "a = tensor.rand("+s+", "+s+", device='cuda')\nb = tensor.rand("+s+", "+s+", device='cuda')\nc = tensor.empty("+s+", "+s+", device='cuda')", "tensor.add(a, b, out=c)")
+			benchCall(b, f, fn, int64(3*n*n*4))
+		})
+	}
+}
+
 // BenchmarkMatmulFloat32 measures a 1024×1024 by 1024×1024 float32 matmul
-// (gonum blas32.Sgemm); report GFLOP/s as 2·n³ / (ns/op).
+// through the BLAS in use (OpenBLAS when installed, else gonum: see
+// blas.go); GFLOP/s is 2·n³ / (ns/op).
 func BenchmarkMatmulFloat32(b *testing.B) {
 	for _, dev := range []string{"cpu", "cuda"} {
 		b.Run("1024/"+dev, func(b *testing.B) {

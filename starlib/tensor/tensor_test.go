@@ -476,7 +476,7 @@ a.zero_()
 		meta.wantErr(c.src, c.name+": device cuda:0 is meta: values are not stored")
 	}
 	meta.run(`
-assert.eq(str(a), "tensor(..., device='cuda:0', size=(1024, 1024))")
+assert.eq(str(a), "tensor(..., device='cuda:0', size=(1024, 1024), meta=True)")
 assert.eq(b.shape, (1024, 1024))
 s = a.to("cpu")
 assert.eq(s.sum().item(), 0.0)
