@@ -2,23 +2,53 @@ package scope
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend/cuda"
 	"github.com/memsh/memsh/backend/host"
+	"github.com/memsh/memsh/backend/nvml"
 	"github.com/memsh/memsh/backend/sim"
 )
 
-// OpenDevices opens the GPU devices a --device value selects: "auto" or ""
-// (real GPUs when usable; until the cuda backend exists, the simulator with
-// a notice), "sim" or "sim:SPEC" (backend/sim), or "cpu" (no GPU). notice is
-// a one-line message for stderr, or "".
+// DeviceOptions name the system libraries OpenDevicesWith uses; zero values
+// mean the defaults.
+type DeviceOptions struct {
+	// CUDALibrary is the driver library's path ("" means $MEMSH_LIBCUDA or
+	// libcuda.so.1).
+	CUDALibrary string
+	// NVML is the gate for NVML's views of the GPUs (nil means
+	// nvml.Default(), the system's libnvidia-ml).
+	NVML *nvml.Gate
+}
+
+// OpenDevices opens the GPU devices a --device value selects:
+//
+//	"auto" or ""   real NVIDIA GPUs when the CUDA driver is usable, else the
+//	               simulator (sim.DefaultSpec), with a one-line notice saying why
+//	"cuda"         real GPUs; an error saying why when the driver is not usable
+//	"sim", "sim:SPEC"  simulated GPUs (see backend/sim)
+//	"cpu"          no GPU
+//
+// notice is a one-line message for stderr, or "". Real GPUs are
+// *cuda.Device values, numbered by CUDA ordinal (CUDA_VISIBLE_DEVICES
+// applies), each with its NVML view attached by UUID when NVML is usable.
 func OpenDevices(spec string) (gpus []backend.Device, notice string, err error) {
+	return OpenDevicesWith(spec, DeviceOptions{})
+}
+
+// OpenDevicesWith is OpenDevices with explicit libraries.
+func OpenDevicesWith(spec string, o DeviceOptions) (gpus []backend.Device, notice string, err error) {
 	switch {
 	case spec == "" || spec == "auto":
+		gpus, err := openCUDA(o)
+		if err == nil {
+			return gpus, "", nil
+		}
 		sp, _ := sim.ParseSpec(sim.DefaultSpec)
-		return simDevices(sp), fmt.Sprintf("memsh: no usable NVIDIA GPU backend; using the simulator (--device sim:%s)", sp), nil
+		return simDevices(sp), fmt.Sprintf("memsh: no usable NVIDIA GPU backend (%v); using the simulator (--device sim:%s)", err, sp), nil
 	case spec == "cpu":
 		return nil, "", nil
 	case spec == "sim" || strings.HasPrefix(spec, "sim:"):
@@ -28,9 +58,37 @@ func OpenDevices(spec string) (gpus []backend.Device, notice string, err error) 
 		}
 		return simDevices(sp), "", nil
 	case spec == "cuda":
-		return nil, "", fmt.Errorf("--device cuda: the CUDA backend is not available in this build")
+		gpus, err := openCUDA(o)
+		if err != nil {
+			return nil, "", fmt.Errorf("--device cuda: %v", err)
+		}
+		return gpus, "", nil
 	}
 	return nil, "", fmt.Errorf("--device: unknown device %q (want auto, cuda, sim[:SPEC] or cpu)", spec)
+}
+
+// openCUDA opens the driver's devices and attaches their NVML views.
+func openCUDA(o DeviceOptions) ([]backend.Device, error) {
+	drv, err := cuda.Open(o.CUDALibrary)
+	if err != nil {
+		return nil, err
+	}
+	g := o.NVML
+	if g == nil {
+		g = nvml.Default()
+	}
+	var out []backend.Device
+	for _, d := range drv.Devices() {
+		var view *nvml.Device
+		if g.Available() {
+			if v, err := g.ByUUID(d.UUID()); err == nil {
+				view = v
+			}
+		}
+		d.SetNVML(view) // devices are shared by the process: replace any earlier view
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 func simDevices(sp sim.Spec) []backend.Device {
@@ -43,23 +101,88 @@ func simDevices(sp sim.Spec) []backend.Device {
 }
 
 // DeviceTable formats the devices as `memsh devices` prints them: index,
-// device string, description, total, free and used memory, and backend,
-// followed by host RAM.
+// device string, name, UUID, total, free and used memory, and the backend
+// serving each, then the GPUs NVML sees that CUDA does not serve (hidden by
+// CUDA_VISIBLE_DEVICES, or the parents of MIG devices), then host RAM.
+// Figures of real GPUs come from NVML when it is usable (creating no CUDA
+// context), else from cuMemGetInfo (which creates the context).
 func DeviceTable(gpus []backend.Device) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "INDEX\tDEVICE\tNAME\tTOTAL\tFREE\tUSED\tBACKEND\n")
+	fmt.Fprintf(tw, "INDEX\tDEVICE\tNAME\tUUID\tTOTAL\tFREE\tUSED\tBACKEND\n")
+	served := map[string]bool{}
+	var gate *nvml.Gate
 	for i, d := range gpus {
-		free, total, err := d.MemGetInfo()
+		uuid, backendName := "-", d.Kind()
+		var total, free uint64
+		var err error
+		if c, ok := d.(*cuda.Device); ok {
+			uuid = c.UUID()
+			served[nvml.NormalizeUUID(uuid)] = true
+			backendName = "cuda " + c.Driver().VersionString()
+			if v := c.NVML(); v != nil {
+				gate = v.Gate()
+				backendName += ", NVML"
+				var m nvml.Memory
+				if m, err = v.Memory(); err == nil {
+					total, free = m.Total, m.Free
+				}
+			} else {
+				free, total, err = d.MemGetInfo()
+			}
+		} else {
+			free, total, err = d.MemGetInfo()
+		}
 		if err != nil {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t?\t?\t?\t%s (%v)\n", i, d.Name(), d.Description(), d.Kind(), err)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t?\t?\t?\t%s (%v)\n", i, d.Name(), d.Description(), uuid, backendName, err)
 			continue
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i, d.Name(), d.Description(),
-			backend.FormatBytes(int64(total)), backend.FormatBytes(int64(free)), backend.FormatBytes(int64(total-free)), d.Kind())
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i, d.Name(), d.Description(), uuid,
+			fmtSize(total), fmtSize(free), fmtSize(total-free), backendName)
+	}
+	if gate != nil {
+		unservedRows(tw, gate, served)
 	}
 	total, avail := host.Total(), host.Available()
-	fmt.Fprintf(tw, "-\tcpu\thost RAM\t%s\t%s\t%s\thost\n", backend.FormatBytes(int64(total)), backend.FormatBytes(int64(avail)), backend.FormatBytes(int64(total-avail)))
+	fmt.Fprintf(tw, "-\tcpu\thost RAM\t-\t%s\t%s\t%s\thost\n", fmtSize(total), fmtSize(avail), fmtSize(total-avail))
 	tw.Flush()
 	return b.String()
+}
+
+func fmtSize(n uint64) string { return backend.FormatBytes(int64(n)) }
+
+// unservedRows lists the GPUs and MIG devices NVML sees that no CUDA
+// device serves.
+func unservedRows(tw *tabwriter.Writer, g *nvml.Gate, served map[string]bool) {
+	all, err := g.Devices()
+	if err != nil {
+		return
+	}
+	why := "not visible to CUDA"
+	if v, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES"); ok {
+		why = fmt.Sprintf("hidden by CUDA_VISIBLE_DEVICES=%s", v)
+	}
+	row := func(d *nvml.Device, reason string) {
+		m, err := d.Memory()
+		if err != nil {
+			fmt.Fprintf(tw, "-\t-\t%s\t%s\t?\t?\t?\tnvml only (%s; %v)\n", d.Name, d.UUID, reason, err)
+			return
+		}
+		fmt.Fprintf(tw, "-\t-\t%s\t%s\t%s\t%s\t%s\tnvml only (%s)\n", d.Name, d.UUID, fmtSize(m.Total), fmtSize(m.Free), fmtSize(m.Total-m.Free), reason)
+	}
+	for _, d := range all {
+		migs, _ := d.MIGDevices()
+		if !served[nvml.NormalizeUUID(d.UUID)] {
+			if len(migs) > 0 {
+				row(d, "in MIG mode: CUDA serves its MIG devices")
+			} else {
+				row(d, why)
+			}
+		}
+		for _, m := range migs {
+			if !served[nvml.NormalizeUUID(m.UUID)] {
+				row(m, why)
+			}
+		}
+	}
 }

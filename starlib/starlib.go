@@ -10,28 +10,51 @@ import (
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/starlib/courtesy"
 	"github.com/memsh/memsh/starlib/cuda"
 	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/starlib/gpu"
+	"github.com/memsh/memsh/starlib/host"
+	memlog "github.com/memsh/memsh/starlib/log"
+	"github.com/memsh/memsh/starlib/memtrace"
+	"github.com/memsh/memsh/starlib/profile"
+	"github.com/memsh/memsh/starlib/report"
+	"github.com/memsh/memsh/starlib/sweep"
 	"github.com/memsh/memsh/starlib/tensor"
 )
 
 // Predeclared returns a new dict of memsh's session-independent
 // predeclared names:
 //
-//	cuda, tensor           modules
+//	cuda, tensor, gpu      modules
+//	sweep                  module: max_fit and grid, each point a trial
+//	host, log, courtesy    modules (host figures, per-statement logger, courtesy)
+//	memtrace, profile, profiled, profile_report, report
+//	                       the measurement toolkit (packages memtrace,
+//	                       profile, report)
 //	gc()                   reclaim now; returns the bytes freed
 //	fmt_bytes(n)           "1.50 GiB": IEC units, two decimals
 //	KiB MiB GiB TiB        1024, 1024², 1024³, 1024⁴
 func Predeclared() starlark.StringDict {
 	return starlark.StringDict{
-		"cuda":      cuda.Module,
-		"tensor":    tensor.Module,
-		"gc":        starlark.NewBuiltin("gc", gc),
-		"fmt_bytes": starlark.NewBuiltin("fmt_bytes", fmtBytes),
-		"KiB":       starlark.MakeInt64(1 << 10),
-		"MiB":       starlark.MakeInt64(1 << 20),
-		"GiB":       starlark.MakeInt64(1 << 30),
-		"TiB":       starlark.MakeInt64(1 << 40),
+		"cuda":           cuda.Module,
+		"gpu":            gpu.Module,
+		"tensor":         tensor.Module,
+		"sweep":          sweep.Module,
+		"gc":             starlark.NewBuiltin("gc", gc),
+		"host":           host.Module,
+		"log":            memlog.Module,
+		"memtrace":       memtrace.Builtin,
+		"profile":        profile.Builtins["profile"],
+		"profiled":       profile.Builtins["profiled"],
+		"profile_report": profile.Builtins["profile_report"],
+		"report":         report.Builtin,
+		"courtesy":       courtesy.Module,
+		"fmt_bytes":      starlark.NewBuiltin("fmt_bytes", fmtBytes),
+		"KiB":            starlark.MakeInt64(1 << 10),
+		"MiB":            starlark.MakeInt64(1 << 20),
+		"GiB":            starlark.MakeInt64(1 << 30),
+		"TiB":            starlark.MakeInt64(1 << 40),
 	}
 }
 

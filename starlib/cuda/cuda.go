@@ -30,10 +30,12 @@ import (
 //	max_memory_reserved(device=None)   peak of memory_reserved
 //	reset_peak_memory_stats(device=None)  restart the ".peak" statistics
 //	memory_stats(device=None)      dict of PyTorch's memory_stats() keys
-//	memory_summary(device=None)    a printable table of the main statistics
+//	memory_summary(device=None, abbreviated=False)  PyTorch's memory_summary table
 //	empty_cache()                  release cached segments with no allocated block (every GPU)
 //	synchronize(device=None)       wait for the device (no-op on the simulator)
 //	malloc(nbytes, device=None)    a raw buffer: .nbytes .device .free()
+//	record_memory_history(enabled=True, max_entries=100000)  record allocator events with Starlark frames
+//	dump_snapshot(path)            write a memory_viz snapshot (pickle) of segments, blocks and the recorded events
 //
 // Every figure is read after a reclaim, so memory no Starlark value can reach
 // never counts, as in a reference-counted runtime.
@@ -56,6 +58,8 @@ var Module = &starlarkstruct.Module{
 		"empty_cache":             starlark.NewBuiltin("cuda.empty_cache", emptyCache),
 		"synchronize":             starlark.NewBuiltin("cuda.synchronize", synchronize),
 		"malloc":                  starlark.NewBuiltin("cuda.malloc", mallocBuiltin),
+		"record_memory_history":   starlark.NewBuiltin("cuda.record_memory_history", recordMemoryHistory),
+		"dump_snapshot":           starlark.NewBuiltin("cuda.dump_snapshot", dumpSnapshot),
 	},
 }
 
@@ -248,48 +252,116 @@ func memoryStats(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tup
 }
 
 func memorySummary(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	m, a, err := deviceArg(thread, b, args, kwargs)
+	var dev starlark.Value
+	var abbreviated bool
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "device?", &dev, "abbreviated?", &abbreviated); err != nil {
+		return nil, err
+	}
+	m, err := manager(thread, b)
+	if err != nil {
+		return nil, err
+	}
+	a, err := Resolve(m, b.Name(), "device", dev)
 	if err != nil {
 		return nil, err
 	}
 	m.Reclaim()
-	return starlark.String(Summary(a)), nil
+	return starlark.String(summary(a, abbreviated)), nil
 }
 
-// Summary formats the main memory_stats() figures of an allocator as a
-// table in the spirit of torch.cuda.memory_summary().
-func Summary(a backend.Allocator) string {
+// Summary is torch.cuda.memory_summary(device) for an allocator: PyTorch's
+// 75-column table of memory_stats() — allocated, active, requested,
+// reserved and non-releasable memory, then allocation, active, segment and
+// non-releasable counts, each for all pools and the large and small pools,
+// with current, peak, total allocated and total freed values — formatted as
+// PyTorch formats it: sizes in the unit that keeps the row's "all" figure
+// below 768 of it (B, KiB, MiB, ...; integer division), counts in units of
+// 1000 (K, M) below 750 of them.
+func Summary(a backend.Allocator) string { return summary(a, false) }
+
+// summary is Summary; abbreviated leaves out the per-pool rows.
+func summary(a backend.Allocator, abbreviated bool) string {
 	st := a.Stats()
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "memsh memory summary, device %s (%s)\n", a.Device().Name(), a.Device().Description())
-	fmt.Fprintf(&sb, "%-24s %14s %14s %14s %14s\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed")
-	rows := []struct{ label, key string }{
-		{"Allocated memory", "allocated_bytes"},
-		{"Active memory", "active_bytes"},
-		{"Requested memory", "requested_bytes"},
-		{"Reserved memory", "reserved_bytes"},
-		{"Non-releasable memory", "inactive_split_bytes"},
-	}
-	for _, r := range rows {
-		for _, pool := range []string{"all", "large_pool", "small_pool"} {
-			label := r.label
-			if pool != "all" {
-				label = "  from " + strings.TrimSuffix(pool, "_pool") + " pool"
+	index := 0
+	fmt.Sscanf(a.Device().Name(), "cuda:%d", &index)
+
+	formatSize := func(sz, pref int64) string {
+		prefixes := []string{"B  ", "KiB", "MiB", "GiB", "TiB", "PiB"}
+		prefix := prefixes[0]
+		p := float64(pref)
+		for _, np := range prefixes[1:] {
+			if p < 768*1024 {
+				break
 			}
-			p := r.key + "." + pool + "."
-			fmt.Fprintf(&sb, "%-24s %14s %14s %14s %14s\n", label,
-				backend.FormatBytes(st[p+"current"]), backend.FormatBytes(st[p+"peak"]),
-				backend.FormatBytes(st[p+"allocated"]), backend.FormatBytes(st[p+"freed"]))
+			prefix = np
+			sz /= 1024
+			p /= 1024
+		}
+		return fmt.Sprintf("%6d %s", sz, prefix)
+	}
+	formatCount := func(cnt, pref int64) string {
+		prefixes := []string{" ", "K", "M"}
+		prefix := prefixes[0]
+		p := float64(pref)
+		for _, np := range prefixes[1:] {
+			if p < 750*1000 {
+				break
+			}
+			prefix = np
+			cnt /= 1000
+			p /= 1000
+		}
+		return fmt.Sprintf("%7d %s ", cnt, prefix)
+	}
+
+	var lines []string
+	add := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
+	add("%s", strings.Repeat("=", 75))
+	add(" %16s memsh CUDA memory summary, device ID %-19d ", "", index)
+	add("%s", strings.Repeat("-", 75))
+	add("  %9s CUDA OOMs: %-12d | %6s cudaMalloc retries: %-8d  ", "", st["num_ooms"], "", st["num_alloc_retries"])
+	add("%s", strings.Repeat("=", 75))
+	add("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ")
+	metrics := []struct {
+		key, name string
+		format    func(int64, int64) string
+	}{
+		{"allocated_bytes", "Allocated memory", formatSize},
+		{"active_bytes", "Active memory", formatSize},
+		{"requested_bytes", "Requested memory", formatSize},
+		{"reserved_bytes", "GPU reserved memory", formatSize},
+		{"inactive_split_bytes", "Non-releasable memory", formatSize},
+		{"allocation", "Allocations", formatCount},
+		{"active", "Active allocs", formatCount},
+		{"segment", "GPU reserved segments", formatCount},
+		{"inactive_split", "Non-releasable allocs", formatCount},
+	}
+	for _, mt := range metrics {
+		add("%s", strings.Repeat("-", 75))
+		subs := [][2]string{{"all", mt.name}}
+		if !abbreviated {
+			subs = append(subs, [2]string{"large_pool", "      from large pool"}, [2]string{"small_pool", "      from small pool"})
+		}
+		var pref [4]int64
+		for i, sub := range subs {
+			p := mt.key + "." + sub[0] + "."
+			v := [4]int64{st[p+"current"], st[p+"peak"], st[p+"allocated"], st[p+"freed"]}
+			if i == 0 {
+				pref = v
+			}
+			add(" %-21s | %s | %s | %s | %s ", sub[1], mt.format(v[0], pref[0]), mt.format(v[1], pref[1]),
+				mt.format(v[2], pref[2]), mt.format(v[3], pref[3]))
 		}
 	}
-	counts := []struct{ label, key string }{{"Allocations", "allocation"}, {"Active allocs", "active"}, {"GPU reserved segments", "segment"}, {"Non-releasable allocs", "inactive_split"}}
-	for _, r := range counts {
-		p := r.key + ".all."
-		fmt.Fprintf(&sb, "%-24s %14d %14d %14d %14d\n", r.label, st[p+"current"], st[p+"peak"], st[p+"allocated"], st[p+"freed"])
+	for _, mt := range []struct{ key, name string }{{"oversize_allocations", "Oversize allocations"}, {"oversize_segments", "Oversize GPU segments"}} {
+		add("%s", strings.Repeat("-", 75))
+		p := mt.key + "."
+		v := [4]int64{st[p+"current"], st[p+"peak"], st[p+"allocated"], st[p+"freed"]}
+		add(" %-21s | %s | %s | %s | %s ", mt.name, formatCount(v[0], v[0]), formatCount(v[1], v[1]),
+			formatCount(v[2], v[2]), formatCount(v[3], v[3]))
 	}
-	fmt.Fprintf(&sb, "Device allocs: %d, device frees: %d, alloc retries: %d, OOMs: %d\n",
-		st["num_device_alloc"], st["num_device_free"], st["num_alloc_retries"], st["num_ooms"])
-	return sb.String()
+	add("%s", strings.Repeat("=", 75))
+	return "|" + strings.Join(lines, "|\n|") + "|\n"
 }
 
 func emptyCache(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {

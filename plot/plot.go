@@ -1,0 +1,105 @@
+// Package plot draws memsh's outputs as SVG or PNG charts with
+// gonum.org/v1/plot (memsh plot): a sweep's peak memory per device against
+// its swept parameter, from --out records, with each device's capacity
+// and the points that ran out of memory marked; and memory over time, from
+// a --trace file.
+package plot
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"path/filepath"
+	"strings"
+
+	gplot "gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/memsh/memsh/backend"
+)
+
+// DefaultWidth and DefaultHeight are the size of a chart.
+const (
+	DefaultWidth  = 8 * vg.Inch
+	DefaultHeight = 5 * vg.Inch
+)
+
+var oomColor = color.RGBA{R: 214, G: 39, B: 40, A: 255}
+
+// Save writes p to path as SVG or PNG, by the file's extension (".svg",
+// ".png"); width and height of 0 mean DefaultWidth and DefaultHeight.
+func Save(p *gplot.Plot, path string, width, height vg.Length) error {
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext != ".svg" && ext != ".png" {
+		return fmt.Errorf("%s: unsupported format %q (want .svg or .png)", path, ext)
+	}
+	if width <= 0 {
+		width = DefaultWidth
+	}
+	if height <= 0 {
+		height = DefaultHeight
+	}
+	return p.Save(width, height, path)
+}
+
+// byteUnit picks MiB or GiB (or KiB) for values up to maxBytes.
+func byteUnit(maxBytes float64) (float64, string) {
+	switch {
+	case maxBytes >= 1<<30:
+		return 1 << 30, "GiB"
+	case maxBytes >= 1<<20:
+		return 1 << 20, "MiB"
+	}
+	return 1 << 10, "KiB"
+}
+
+// log2Ticks labels powers of two.
+type log2Ticks struct{}
+
+func (log2Ticks) Ticks(lo, hi float64) []gplot.Tick {
+	var ticks []gplot.Tick
+	for e := math.Floor(math.Log2(lo)); math.Pow(2, e) <= hi*1.0001; e++ {
+		v := math.Pow(2, e)
+		if v >= lo*0.9999 {
+			ticks = append(ticks, gplot.Tick{Value: v, Label: trimFloat(v)})
+		}
+	}
+	return ticks
+}
+
+func trimFloat(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return fmt.Sprintf("%d", int64(v))
+	}
+	return fmt.Sprintf("%g", v)
+}
+
+// capacityLine is a horizontal dashed line at y from x0 to x1.
+func capacityLine(x0, x1, y float64, c color.Color) (*plotter.Line, error) {
+	l, err := plotter.NewLine(plotter.XYs{{X: x0, Y: y}, {X: x1, Y: y}})
+	if err != nil {
+		return nil, err
+	}
+	l.Color = c
+	l.Width = vg.Points(1.2)
+	l.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
+	return l, nil
+}
+
+func oomScatter(pts plotter.XYs) (*plotter.Scatter, error) {
+	s, err := plotter.NewScatter(pts)
+	if err != nil {
+		return nil, err
+	}
+	s.GlyphStyle = draw.GlyphStyle{Color: oomColor, Radius: vg.Points(4), Shape: draw.CrossGlyph{}}
+	return s, nil
+}
+
+func seriesColor(i int) color.Color { return plotutil.Color(i) }
+
+func capacityLabel(device string, total int64) string {
+	return fmt.Sprintf("%s capacity (%s)", device, backend.FormatBytes(total))
+}

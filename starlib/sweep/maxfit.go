@@ -1,0 +1,172 @@
+package sweep
+
+import (
+	"fmt"
+	"math"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/starlarkstruct"
+)
+
+// maxSize is the largest value max_fit tries: doubling stops there.
+const maxSize = 1 << 62
+
+// sweep.max_fit(fn, low=1, high=None, mode="power", margin=0.0,
+// max_trials=25, name="") finds the largest int n in [low, high] for which
+// fn(n) runs without running out of memory. See Module.
+func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var fn starlark.Callable
+	var highV, marginV starlark.Value = starlark.None, starlark.Float(0)
+	low, mode, maxTrials, name := 1, "power", 25, ""
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "fn", &fn, "low?", &low, "high?", &highV,
+		"mode?", &mode, "margin?", &marginV, "max_trials?", &maxTrials, "name?", &name); err != nil {
+		return nil, err
+	}
+	high := maxSize
+	switch h := highV.(type) {
+	case starlark.NoneType:
+	case starlark.Int:
+		v, ok := h.Int64()
+		if !ok || v > maxSize {
+			return nil, fmt.Errorf("%s: for parameter high: %s out of range", b.Name(), h)
+		}
+		high = int(v)
+	default:
+		return nil, fmt.Errorf("%s: for parameter high: got %s, want int or None", b.Name(), highV.Type())
+	}
+	if low < 1 {
+		return nil, fmt.Errorf("%s: for parameter low: got %d, want an int >= 1", b.Name(), low)
+	}
+	if low > high {
+		return nil, fmt.Errorf("%s: low (%d) > high (%d)", b.Name(), low, high)
+	}
+	if mode != "power" && mode != "binsearch" {
+		return nil, fmt.Errorf("%s: for parameter mode: unknown mode %q (want \"power\" or \"binsearch\")", b.Name(), mode)
+	}
+	margin, ok := starlark.AsFloat(marginV)
+	if !ok {
+		return nil, fmt.Errorf("%s: for parameter margin: got %s, want float", b.Name(), marginV.Type())
+	}
+	if !(margin >= 0 && margin < 1) {
+		return nil, fmt.Errorf("%s: for parameter margin: got %g, want 0 <= margin < 1", b.Name(), margin)
+	}
+	if maxTrials < 1 {
+		return nil, fmt.Errorf("%s: for parameter max_trials: got %d, want an int >= 1", b.Name(), maxTrials)
+	}
+	if name == "" {
+		name = fn.Name()
+	}
+	param := "value"
+	if f, ok := fn.(*starlark.Function); ok && f.NumParams() > 0 {
+		param, _ = f.Param(0)
+	}
+
+	r, err := newRunner(thread, b.Name(), name, fn)
+	if err != nil {
+		return nil, err
+	}
+	header := fmt.Sprintf("%s %q (%s, low=%d", b.Name(), name, mode, low)
+	if high != maxSize {
+		header += fmt.Sprintf(", high=%d", high)
+	}
+	header += ")"
+	unit, mine := r.rec.BeginUnit()
+	if !mine {
+		fmt.Fprintf(r.env.Out, "%s: unit %d runs on shard %d/%d, not on this one (%s)\n", header, unit,
+			unit%r.rec.Shard().Count, r.rec.Shard().Count, r.rec.Shard())
+		return fitResult(nil, -1, -1, low, margin, true), nil
+	}
+	r.bar = newProgress(r.env.Err, -1)
+
+	fit, oom := -1, -1 // largest n that ran, smallest n that ran out of memory
+	step := 0
+	try := func(n int) (string, error) {
+		p, err := r.run([]string{param}, starlark.StringDict{param: starlark.MakeInt(n)}, starlark.Tuple{starlark.MakeInt(n)}, nil, unit, step)
+		step++
+		if err != nil {
+			return "", err
+		}
+		switch p.status {
+		case "ok":
+			fit = max(fit, n)
+		case "oom":
+			if oom < 0 || n < oom {
+				oom = n
+			}
+		}
+		return p.status, nil
+	}
+	fail := func(err error) (starlark.Value, error) {
+		r.finish(header)
+		return nil, err
+	}
+
+	// Power: double from low until the first OOM (or high).
+	for n := low; step < maxTrials; {
+		status, err := try(n)
+		if err != nil {
+			return fail(err)
+		}
+		if status != "ok" || n >= high {
+			break
+		}
+		if n > high/2 {
+			n = high
+		} else {
+			n *= 2
+		}
+	}
+	// Binsearch: bisect between the last fit and the first OOM.
+	if mode == "binsearch" && fit >= 0 {
+		for oom >= 0 && oom-fit > 1 && step < maxTrials {
+			if _, err := try(fit + (oom-fit)/2); err != nil {
+				return fail(err)
+			}
+		}
+	}
+
+	var footer []string
+	converged := fit == high || (oom >= 0 && (mode == "power" || oom-fit <= 1))
+	if fit < 0 && oom == low {
+		converged = true
+	}
+	res := fitResult(r, fit, oom, low, margin, false)
+	best, _ := res.(*starlarkstruct.Struct).Attr("best")
+	switch {
+	case fit < 0:
+		footer = append(footer, fmt.Sprintf("nothing fits: %s=%d already runs out of memory", param, low))
+	case margin > 0:
+		footer = append(footer, fmt.Sprintf("largest %s that fits: %d; best with margin %g: %s", param, fit, margin, best))
+	default:
+		footer = append(footer, fmt.Sprintf("largest %s that fits: %d", param, fit))
+	}
+	if !converged {
+		footer = append(footer, fmt.Sprintf("stopped after max_trials=%d trials before finding the boundary", maxTrials))
+	}
+	r.finish(header, footer...)
+	return res, nil
+}
+
+// fitResult builds struct(best, fit, oom, trials).
+func fitResult(r *runner, fit, oom, low int, margin float64, skipped bool) starlark.Value {
+	var best, fitV, oomV starlark.Value = starlark.None, starlark.None, starlark.None
+	if fit >= 0 {
+		fitV = starlark.MakeInt(fit)
+		b := int(math.Floor(float64(fit) * (1 - margin)))
+		best = starlark.MakeInt(max(b, low))
+	}
+	if oom >= 0 {
+		oomV = starlark.MakeInt(oom)
+	}
+	trials := starlark.NewList(nil)
+	if r != nil {
+		trials = r.trialValues()
+	}
+	return starlarkstruct.FromStringDict(starlarkstruct.Default, starlark.StringDict{
+		"best":    best,
+		"fit":     fitV,
+		"oom":     oomV,
+		"trials":  trials,
+		"skipped": starlark.Bool(skipped),
+	})
+}

@@ -1,0 +1,304 @@
+// Package sweep is the Starlark module `sweep`: searches and grids over a
+// workload's parameters in which every point is a trial (DESIGN.md §3): an
+// out-of-memory error is data, memory is verified back at its baseline
+// between points, and each point is recorded (--out), resumable, and
+// assigned to a shard (--shard) by package record.
+package sweep
+
+import (
+	"fmt"
+	"strings"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/starlarkstruct"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/record"
+	"github.com/memsh/memsh/scope/measure"
+	"github.com/memsh/memsh/scope/refpath"
+	"github.com/memsh/memsh/starlib/env"
+)
+
+// Module is the sweep module:
+//
+//	max_fit(fn, low=1, high=None, mode="power", margin=0.0, max_trials=25, name="")
+//	    the largest int n in [low, high] for which fn(n) does not run out of
+//	    memory, PyTorch Lightning's batch-size finder: "power" doubles n from
+//	    low until the first OOM; "binsearch" then bisects between the last
+//	    fit and the first OOM down to the exact boundary; at most max_trials
+//	    calls. Returns struct(best, fit, oom, trials, skipped): fit is the
+//	    largest n that ran, oom the smallest that ran out of memory (None if
+//	    none did), best is floor(fit × (1 − margin)) but not below low (None
+//	    when nothing fits), trials the points in the order run, skipped
+//	    True when another shard runs this search. fn's first parameter
+//	    names the swept value; name names the sweep (default: fn's name).
+//	grid(fn, **values)
+//	    runs fn(**point) for every combination of the given lists of
+//	    values (the last parameter varying fastest). Returns struct(trials).
+//	    The sweep is named after fn.
+//
+// Each point of either is a trial: struct(name, params, status, error,
+// value, data, resumed), with status "ok", "oom" or "error" and data as
+// trial() gives it. A sweep empties the allocators' caches when it
+// starts, before each point (as Lightning's garbage_collection_cuda does)
+// and when it ends. After each point every allocator's allocated bytes
+// must be back at their figure from before the sweep, otherwise the sweep
+// stops with an error naming what still holds the memory (fn should return
+// plain values, not tensors). A point that fails with an error other than
+// out of memory stops the sweep with that error (it is recorded as
+// "error", never taken for an OOM). Both print a summary table
+// (parameters, status, peak per device above its figure before the sweep,
+// time) and show a progress bar on stderr while they run, when stderr is
+// a terminal.
+//
+// With --out FILE.jsonl, points that an earlier run recorded there as "ok"
+// or "oom" are not run again (marked resumed); points are recognised by the
+// sweep's name and their parameters. With --shard i/n only this shard's
+// units run: each grid point is a unit, and a whole max_fit search is one
+// unit; other shards' points are left out of the results.
+var Module = &starlarkstruct.Module{
+	Name: "sweep",
+	Members: starlark.StringDict{
+		"max_fit": starlark.NewBuiltin("sweep.max_fit", maxFit),
+		"grid":    starlark.NewBuiltin("sweep.grid", grid),
+	},
+}
+
+// point is one sweep point, run or resumed.
+type point struct {
+	name    string
+	keys    []string // parameter names, in order
+	params  starlark.StringDict
+	status  string // "ok", "oom", "error"
+	err     string
+	value   starlark.Value
+	data    *measure.Data
+	resumed bool
+}
+
+// Value returns struct(name, params, status, error, value, data, resumed).
+func (p *point) Value() starlark.Value {
+	params := starlark.NewDict(len(p.keys))
+	for _, k := range p.keys {
+		_ = params.SetKey(starlark.String(k), p.params[k])
+	}
+	var errv starlark.Value = starlark.None
+	if p.err != "" {
+		errv = starlark.String(p.err)
+	}
+	value := p.value
+	if value == nil {
+		value = starlark.None
+	}
+	return starlarkstruct.FromStringDict(starlarkstruct.Default, starlark.StringDict{
+		"name":    starlark.String(p.name),
+		"params":  params,
+		"status":  starlark.String(p.status),
+		"error":   errv,
+		"value":   value,
+		"data":    p.data.Value(),
+		"resumed": starlark.Bool(p.resumed),
+	})
+}
+
+// runner runs the points of one sweep.
+type runner struct {
+	thread  *starlark.Thread
+	env     *env.Env
+	rec     *record.State
+	builtin string // "sweep.max_fit"
+	sweep   string // the sweep's name
+	fn      starlark.Callable
+	allocs  []backend.Allocator // every GPU, then the host
+	base    []uint64            // their allocated bytes before the sweep
+	points  []*point
+	bar     *progress
+}
+
+func newRunner(thread *starlark.Thread, builtin, sweep string, fn starlark.Callable) (*runner, error) {
+	e, err := env.Of(thread, builtin)
+	if err != nil {
+		return nil, err
+	}
+	if e.Session == nil {
+		return nil, fmt.Errorf("%s: no memsh session on this thread", builtin)
+	}
+	r := &runner{thread: thread, env: e, rec: record.Of(e), builtin: builtin, sweep: sweep, fn: fn}
+	m := e.Manager
+	for i := 0; i < m.NumGPUs(); i++ {
+		r.allocs = append(r.allocs, m.GPU(i))
+	}
+	if m.Host() != nil {
+		r.allocs = append(r.allocs, m.Host())
+	}
+	m.Reclaim()
+	r.emptyCaches()
+	for _, a := range r.allocs {
+		r.base = append(r.base, a.Allocated())
+	}
+	return r, nil
+}
+
+// emptyCaches releases the allocators' cached segments, as Lightning's
+// garbage_collection_cuda does between trials. A sweep does it when it
+// starts, before every point and when it ends, so the state after a sweep
+// does not depend on which points ran (on this shard, or before a resume).
+func (r *runner) emptyCaches() {
+	for _, a := range r.allocs {
+		a.EmptyCache()
+	}
+}
+
+// baseline is the GPUs' allocated bytes before the sweep, by device.
+func (r *runner) baseline() map[string]int64 {
+	m := map[string]int64{}
+	for i, a := range r.allocs[:r.env.Manager.NumGPUs()] {
+		m[a.Device().Name()] = int64(r.base[i])
+	}
+	return m
+}
+
+// currentDevice is the current GPU's name, or "".
+func (r *runner) currentDevice() string {
+	m := r.env.Manager
+	if m.NumGPUs() == 0 {
+		return ""
+	}
+	return m.GPU(m.Current()).Device().Name()
+}
+
+// run runs (or resumes) one point at position (unit, step): fn(*args,
+// **kwargs) as a trial named after its parameters.
+func (r *runner) run(keys []string, params starlark.StringDict, args starlark.Tuple, kwargs []starlark.Tuple, unit, step int) (*point, error) {
+	p := &point{keys: keys, params: params, name: pointName(keys, params)}
+	j, err := record.Params(params)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", r.builtin, err)
+	}
+	r.bar.describe(r.builtin + " " + r.sweep + ": " + p.name)
+	if prev := r.rec.Lookup(r.sweep, j); prev != nil {
+		p.status, p.err, p.resumed = prev.Status, prev.Error, true
+		p.data = prev.Data(r.currentDevice())
+		r.points = append(r.points, p)
+		r.bar.add()
+		return p, nil
+	}
+
+	r.emptyCaches()
+	// The hook captures only the name and ev (cleared below): a removed
+	// hook may stay reachable for a while, and must not keep fn's value.
+	var ev *env.FinishEvent
+	name := p.name
+	remove := r.env.Session.OnFinish(func(e env.FinishEvent) {
+		if e.Kind == "trial" && e.Name == name && e.Params != nil {
+			ev = &e
+		}
+	})
+	r.rec.Enter(&record.Point{Sweep: r.sweep, Name: p.name, Unit: unit, Step: step, Baseline: r.baseline()})
+	v, err := r.env.Session.Trial(r.thread, p.name, r.fn, args, kwargs, params)
+	r.rec.Leave()
+	remove()
+	got := ev
+	ev = nil
+	if err != nil {
+		return nil, err
+	}
+	if got == nil {
+		return nil, fmt.Errorf("%s: internal error: trial %q sent no finish event", r.builtin, p.name)
+	}
+	p.status, p.err, p.data = got.Status, got.Error, got.Data
+	if s, ok := v.(*starlarkstruct.Struct); ok {
+		p.value, _ = s.Attr("value")
+	}
+	r.points = append(r.points, p)
+	r.bar.add()
+	if err := r.checkBaseline(p, got.Leaks); err != nil {
+		return nil, err
+	}
+	if err := r.rec.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %v", r.builtin, err)
+	}
+	if p.status == "error" {
+		return nil, fmt.Errorf("%s: trial %s failed with an error (not out of memory): %s", r.builtin, p.name, p.err)
+	}
+	return p, nil
+}
+
+// checkBaseline verifies that every allocator's allocated bytes are back
+// at their figure from before the sweep.
+func (r *runner) checkBaseline(p *point, leaks []string) error {
+	// The trial's finish has just reclaimed, so the figures are exact
+	// already; reclaim only to confirm a difference before reporting it.
+	back := true
+	for i, a := range r.allocs {
+		back = back && a.Allocated() == r.base[i]
+	}
+	if back {
+		return nil
+	}
+	r.env.Manager.Reclaim()
+	var diffs []string
+	for i, a := range r.allocs {
+		now, base := a.Allocated(), r.base[i]
+		switch {
+		case now > base:
+			diffs = append(diffs, fmt.Sprintf("%s has %s more allocated than before the sweep", a.Device().Name(), backend.FormatBytes(int64(now-base))))
+		case now < base:
+			diffs = append(diffs, fmt.Sprintf("%s has %s less allocated than before the sweep (the trial freed memory it did not allocate)", a.Device().Name(), backend.FormatBytes(int64(base-now))))
+		}
+	}
+	if len(diffs) == 0 {
+		return nil
+	}
+	held := append([]string(nil), leaks...)
+	refpath.Walk([]refpath.Root{{Name: "<the value fn returned>", Value: p.value}}, func(h refpath.Hit) bool {
+		held = append(held, fmt.Sprintf("%s %s %s", h.Memory.Device(), backend.FormatBytes(int64(h.Memory.Size())), h.Path))
+		return true
+	})
+	msg := fmt.Sprintf("%s: memory is not back at the baseline after trial %s: %s", r.builtin, p.name, strings.Join(diffs, "; "))
+	if len(held) > 0 {
+		msg += "; held by: " + strings.Join(held, ", ")
+	}
+	return fmt.Errorf("%s", msg)
+}
+
+// finish prints the summary table and closes the progress bar.
+func (r *runner) finish(header string, footer ...string) {
+	r.bar.close()
+	r.env.Manager.Reclaim()
+	r.emptyCaches()
+	writeTable(r.env.Out, header, r.points, r.gpuNames(), r.base, footer)
+}
+
+func (r *runner) gpuNames() []string {
+	var names []string
+	m := r.env.Manager
+	for i := 0; i < m.NumGPUs(); i++ {
+		names = append(names, m.GPU(i).Device().Name())
+	}
+	return names
+}
+
+func (r *runner) trialValues() *starlark.List {
+	l := make([]starlark.Value, len(r.points))
+	for i, p := range r.points {
+		l[i] = p.Value()
+	}
+	return starlark.NewList(l)
+}
+
+// pointName is a point's trial name: "bs=64", "bs=64, seq=512".
+func pointName(keys []string, params starlark.StringDict) string {
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + valueText(params[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+func valueText(v starlark.Value) string {
+	if s, ok := starlark.AsString(v); ok {
+		return s
+	}
+	return v.String()
+}

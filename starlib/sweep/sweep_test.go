@@ -1,0 +1,356 @@
+package sweep_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/record"
+	"github.com/memsh/memsh/scope"
+	"github.com/memsh/memsh/starlib/sweep"
+)
+
+// session returns a Session on a simulated GPU whose records go to out
+// (if not "") and which runs shard (if not ""), with the extra builtins.
+func session(t *testing.T, device, out, shard string, builtins starlark.StringDict) (*scope.Session, *bytes.Buffer) {
+	t.Helper()
+	var buf bytes.Buffer
+	s, err := scope.New(scope.Options{Device: device, Out: &buf, Err: &buf, Builtins: builtins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := record.Of(s.Env())
+	if shard != "" {
+		sh, err := record.ParseShard(shard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.SetShard(sh)
+	}
+	if out != "" {
+		if err := st.Open(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		st.Close()
+		s.Close()
+	})
+	return s, &buf
+}
+
+// calls is a Starlark builtin note(n) that records its argument and, once
+// it has been called interruptAt times, interrupts the Session (a kill of
+// the run, in process: the point being run is lost, as with SIGKILL).
+type calls struct {
+	got         []int
+	interruptAt int
+	s           *scope.Session
+}
+
+func (c *calls) builtin() *starlark.Builtin {
+	return starlark.NewBuiltin("note", func(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		var n int
+		if err := starlark.UnpackArgs(b.Name(), args, kw, "n", &n); err != nil {
+			return nil, err
+		}
+		c.got = append(c.got, n)
+		if c.interruptAt > 0 && len(c.got) == c.interruptAt {
+			c.s.Interrupt()
+		}
+		return starlark.None, nil
+	})
+}
+
+const resumeScript = `
+def f(n):
+    note(n)
+    x = cuda.malloc(n * 64 * MiB)
+    for i in range(100):   # a few steps, so an interrupt lands inside
+        pass
+    return n
+r = sweep.grid(f, n=[1, 2, 3, 4, 5, 6, 20])
+`
+
+func sweepRecords(t *testing.T, path string) []*record.Record {
+	t.Helper()
+	recs, err := record.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*record.Record
+	for _, r := range recs {
+		if r.Sweep != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// A sweep stopped after k points and run again with the same --out
+// finishes without redoing the k points.
+func TestResumeSkipsRecordedPoints(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+
+	c1 := &calls{interruptAt: 4}
+	s1, _ := session(t, "sim:1GiB", out, "", starlark.StringDict{"note": c1.builtin()})
+	c1.s = s1
+	if err := s1.Exec("job.star", resumeScript); err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Fatalf("first run: err = %v, want an interrupt", err)
+	}
+	first := sweepRecords(t, out)
+	if len(first) != 3 {
+		t.Fatalf("after the stop: %d point records, want 3", len(first))
+	}
+
+	c2 := &calls{}
+	s2, buf := session(t, "sim:1GiB", out, "", starlark.StringDict{"note": c2.builtin()})
+	if err := s2.Exec("job.star", resumeScript); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{4, 5, 6, 20}; !reflect.DeepEqual(c2.got, want) {
+		t.Errorf("the re-run ran fn for %v, want %v (the 3 recorded points skipped)", c2.got, want)
+	}
+	if n := strings.Count(buf.String(), "(resumed)"); n != 3 {
+		t.Errorf("%d rows marked resumed, want 3:\n%s", n, buf)
+	}
+	all := sweepRecords(t, out)
+	seen := map[string]int{}
+	for _, r := range all {
+		seen[r.Name]++
+	}
+	if len(all) != 7 || len(seen) != 7 {
+		t.Errorf("records after resume: %d (%d distinct), want 7 distinct points: %v", len(all), len(seen), seen)
+	}
+	if all[6].Status != "oom" || all[5].Status != "ok" {
+		t.Errorf("statuses: n=6 %s, n=20 %s", all[5].Status, all[6].Status)
+	}
+	// The returned trials say which points were resumed, with their figures.
+	r := s2.Get("r")
+	trials, _ := r.(starlark.HasAttrs).Attr("trials")
+	var resumed []bool
+	for i := 0; i < trials.(*starlark.List).Len(); i++ {
+		v, _ := trials.(*starlark.List).Index(i).(starlark.HasAttrs).Attr("resumed")
+		resumed = append(resumed, bool(v.(starlark.Bool)))
+	}
+	if want := []bool{true, true, true, false, false, false, false}; !reflect.DeepEqual(resumed, want) {
+		t.Errorf("resumed = %v, want %v", resumed, want)
+	}
+}
+
+// max_fit resumed in the middle of its search follows the same path and
+// finds the same answer without redoing the recorded trials.
+func TestResumeMaxFit(t *testing.T) {
+	script := `
+def f(n):
+    note(n)
+    a = cuda.malloc(n * MiB)
+    b = cuda.malloc(n * MiB)
+    return n
+r = sweep.max_fit(f, mode="binsearch")
+best = r.best
+`
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	c1 := &calls{interruptAt: 12}
+	s1, _ := session(t, "sim:1GiB", out, "", starlark.StringDict{"note": c1.builtin()})
+	c1.s = s1
+	if err := s1.Exec("job.star", script); err == nil {
+		t.Fatal("first run was not interrupted")
+	}
+	c2 := &calls{}
+	s2, _ := session(t, "sim:1GiB", out, "", starlark.StringDict{"note": c2.builtin()})
+	if err := s2.Exec("job.star", script); err != nil {
+		t.Fatal(err)
+	}
+	// Unresumed, the search runs 1..512 (ok), 1024 (oom), then bisects.
+	c3 := &calls{}
+	s3, _ := session(t, "sim:1GiB", "", "", starlark.StringDict{"note": c3.builtin()})
+	if err := s3.Exec("job.star", script); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c1.got[:11], c3.got[:11]) || !reflect.DeepEqual(c2.got, c3.got[11:]) {
+		t.Errorf("interrupted run %v + resumed run %v != uninterrupted run %v", c1.got, c2.got, c3.got)
+	}
+	if s2.Get("best").String() != "512" || s3.Get("best").String() != "512" {
+		t.Errorf("best = %s (resumed), %s (uninterrupted), want 512", s2.Get("best"), s3.Get("best"))
+	}
+}
+
+const shardScript = `
+e = experiment("setup", quiet=True)
+x = tensor.zeros([1024], device="cuda")
+e.finish()
+def alloc(n, copies):
+    bufs = [cuda.malloc(n * MiB) for i in range(copies)]
+    return len(bufs)
+g = sweep.grid(alloc, n=[128, 256, 512], copies=[1, 2, 3])
+def two(n):
+    a = cuda.malloc(n * MiB)
+    b = cuda.malloc(n * MiB)
+    return n
+m = sweep.max_fit(two, mode="binsearch")
+r = trial(two, 4, name="after")
+`
+
+// normalize drops what differs between runs of the same points: times,
+// host figures (RSS is noisy) and the shard label.
+func normalize(recs []*record.Record) []string {
+	var out []string
+	for _, r := range recs {
+		c := *r
+		c.Time, c.At, c.Shard, c.Host = 0, "", "", record.Figures{}
+		b, _ := json.Marshal(c)
+		out = append(out, string(b))
+	}
+	return out
+}
+
+// The shards' records, merged, equal an unsharded run's.
+func TestShardsMergeToUnshardedRun(t *testing.T) {
+	dir := t.TempDir()
+	whole := filepath.Join(dir, "whole.jsonl")
+	s, _ := session(t, "sim:1GiB", whole, "", nil)
+	if err := s.Exec("job.star", shardScript); err != nil {
+		t.Fatal(err)
+	}
+	want, err := record.ReadFile(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var sets [][]*record.Record
+	points := 0
+	for i := 0; i < 3; i++ {
+		path := filepath.Join(dir, fmt.Sprintf("shard%d.jsonl", i))
+		s, buf := session(t, "sim:1GiB", path, fmt.Sprintf("%d/3", i), nil)
+		if err := s.Exec("job.star", shardScript); err != nil {
+			t.Fatal(err)
+		}
+		recs, err := record.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(sweepRecordsOf(recs))
+		if n == 0 || n == len(sweepRecordsOf(want)) {
+			t.Errorf("shard %d/3 ran %d of %d points", i, n, len(sweepRecordsOf(want)))
+		}
+		points += n
+		if !strings.Contains(buf.String(), "on shard") {
+			t.Errorf("shard %d/3 output does not say which points it ran:\n%s", i, buf)
+		}
+		sets = append(sets, recs)
+	}
+	if points != len(sweepRecordsOf(want)) {
+		t.Errorf("the shards ran %d points in all, want %d", points, len(sweepRecordsOf(want)))
+	}
+	got := normalize(record.Merge(sets...))
+	exp := normalize(want)
+	if !reflect.DeepEqual(got, exp) {
+		t.Errorf("merged shards differ from the unsharded run:\n got %d records:\n%s\nwant %d:\n%s",
+			len(got), strings.Join(got, "\n"), len(exp), strings.Join(exp, "\n"))
+	}
+}
+
+func sweepRecordsOf(recs []*record.Record) []*record.Record {
+	var out []*record.Record
+	for _, r := range recs {
+		if r.Sweep != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// The progress bar shows on stderr only when it is a terminal.
+func TestProgressBarOnlyOnTerminal(t *testing.T) {
+	script := `
+def f(n):
+    return n
+sweep.grid(f, n=[1, 2, 3])
+sweep.max_fit(f, high=8)
+`
+	var stderr bytes.Buffer
+	for _, term := range []bool{false, true} {
+		restore := sweep.SetTerminal(func(w io.Writer) bool { return term && w == &stderr })
+		stderr.Reset()
+		var stdout bytes.Buffer
+		s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &stdout, Err: &stderr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Exec("job.star", script)
+		s.Close()
+		restore()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !term {
+			if stderr.Len() != 0 {
+				t.Errorf("not a terminal, yet stderr has %q", stderr.String())
+			}
+			continue
+		}
+		e := stderr.String()
+		for _, want := range []string{"sweep.grid f: n=3", "(2/3)", "sweep.max_fit f: n=8 (4/-)"} {
+			if !strings.Contains(e, want) {
+				t.Errorf("progress output lacks %q:\n%q", want, e)
+			}
+		}
+		if strings.Contains(stdout.String(), "\r") {
+			t.Errorf("the progress bar went to stdout")
+		}
+	}
+}
+
+// A point that fails with an error other than out of memory is recorded as
+// "error" (never "oom"), stops the sweep, and runs again on resume.
+func TestErrorPointRecordedAndRetried(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	script := `
+def f(n):
+    note(n)
+    if broken() and n == 3:
+        fail("bug at", n)
+    x = cuda.malloc(n * 300 * MiB)
+    return n
+r = sweep.grid(f, n=[1, 2, 3, 4])
+`
+	brokenFlag := true
+	broken := starlark.NewBuiltin("broken", func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+		return starlark.Bool(brokenFlag), nil
+	})
+	c1 := &calls{}
+	s1, _ := session(t, "sim:1GiB", out, "", starlark.StringDict{"note": c1.builtin(), "broken": broken})
+	err := s1.Exec("job.star", script)
+	if err == nil || !strings.Contains(err.Error(), "sweep.grid: trial n=3 failed with an error (not out of memory): fail: bug at 3") {
+		t.Fatalf("err = %v", err)
+	}
+	recs := sweepRecords(t, out)
+	if len(recs) != 3 || recs[2].Status != "error" || !strings.Contains(recs[2].Error, "bug at 3") {
+		t.Fatalf("records after the error: %+v", recs)
+	}
+
+	brokenFlag = false
+	c2 := &calls{}
+	s2, _ := session(t, "sim:1GiB", out, "", starlark.StringDict{"note": c2.builtin(), "broken": broken})
+	if err := s2.Exec("job.star", script); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{3, 4}; !reflect.DeepEqual(c2.got, want) {
+		t.Errorf("re-run ran %v, want %v (the error point again, then the rest)", c2.got, want)
+	}
+	statuses := map[string]string{}
+	for _, r := range record.Merge(sweepRecords(t, out)) {
+		statuses[r.Name] = r.Status
+	}
+	if want := map[string]string{"n=1": "ok", "n=2": "ok", "n=3": "ok", "n=4": "oom"}; !reflect.DeepEqual(statuses, want) {
+		t.Errorf("merged statuses %v, want %v", statuses, want)
+	}
+}
