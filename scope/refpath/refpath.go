@@ -47,12 +47,27 @@ type Hit struct {
 // visit once for each distinct allocation the first time a holder of it is
 // reached. If visit returns false the walk stops.
 func Walk(roots []Root, visit func(Hit) bool) {
+	mems := map[*backend.Memory]bool{}
+	Holders(roots, func(h env.Holder, path string) bool {
+		m := h.HeldMemory()
+		if mems[m] {
+			return true
+		}
+		mems[m] = true
+		return visit(Hit{Memory: m, Path: path, Holder: h})
+	})
+}
+
+// Holders visits every value reachable from roots, breadth-first, and calls
+// visit once for each distinct holder value (a tensor, a buffer) with the
+// shortest path that reaches it — views sharing one allocation are each
+// visited. If visit returns false the walk stops.
+func Holders(roots []Root, visit func(h env.Holder, path string) bool) {
 	type item struct {
 		v    starlark.Value
 		path string
 	}
 	seen := map[uintptr]bool{}
-	mems := map[*backend.Memory]bool{}
 	queue := make([]item, 0, len(roots))
 	for _, r := range roots {
 		if r.Value != nil {
@@ -62,20 +77,14 @@ func Walk(roots []Root, visit func(Hit) bool) {
 	for len(queue) > 0 {
 		it := queue[0]
 		queue = queue[1:]
-		if id, ok := identity(it.v); ok {
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-		} else {
-			continue // a scalar: holds nothing
+		id, ok := identity(it.v)
+		if !ok || seen[id] {
+			continue // a scalar holds nothing; a seen value was walked
 		}
-		if h, ok := it.v.(env.Holder); ok {
-			if m := h.HeldMemory(); m != nil && !mems[m] {
-				mems[m] = true
-				if !visit(Hit{Memory: m, Path: it.path, Holder: it.v}) {
-					return
-				}
+		seen[id] = true
+		if h, ok := it.v.(env.Holder); ok && h.HeldMemory() != nil {
+			if !visit(h, it.path) {
+				return
 			}
 		}
 		push := func(suffix string, v starlark.Value) {

@@ -10,7 +10,8 @@ import (
 	"github.com/memsh/memsh/starlib/env"
 )
 
-// Buffer is a raw device allocation from cuda.malloc: .nbytes, .device,
+// Buffer is a raw device allocation from cuda.malloc or gpu.leave_free:
+// .nbytes, .device,
 // .free(). Its memory is freed by .free() or when no value refers to it.
 type Buffer struct {
 	mem *backend.Memory
@@ -18,6 +19,10 @@ type Buffer struct {
 }
 
 var _ env.Holder = (*Buffer)(nil)
+
+// NewBuffer returns the buffer value for memory obtained from m (used by
+// cuda.malloc and gpu.leave_free).
+func NewBuffer(mem *backend.Memory, m *backend.Manager) *Buffer { return &Buffer{mem: mem, mgr: m} }
 
 // HeldMemory implements env.Holder.
 func (b *Buffer) HeldMemory() *backend.Memory { return b.mem }

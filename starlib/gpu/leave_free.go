@@ -1,66 +1,13 @@
 package gpu
 
 import (
-	"errors"
 	"fmt"
 
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/starlib/cuda"
 )
-
-// Buffer is the raw device allocation leave_free returns: .nbytes,
-// .device, .free(). Its memory is freed by .free() or when no value refers
-// to it (like cuda.malloc's buffers).
-type Buffer struct {
-	mem *backend.Memory
-	mgr *backend.Manager
-}
-
-var _ env.Holder = (*Buffer)(nil)
-
-// HeldMemory implements env.Holder.
-func (b *Buffer) HeldMemory() *backend.Memory { return b.mem }
-
-func (b *Buffer) String() string {
-	state := ""
-	if b.mem.Released() {
-		state = ", freed"
-	}
-	return fmt.Sprintf("<buffer %s on %s%s>", backend.FormatBytes(int64(b.mem.Size())), b.mem.Device(), state)
-}
-func (b *Buffer) Type() string          { return "buffer" }
-func (b *Buffer) Freeze()               {}
-func (b *Buffer) Truth() starlark.Bool  { return true }
-func (b *Buffer) Hash() (uint32, error) { return 0, errors.New("unhashable type: buffer") }
-
-// AttrNames implements starlark.HasAttrs.
-func (b *Buffer) AttrNames() []string { return []string{"device", "free", "nbytes"} }
-
-// Attr implements starlark.HasAttrs.
-func (b *Buffer) Attr(name string) (starlark.Value, error) {
-	switch name {
-	case "nbytes":
-		return starlark.MakeUint64(b.mem.Size()), nil
-	case "device":
-		return starlark.String(b.mem.Device()), nil
-	case "free":
-		return starlark.NewBuiltin("buffer.free", b.free).BindReceiver(b), nil
-	}
-	return nil, nil
-}
-
-func (b *Buffer) free(thread *starlark.Thread, fn *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(fn.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	if err := b.mem.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %v", fn.Name(), err)
-	}
-	b.mgr.Release(b.mem, "freed by buffer.free()")
-	return starlark.None, nil
-}
 
 const (
 	segmentGrain = 2 << 20  // large segments are requests rounded up to this
@@ -109,5 +56,5 @@ func leaveFree(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", b.Name(), err)
 	}
-	return &Buffer{mem: mem, mgr: m}, nil
+	return cuda.NewBuffer(mem, m), nil
 }
