@@ -21,6 +21,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend/internal/pages"
 )
 
 // DefaultSpec is the simulated device used when none is given.
@@ -174,7 +175,7 @@ func (d *Device) Malloc(size uint64) (backend.DeviceMem, error) {
 		d.mallocs++
 		return backend.DeviceMem{Ptr: p}, nil
 	}
-	b, err := mapAligned(size)
+	b, err := pages.Map(size)
 	if err != nil {
 		return backend.DeviceMem{}, fmt.Errorf("sim %s: mmap %s: %v: %w", d.Name(), backend.FormatSize(size), err, backend.ErrDeviceFull)
 	}
@@ -190,7 +191,7 @@ func (d *Device) Free(m backend.DeviceMem, size uint64) error {
 	defer d.mu.Unlock()
 	if m.Host != nil {
 		delete(d.maps, &m.Host[0])
-		if err := unmap(m.Host[:cap(m.Host)]); err != nil {
+		if err := pages.Unmap(m.Host[:cap(m.Host)]); err != nil {
 			return fmt.Errorf("sim %s: munmap: %v", d.Name(), err)
 		}
 	}
@@ -216,7 +217,7 @@ func (d *Device) Resident() uint64 {
 	defer d.mu.Unlock()
 	var n uint64
 	for _, b := range d.maps {
-		n += resident(b)
+		n += pages.Resident(b)
 	}
 	return n
 }

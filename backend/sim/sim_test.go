@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend/internal/pages"
 )
 
 func TestParseSpec(t *testing.T) {
@@ -61,7 +62,7 @@ func TestDeviceMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Host) != 20*mib || m.Ptr%hugePage != 0 {
+	if len(m.Host) != 20*mib || m.Ptr%pages.HugePage != 0 {
 		t.Errorf("mapping: len %d ptr %#x (want 20 MiB, 2 MiB aligned)", len(m.Host), m.Ptr)
 	}
 	if r := d.Resident(); r != 0 {

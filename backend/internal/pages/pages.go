@@ -1,4 +1,8 @@
-package sim
+// Package pages maps anonymous memory for memsh's off-heap allocations:
+// large mappings are 2 MiB aligned and advised to use transparent huge
+// pages, so first touches fault in 2 MiB at a time, and unmapping returns
+// the memory to the operating system at once.
+package pages
 
 import (
 	"os"
@@ -7,50 +11,51 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const hugePage = 2 << 20
+// HugePage is the size (and alignment) of a transparent huge page.
+const HugePage = 2 << 20
 
-// mapAligned maps size bytes of anonymous private memory (MAP_NORESERVE:
+// Map maps size bytes of anonymous private memory (MAP_NORESERVE:
 // untouched pages cost nothing). Mappings of 2 MiB or more start on a 2 MiB
 // boundary and are advised MADV_HUGEPAGE, so touching them faults in
 // transparent huge pages rather than 4 KiB pages, as a GPU's memory would
 // be used in large pages.
-func mapAligned(size uint64) ([]byte, error) {
+func Map(size uint64) ([]byte, error) {
 	flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_NORESERVE
 	prot := unix.PROT_READ | unix.PROT_WRITE
 	length := size
-	if size >= hugePage {
-		length += hugePage
+	if size >= HugePage {
+		length += HugePage
 	}
 	p, err := unix.MmapPtr(-1, 0, nil, uintptr(length), prot, flags)
 	if err != nil {
 		return nil, err
 	}
 	raw := unsafe.Slice((*byte)(p), length)
-	if size < hugePage {
+	if size < HugePage {
 		return raw[:size:size], nil
 	}
 	base := uintptr(p)
-	head := int((hugePage - base%hugePage) % hugePage)
+	head := int((HugePage - base%HugePage) % HugePage)
 	b := raw[head : head+int(size) : head+int(size)]
 	if head > 0 {
-		_ = unmap(raw[:head])
+		_ = Unmap(raw[:head])
 	}
 	if tail := raw[head+int(size):]; len(tail) > 0 {
-		_ = unmap(tail)
+		_ = Unmap(tail)
 	}
 	_ = unix.Madvise(b, unix.MADV_HUGEPAGE)
 	return b, nil
 }
 
-// unmap releases a mapping or part of one.
-func unmap(b []byte) error {
+// Unmap releases a mapping or part of one.
+func Unmap(b []byte) error {
 	return unix.MunmapPtr(unsafe.Pointer(&b[0]), uintptr(len(b)))
 }
 
 var pageSize = uint64(os.Getpagesize())
 
-// resident counts the bytes of b resident in RAM (mincore(2)).
-func resident(b []byte) uint64 {
+// Resident counts the bytes of b resident in RAM (mincore(2)).
+func Resident(b []byte) uint64 {
 	pages := (uint64(len(b)) + pageSize - 1) / pageSize
 	vec := make([]byte, pages)
 	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0])))
