@@ -148,6 +148,17 @@ func (a *CachingAllocator) RoundSize(size uint64) uint64 {
 	return have
 }
 
+// NeedsSegment reports whether a request of size bytes would have to
+// obtain a new segment from the device (no cached free block fits), which
+// raises reserved bytes. The Manager's exact-peak mode reclaims first then.
+func (a *CachingAllocator) NeedsSegment(size uint64) bool {
+	if size == 0 || size > maxRequest {
+		return false
+	}
+	rounded := roundSize(size)
+	return a.bestFit(a.poolFor(rounded), rounded) == nil
+}
+
 // roundSize is PyTorch's round_size.
 func roundSize(size uint64) uint64 {
 	if size < minBlockSize {
@@ -224,7 +235,7 @@ func (a *CachingAllocator) Malloc(size uint64) (*Block, error) {
 		if err := a.releaseCached(); err != nil {
 			return nil, err
 		}
-		a.st.numAllocRetries++
+		a.countRetry()
 		return nil, a.outOfMemory(size)
 	}
 	rounded := roundSize(size)
@@ -305,7 +316,7 @@ func (a *CachingAllocator) allocSegment(p *blockPool, rounded, requested uint64)
 		if rerr := a.releaseCached(); rerr != nil {
 			return nil, rerr
 		}
-		a.st.numAllocRetries++
+		a.countRetry()
 		mem, err = a.dev.Malloc(size)
 		if err != nil {
 			if !errors.Is(err, ErrDeviceFull) {
@@ -335,6 +346,15 @@ func (a *CachingAllocator) TryMalloc(size uint64) (*Block, error) {
 	a.tryOnly = true
 	defer func() { a.tryOnly = false }()
 	return a.Malloc(size)
+}
+
+// countRetry counts a free-cache-and-retry, except during TryMalloc: the
+// Manager's retry after a reclaim counts it once, as PyTorch counts one
+// per failed allocation.
+func (a *CachingAllocator) countRetry() {
+	if !a.tryOnly {
+		a.st.numAllocRetries++
+	}
 }
 
 // outOfMemory counts an OOM and returns its error for a request of

@@ -75,6 +75,11 @@ type Manager struct {
 	stats        ManagerStats
 
 	observers []*observer
+
+	// global holds one peak counter per allocator, open for the Manager's
+	// life, mirroring PyTorch's ".peak" statistics (max_memory_allocated)
+	// so exact-peak mode keeps those free of garbage too.
+	global map[Allocator]*Peak
 }
 
 // EventKind is the kind of a memory Event.
@@ -163,8 +168,12 @@ func NewManager(cfg Config) *Manager {
 	if p == 0 {
 		p = DefaultPacing
 	}
-	m := &Manager{gpus: cfg.GPUs, host: cfg.Host, peak: cfg.Peak, pacing: p}
+	m := &Manager{gpus: cfg.GPUs, host: cfg.Host, peak: cfg.Peak, pacing: p, global: map[Allocator]*Peak{}}
 	for _, a := range append(append([]Allocator(nil), cfg.GPUs...), cfg.Host) {
+		if a == nil {
+			continue
+		}
+		m.global[a] = a.Peaks().New(a.Allocated(), a.Reserved())
 		if h, ok := a.(interface {
 			SetSegmentHook(func(bool, uintptr, uint64))
 		}); ok {
@@ -267,7 +276,7 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	defer m.mu.Unlock()
 	if m.sinceReclaim+nbytes > m.pacing {
 		m.reclaimLocked()
-	} else if m.peak == PeakExact && nbytes > 0 && a.Peaks().WouldRaise(a.Allocated()+a.RoundSize(nbytes)) {
+	} else if m.peak == PeakExact && nbytes > 0 && m.wouldRaise(a, nbytes) {
 		m.stats.PeakReclaims++
 		m.reclaimLocked()
 	}
@@ -290,6 +299,27 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	m.sinceReclaim += nbytes
 	m.emit(a, Event{Kind: EventAlloc, Addr: b.Ptr, Size: b.Size, Requested: nbytes, Seq: rec.seq})
 	return h, nil
+}
+
+// wouldRaise reports whether allocating nbytes from a would raise an open
+// peak counter (allocated bytes) or obtain a new segment (reserved bytes).
+func (m *Manager) wouldRaise(a Allocator, nbytes uint64) bool {
+	if a.Peaks().WouldRaise(a.Allocated() + a.RoundSize(nbytes)) {
+		return true
+	}
+	g, ok := a.(interface{ NeedsSegment(uint64) bool })
+	return ok && g.NeedsSegment(nbytes)
+}
+
+// ResetPeakStats resets a's ".peak" statistics to the current figures, as
+// torch.cuda.reset_peak_memory_stats does.
+func (m *Manager) ResetPeakStats(a Allocator) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a.ResetPeakStats()
+	if p := m.global[a]; p != nil {
+		p.Reset(a.Allocated(), a.Reserved())
+	}
 }
 
 // ReclaimResult says what one reclaim pass did.

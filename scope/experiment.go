@@ -252,6 +252,9 @@ func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*mea
 	for _, outer := range s.stack[:len(s.stack)-1] {
 		survivors = append(survivors, refpath.Root{Name: "experiment " + outer.name, Value: outer})
 	}
+	// Locals of running functions outlive the block: a function that
+	// finishes an experiment may go on using them (or return them).
+	survivors = append(survivors, functionLocals(thread)...)
 	kept = append(kept, extra...)
 
 	// Figures at the end, garbage excluded.
@@ -371,15 +374,27 @@ func (s *Session) visibleRoots(thread *starlark.Thread, view map[string]starlark
 	for name, v := range view {
 		roots = append(roots, refpath.Root{Name: name, Value: v})
 	}
-	if thread != nil {
-		for d := 0; d < thread.CallStackDepth(); d++ {
-			fr := thread.DebugFrame(d)
-			if _, ok := fr.Callable().(*starlark.Function); !ok {
-				continue
-			}
-			for i := 0; i < fr.NumLocals(); i++ {
-				b, v := fr.Local(i)
-				roots = append(roots, refpath.Root{Name: "<local " + b.Name + ">", Value: v})
+	return append(roots, functionLocals(thread)...)
+}
+
+// functionLocals returns the locals of every Starlark function running on
+// the thread (the top-level statement has none: its bindings are globals),
+// named "<fn local x>".
+func functionLocals(thread *starlark.Thread) []refpath.Root {
+	if thread == nil {
+		return nil
+	}
+	var roots []refpath.Root
+	for d := 0; d < thread.CallStackDepth(); d++ {
+		fr := thread.DebugFrame(d)
+		fn, ok := fr.Callable().(*starlark.Function)
+		if !ok {
+			continue
+		}
+		for i := 0; i < fr.NumLocals(); i++ {
+			b, v := fr.Local(i)
+			if v != nil {
+				roots = append(roots, refpath.Root{Name: "<" + fn.Name() + " local " + b.Name + ">", Value: v})
 			}
 		}
 	}

@@ -14,6 +14,7 @@ type meter struct {
 	start     time.Time
 	hostStart uint64
 	hostPeak  *host.RSSCounter // nil if the counter could not be opened
+	hostAlloc *backend.Peak    // host tensors: opened so exact-peak mode reclaims before host allocations too
 	gpuStart  []uint64
 	gpuPeaks  []*backend.Peak
 }
@@ -24,6 +25,9 @@ func (s *Session) startMeter() *meter {
 	m.hostStart = s.hostUsed()
 	if c, err := s.rss.New(); err == nil {
 		m.hostPeak = c
+	}
+	if h := s.mgr.Host(); h != nil {
+		m.hostAlloc = h.Peaks().New(h.Allocated(), h.Reserved())
 	}
 	for i := 0; i < s.mgr.NumGPUs(); i++ {
 		a := s.mgr.GPU(i)
@@ -60,6 +64,9 @@ func (s *Session) read(m *meter, name string) *measure.Data {
 func (m *meter) close() {
 	if m.hostPeak != nil {
 		m.hostPeak.Close()
+	}
+	if m.hostAlloc != nil {
+		m.hostAlloc.Close()
 	}
 	for _, p := range m.gpuPeaks {
 		p.Close()

@@ -13,6 +13,7 @@ package refpath
 import (
 	"fmt"
 	"reflect"
+	"unsafe"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
@@ -77,6 +78,7 @@ func Holders(roots []Root, visit func(h env.Holder, path string) bool) {
 	for len(queue) > 0 {
 		it := queue[0]
 		queue = queue[1:]
+		it.v = unwrapCell(it.v)
 		id, ok := identity(it.v)
 		if !ok || seen[id] {
 			continue // a scalar holds nothing; a seen value was walked
@@ -142,6 +144,27 @@ func Holders(roots []Root, visit func(h env.Holder, path string) bool) {
 			v.References(push)
 		}
 	}
+}
+
+// unwrapCell returns the value inside a Starlark cell — a local variable
+// captured by a closure, as starlark.DebugFrame.Local returns it — or v
+// itself. The cell type is unexported, so its one field is read by
+// reflection.
+func unwrapCell(v starlark.Value) starlark.Value {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return v
+	}
+	t := rv.Type().Elem()
+	if t.Name() != "cell" || t.PkgPath() != "go.starlark.net/starlark" || t.Kind() != reflect.Struct || t.NumField() != 1 {
+		return v
+	}
+	f := rv.Elem().Field(0)
+	inner, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(starlark.Value)
+	if !ok {
+		return nil
+	}
+	return inner
 }
 
 // identity returns a key that identifies a reference value, and false for

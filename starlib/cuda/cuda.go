@@ -228,7 +228,7 @@ func resetPeak(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 		return nil, err
 	}
 	m.Reclaim()
-	a.ResetPeakStats()
+	m.ResetPeakStats(a)
 	return starlark.None, nil
 }
 

@@ -20,6 +20,17 @@ const HugePage = 2 << 20
 // transparent huge pages rather than 4 KiB pages, as a GPU's memory would
 // be used in large pages.
 func Map(size uint64) ([]byte, error) {
+	n := size
+	size = (size + pageSize - 1) &^ (pageSize - 1) // map whole pages
+	b, err := mapPages(size)
+	if err != nil {
+		return nil, err
+	}
+	return b[:n:n], nil
+}
+
+// mapPages maps size bytes, a multiple of the page size.
+func mapPages(size uint64) ([]byte, error) {
 	flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_NORESERVE
 	prot := unix.PROT_READ | unix.PROT_WRITE
 	length := size
@@ -38,18 +49,24 @@ func Map(size uint64) ([]byte, error) {
 	head := int((HugePage - base%HugePage) % HugePage)
 	b := raw[head : head+int(size) : head+int(size)]
 	if head > 0 {
-		_ = Unmap(raw[:head])
+		if err := Unmap(raw[:head]); err != nil {
+			return nil, err
+		}
 	}
 	if tail := raw[head+int(size):]; len(tail) > 0 {
-		_ = Unmap(tail)
+		if err := Unmap(tail); err != nil {
+			return nil, err
+		}
 	}
 	_ = unix.Madvise(b, unix.MADV_HUGEPAGE)
 	return b, nil
 }
 
-// Unmap releases a mapping or part of one.
+// Unmap releases a mapping made by Map (b as Map returned it, or any
+// page-aligned part of one); the length is rounded up to whole pages.
 func Unmap(b []byte) error {
-	return unix.MunmapPtr(unsafe.Pointer(&b[0]), uintptr(len(b)))
+	n := (uint64(len(b)) + pageSize - 1) &^ (pageSize - 1)
+	return unix.MunmapPtr(unsafe.Pointer(&b[0]), uintptr(n))
 }
 
 var pageSize = uint64(os.Getpagesize())
