@@ -322,7 +322,7 @@ func (a *CachingAllocator) allocSegment(p *blockPool, rounded, requested uint64)
 			if !errors.Is(err, ErrDeviceFull) {
 				return nil, fmt.Errorf("%s: allocating a %s segment: %w", a.dev.Name(), FormatSize(size), err)
 			}
-			return nil, a.outOfMemory(requested)
+			return nil, a.outOfMemory(size)
 		}
 	}
 
@@ -357,8 +357,8 @@ func (a *CachingAllocator) countRetry() {
 	}
 }
 
-// outOfMemory counts an OOM and returns its error for a request of
-// requested bytes.
+// outOfMemory counts an OOM and returns its error; requested is what the
+// allocator tried to obtain (the segment size, PyTorch's alloc_size).
 func (a *CachingAllocator) outOfMemory(requested uint64) error {
 	if !a.tryOnly {
 		a.st.numOOMs++

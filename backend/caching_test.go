@@ -577,7 +577,7 @@ func TestOOM(t *testing.T) {
 	// the one given to NewCachingAllocator.
 	a3 := NewCachingAllocator(newCAFakeDevice(caGiB, false), 3)
 	_, err = a3.Malloc(caGiB + 1)
-	if want := "CUDA out of memory. Tried to allocate 1.00 GiB. GPU 3 has a total capacity of 1.00 GiB of which 1.00 GiB is free. " +
+	if want := "CUDA out of memory. Tried to allocate 1.00 GiB. GPU 3 has a total capacity of 1024.00 MiB of which 1024.00 MiB is free. " +
 		"Of the allocated memory 0 bytes is allocated by memsh, and 0 bytes is reserved by memsh but unallocated."; err == nil || err.Error() != want {
 		t.Fatalf("error %v, want %q", err, want)
 	}

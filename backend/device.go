@@ -48,7 +48,7 @@ var ErrDeviceFull = errors.New("device memory exhausted")
 type OOMError struct {
 	Device    string // "cuda:0", "cpu"
 	Index     int    // the GPU's ordinal, as in "GPU 0"; -1 for host memory
-	Requested uint64 // bytes the caller asked for
+	Requested uint64 // bytes the allocator tried to obtain: the segment size for a GPU, as PyTorch reports it (its alloc_size); the request for host memory
 	Total     uint64 // device capacity
 	Free      uint64 // device-wide free bytes at the time of the failure
 	Allocated uint64 // bytes allocated by memsh's allocator on the device
@@ -76,27 +76,25 @@ func IsOOM(err error) bool {
 	return errors.As(err, &o)
 }
 
-// FormatSize prints a byte count the way PyTorch's allocator messages do:
-// "N bytes" below 1 KiB, otherwise "%.2f KiB", "%.2f MiB" or "%.2f GiB"
-// (IEC units, powers of 1024; TiB above 1024 GiB).
+// FormatSize prints a byte count exactly as PyTorch's allocator messages
+// do (c10's format_size): "N bytes" up to 1 KiB, then "%.2f KiB" up to
+// 1 MiB, "%.2f MiB" up to 1 GiB, and "%.2f GiB" above (so 1 GiB prints as
+// "1024.00 MiB", as in PyTorch).
 func FormatSize(n uint64) string {
 	const (
 		kib = 1 << 10
 		mib = 1 << 20
 		gib = 1 << 30
-		tib = 1 << 40
 	)
 	switch {
-	case n < kib:
+	case n <= kib:
 		return fmt.Sprintf("%d bytes", n)
-	case n < mib:
+	case n <= mib:
 		return fmt.Sprintf("%.2f KiB", float64(n)/kib)
-	case n < gib:
+	case n <= gib:
 		return fmt.Sprintf("%.2f MiB", float64(n)/mib)
-	case n < tib:
-		return fmt.Sprintf("%.2f GiB", float64(n)/gib)
 	default:
-		return fmt.Sprintf("%.2f TiB", float64(n)/tib)
+		return fmt.Sprintf("%.2f GiB", float64(n)/gib)
 	}
 }
 

@@ -67,10 +67,29 @@ func experimentBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starla
 		}
 		iter.Done()
 	}
+	s.finishReopened(thread)
 	if name == "" {
-		name = fmt.Sprintf("experiment %d", len(s.stack)+1)
+		s.unnamed++
+		name = fmt.Sprintf("experiment %d", s.unnamed)
 	}
 	return s.open(thread, name, names, quiet), nil
+}
+
+// finishReopened applies ipyexperiments' re-run rule: when this call is the
+// right-hand side of `NAME = experiment(...)` and NAME is bound to an open
+// experiment, that experiment finishes first (printing its report), as
+// re-running a cell that creates an IPyExperiments object does.
+func (s *Session) finishReopened(thread *starlark.Thread) {
+	if !s.running || thread != s.thread || s.reopen == nil || thread.CallStackDepth() < 2 {
+		return
+	}
+	name, ok := s.reopen[keyOf(thread.CallFrame(1).Pos)]
+	if !ok {
+		return
+	}
+	if old, ok := s.currentView(thread)[name].(*Experiment); ok && old.running {
+		_, _ = old.finish(thread, nil)
+	}
 }
 
 // trial(fn, *args, name="", **kwargs) runs fn(*args, **kwargs) inside a

@@ -90,8 +90,7 @@ func (s *Session) exec(filename string, src any, echo bool) error {
 // statement bound back into the live map, then applies the name deletions
 // and restores that experiments finished during the statement asked for.
 func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[string]bool, echo bool) error {
-	s.finishReopened(stmt)
-
+	s.reopen = reopenSites(stmt)
 	names := boundNames(stmt)
 	pos, _ := stmt.Span()
 	var stmts []syntax.Stmt
@@ -133,6 +132,7 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[strin
 	globals, err := prog.Init(s.thread, s.live)
 	s.running = false
 	s.prev.m = nil
+	s.reopen = nil
 
 	for name, v := range globals {
 		if strings.HasPrefix(name, "·") {
@@ -170,30 +170,51 @@ func fixError(err error) error {
 	return err
 }
 
-// finishReopened implements ipyexperiments' re-run rule: a statement
-// `e = experiment(...)` while the experiment bound to e is open finishes the
-// old experiment (printing its report) before the new one starts.
-func (s *Session) finishReopened(stmt syntax.Stmt) {
-	a, ok := stmt.(*syntax.AssignStmt)
-	if !ok || a.Op != syntax.EQ {
-		return
+// reopenSites finds the statement's assignments `NAME = experiment(...)`
+// (at top level or in top-level control flow, not in functions) and maps the
+// call's position to NAME, for ipyexperiments' re-run rule: running such an
+// assignment while the experiment bound to NAME is open finishes the old
+// experiment first. experimentBuiltin applies it, after validating its
+// arguments.
+func reopenSites(stmt syntax.Stmt) map[posKey]string {
+	var sites map[posKey]string
+	var walk func(stmts []syntax.Stmt)
+	walk = func(stmts []syntax.Stmt) {
+		for _, st := range stmts {
+			switch st := st.(type) {
+			case *syntax.AssignStmt:
+				id, ok := st.LHS.(*syntax.Ident)
+				call, ok2 := st.RHS.(*syntax.CallExpr)
+				if !ok || !ok2 || st.Op != syntax.EQ {
+					continue
+				}
+				if fn, ok := call.Fn.(*syntax.Ident); ok && fn.Name == "experiment" {
+					if sites == nil {
+						sites = map[posKey]string{}
+					}
+					sites[keyOf(call.Lparen)] = id.Name
+				}
+			case *syntax.ForStmt:
+				walk(st.Body)
+			case *syntax.WhileStmt:
+				walk(st.Body)
+			case *syntax.IfStmt:
+				walk(st.True)
+				walk(st.False)
+			}
+		}
 	}
-	id, ok := a.LHS.(*syntax.Ident)
-	if !ok {
-		return
-	}
-	call, ok := a.RHS.(*syntax.CallExpr)
-	if !ok {
-		return
-	}
-	if fn, ok := call.Fn.(*syntax.Ident); !ok || fn.Name != "experiment" {
-		return
-	}
-	if e, ok := s.live[id.Name].(*Experiment); ok && e.running {
-		_, _ = e.finish(nil, nil)
-		s.applyPending()
-	}
+	walk([]syntax.Stmt{stmt})
+	return sites
 }
+
+// posKey identifies a source position.
+type posKey struct {
+	file      string
+	line, col int32
+}
+
+func keyOf(p syntax.Position) posKey { return posKey{p.Filename(), p.Line, p.Col} }
 
 // boundNames returns the global names a top-level statement may bind, in
 // order of appearance: assignment targets, def names, for-loop variables

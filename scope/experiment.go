@@ -3,6 +3,7 @@ package scope
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strings"
@@ -114,11 +115,11 @@ func (e *Experiment) Attr(name string) (starlark.Value, error) {
 	case "running":
 		return starlark.Bool(e.running), nil
 	case "keep":
-		return starlark.NewBuiltin("keep", e.keepBuiltin).BindReceiver(e), nil
+		return starlark.NewBuiltin("experiment.keep", e.keepBuiltin).BindReceiver(e), nil
 	case "data":
-		return starlark.NewBuiltin("data", e.dataBuiltin).BindReceiver(e), nil
+		return starlark.NewBuiltin("experiment.data", e.dataBuiltin).BindReceiver(e), nil
 	case "finish":
-		return starlark.NewBuiltin("finish", e.finishBuiltin).BindReceiver(e), nil
+		return starlark.NewBuiltin("experiment.finish", e.finishBuiltin).BindReceiver(e), nil
 	}
 	return nil, nil
 }
@@ -306,7 +307,9 @@ func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*mea
 	// host blocks are back with the OS).
 	host.Trim()
 	post := s.read(e.meter, e.name)
-	end.Host.Reclaimed = end.Host.Used - post.Host.Used
+	// Host RSS is noisy: a tiny growth while releasing is not a negative
+	// reclaim.
+	end.Host.Reclaimed = max(0, end.Host.Used-post.Host.Used)
 	end.Host.Available = post.Host.Available
 	for i := range end.GPUs {
 		end.GPUs[i].Reclaimed = end.GPUs[i].Used - post.GPUs[i].Used
@@ -441,6 +444,10 @@ func same(a, b starlark.Value) bool {
 			}
 		}
 		return true
+	}
+	if fa, ok := a.(starlark.Float); ok {
+		fb, ok := b.(starlark.Float)
+		return ok && math.Float64bits(float64(fa)) == math.Float64bits(float64(fb)) // NaN is itself
 	}
 	if reflect.TypeOf(a) != reflect.TypeOf(b) || !reflect.TypeOf(a).Comparable() {
 		return false

@@ -13,7 +13,7 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strings"
+	"sync"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
@@ -63,11 +63,17 @@ type Session struct {
 	live     starlark.StringDict // builtins overlaid with user globals: the predeclared map of every statement
 	user     map[string]bool     // names in live that the user bound
 	prev     *prevValues         // the synthetic source of re-bound names' old values
+	reopen   map[posKey]string   // the running statement's `NAME = experiment(...)` call sites
 
 	stmtHooks   []*stmtHook
 	finishHooks []*finishHook
 
+	loaded  map[string]*loadEntry // load() results by path; nil entry: loading
+	loadMu  sync.Mutex            // guards loading (Interrupt runs on another goroutine)
+	loading []*starlark.Thread    // threads running a load() now
+
 	stack   []*Experiment // open experiments, outermost first
+	unnamed int           // experiments given a default name so far
 	pending []pendingOp   // name deletions and restores to apply after the running statement
 	running bool          // a top-level statement is executing
 }
@@ -239,7 +245,14 @@ func (s *Session) Experiments() []*Experiment {
 // Interrupt cancels the running statement (Ctrl-C). It is safe to call from
 // another goroutine; the statement fails with an "interrupted" error and the
 // Session reclaims and stays usable.
-func (s *Session) Interrupt() { s.thread.Cancel("interrupted") }
+func (s *Session) Interrupt() {
+	s.thread.Cancel("interrupted")
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	for _, t := range s.loading {
+		t.Cancel("interrupted")
+	}
+}
 
 // Close finishes open experiments quietly and frees all memory.
 func (s *Session) Close() {
@@ -253,18 +266,44 @@ func (s *Session) Close() {
 	s.mgr.Close()
 }
 
+// load implements Starlark's load(): it runs a file (a path) once per
+// Session, caching its globals, with the Session's builtins, step limit and
+// interrupt; a load cycle is an error.
 func (s *Session) load(_ *starlark.Thread, module string) (starlark.StringDict, error) {
-	if strings.HasPrefix(module, "@") {
-		return nil, fmt.Errorf("load: no module %q", module)
+	if e, ok := s.loaded[module]; ok {
+		if e == nil {
+			return nil, fmt.Errorf("cycle in load graph")
+		}
+		return e.globals, e.err
 	}
 	src, err := os.ReadFile(module)
 	if err != nil {
 		return nil, err
 	}
+	if s.loaded == nil {
+		s.loaded = map[string]*loadEntry{}
+	}
+	s.loaded[module] = nil // in progress
 	thread := &starlark.Thread{Name: "load " + module, Print: s.thread.Print, Load: s.load}
 	env.Install(thread, s.env)
 	thread.SetLocal(sessionKey, s)
-	return starlark.ExecFileOptions(fileOptions, thread, module, src, s.builtins)
+	if s.opts.MaxSteps > 0 {
+		thread.SetMaxExecutionSteps(s.opts.MaxSteps)
+	}
+	s.loadMu.Lock()
+	s.loading = append(s.loading, thread)
+	s.loadMu.Unlock()
+	g, err := starlark.ExecFileOptions(fileOptions, thread, module, src, s.builtins)
+	s.loadMu.Lock()
+	s.loading = removeHook(s.loading, thread)
+	s.loadMu.Unlock()
+	s.loaded[module] = &loadEntry{g, err}
+	return g, err
+}
+
+type loadEntry struct {
+	globals starlark.StringDict
+	err     error
 }
 
 // fileOptions turns every Starlark dialect option on, as DESIGN.md §2 asks.

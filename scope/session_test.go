@@ -3,6 +3,7 @@ package scope_test
 import (
 	"bytes"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -216,5 +217,41 @@ func TestOpenDevices(t *testing.T) {
 		if err != nil || len(gpus) != tc.n || (notice != "") != tc.notice {
 			t.Errorf("%q: %d gpus, notice %q, err %v", tc.spec, len(gpus), notice, err)
 		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	lib := write("lib.star", "print('loading lib')\ndef two():\n    return 2\nbuf = cuda.malloc(KiB)\n")
+	self := write("self.star", "load('"+dir+"/self.star', 'x')\nx = 1\n")
+	loop := write("loop.star", "n = 0\nwhile True:\n    n += 1\n")
+
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out, MaxSteps: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Exec("a.star", "load('"+lib+"', 'two', 'buf')\nload('"+lib+"', t2='two')\nok = two() + t2() == 4 and buf.nbytes == 1024"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Get("ok") != starlark.True || strings.Count(out.String(), "loading lib") != 1 {
+		t.Errorf("ok = %v, output %q (want the module loaded once)", s.Get("ok"), out.String())
+	}
+	if err := s.Exec("b.star", "load('"+self+"', 'x')"); err == nil || !strings.Contains(err.Error(), "cycle in load graph") {
+		t.Errorf("self-load: %v", err)
+	}
+	if err := s.Exec("c.star", "load('"+loop+"', 'n')"); err == nil || !strings.Contains(err.Error(), "too many steps") {
+		t.Errorf("looping load with --max-steps: %v", err)
+	}
+	if err := s.Exec("d.star", "after = 1"); err != nil {
+		t.Errorf("session unusable after failed loads: %v", err)
 	}
 }

@@ -282,11 +282,11 @@ func TestErrorMapping(t *testing.T) {
 		full   bool
 		sticky bool
 	}{
-		{201, "cuMemAlloc(1.00 MiB): invalid device context (CUDA_ERROR_INVALID_CONTEXT)", false, false},
+		{201, "cuMemAlloc(1024.00 KiB): invalid device context (CUDA_ERROR_INVALID_CONTEXT)", false, false},
 		{700, "an illegal memory access was encountered (CUDA_ERROR_ILLEGAL_ADDRESS)", false, true},
 		{999, "unknown error (CUDA_ERROR_UNKNOWN)", false, false},
 		{2, "out of memory (CUDA_ERROR_OUT_OF_MEMORY)", true, false},
-		{4242, "cuMemAlloc(1.00 MiB): CUDA error 4242", false, false},
+		{4242, "cuMemAlloc(1024.00 KiB): CUDA error 4242", false, false},
 	} {
 		s.Fail("cuMemAlloc_v2", tc.code, 0, 1)
 		_, err := d.Malloc(mib)

@@ -141,7 +141,7 @@ func TestAllocatorOOM(t *testing.T) {
 		oom.Reserved != 4096 || oom.Total != Total() || oom.Free == 0 {
 		t.Errorf("OOMError = %+v", *oom)
 	}
-	if msg := err.Error(); !strings.HasPrefix(msg, "CPU out of memory. Tried to allocate 4194304.00 TiB.") {
+	if msg := err.Error(); !strings.HasPrefix(msg, "CPU out of memory. Tried to allocate 4294967296.00 GiB.") {
 		t.Errorf("OOM message = %q", msg)
 	}
 	after := a.Stats()
