@@ -34,6 +34,7 @@ func (p *prevValues) Freeze()               {}
 func (p *prevValues) Truth() starlark.Bool  { return true }
 func (p *prevValues) Hash() (uint32, error) { return 0, errors.New("unhashable") }
 func (p *prevValues) AttrNames() []string   { return nil }
+
 // Attr returns the old value of name and forgets it: each synthetic
 // `x = ·prev.x` reads once, so the old value is not kept alive while the
 // statement runs (a loop that drops it can reclaim it).
