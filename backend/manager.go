@@ -40,6 +40,18 @@ func ParsePeakMode(s string) (PeakMode, error) {
 	return 0, fmt.Errorf("unknown peak mode %q (want exact or lazy)", s)
 }
 
+// PeakWindow bounds the cost of exact-peak mode when memory only grows. A
+// peak-triggered reclaim that finds no garbage on an allocator means every
+// allocation there was reachable at that moment; the next peak-triggered
+// reclaim on it then waits until allocated bytes have grown PeakWindow past
+// that level (any reclaim that frees something ends the wait). Garbage made
+// meanwhile was counted in the peak already while it was alive, so a peak
+// can be overstated by at most the bytes allocated inside the window: less
+// than PeakWindow, and never by a single large allocation, which always
+// crosses the window and reclaims first. Building a list of 20,000 small
+// tensors then costs one GC per 64 KiB of growth instead of one per tensor.
+const PeakWindow = 64 << 10
+
 // DefaultPacing is the number of bytes allocated since the last reclaim after
 // which the Manager reclaims before the next allocation (Go's GC does not see
 // off-heap bytes, so it would not run on its own).
@@ -75,6 +87,10 @@ type Manager struct {
 	stats        ManagerStats
 
 	observers []*observer
+
+	// quiet[a] is the allocated level of a below which exact-peak mode does
+	// not reclaim again, after a reclaim that found no garbage (PeakWindow).
+	quiet map[Allocator]uint64
 
 	// global holds one peak counter per allocator, open for the Manager's
 	// life, mirroring PyTorch's ".peak" statistics (max_memory_allocated)
@@ -168,7 +184,7 @@ func NewManager(cfg Config) *Manager {
 	if p == 0 {
 		p = DefaultPacing
 	}
-	m := &Manager{gpus: cfg.GPUs, host: cfg.Host, peak: cfg.Peak, pacing: p, global: map[Allocator]*Peak{}}
+	m := &Manager{gpus: cfg.GPUs, host: cfg.Host, peak: cfg.Peak, pacing: p, global: map[Allocator]*Peak{}, quiet: map[Allocator]uint64{}}
 	for _, a := range append(append([]Allocator(nil), cfg.GPUs...), cfg.Host) {
 		if a == nil {
 			continue
@@ -276,9 +292,11 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	defer m.mu.Unlock()
 	if m.sinceReclaim+nbytes > m.pacing {
 		m.reclaimLocked()
-	} else if m.peak == PeakExact && nbytes > 0 && m.wouldRaise(a, nbytes) {
+	} else if m.peak == PeakExact && nbytes > 0 && m.wouldRaise(a, nbytes) && a.Allocated()+a.RoundSize(nbytes) >= m.quiet[a] {
 		m.stats.PeakReclaims++
-		m.reclaimLocked()
+		if r := m.reclaimLocked(); r.Freed == 0 {
+			m.quiet[a] = a.Allocated() + PeakWindow
+		}
 	}
 	b, err := a.TryMalloc(nbytes)
 	if err != nil && IsOOM(err) {
@@ -356,6 +374,9 @@ func (m *Manager) reclaimLocked() ReclaimResult {
 	}
 	clear(m.entries[len(kept):])
 	m.entries = kept
+	if res.Count > 0 {
+		clear(m.quiet) // garbage appeared: exact-peak mode reclaims before the next raise again
+	}
 	m.sinceReclaim = 0
 	res.Time = time.Since(start)
 	m.stats.Reclaims++

@@ -203,3 +203,39 @@ func TestCloseReleasesEverything(t *testing.T) {
 		t.Errorf("after Close: %v %v gpu %d/%d host %d", h.Err(), c.Err(), m.GPU(0).Allocated(), m.GPU(0).Reserved(), m.Host().Allocated())
 	}
 }
+
+// Exact-peak mode on pure growth: after a reclaim that finds no garbage the
+// next one waits for PeakWindow bytes of growth, so building many small
+// live allocations costs few reclaims; a large allocation still reclaims
+// first, so garbage never counts toward its peak.
+func TestPeakWindow(t *testing.T) {
+	m := newManager(t, "1GiB", backend.PeakExact)
+	a := m.GPU(0)
+	p := a.Peaks().New(a.Allocated(), a.Reserved())
+	defer p.Close()
+	var live []*backend.Memory
+	before := m.Stats().PeakReclaims
+	for i := 0; i < 2048; i++ { // 2048 × 512 B = 1 MiB of growth
+		h, err := m.Alloc("cuda", 512)
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, h)
+	}
+	if n := m.Stats().PeakReclaims - before; n > 1<<20/backend.PeakWindow+2 {
+		t.Errorf("%d peak reclaims for 1 MiB of small growth, want at most %d", n, 1<<20/backend.PeakWindow+2)
+	}
+	// Drop a large allocation, then allocate past the window: the garbage
+	// is reclaimed first and does not count toward the peak.
+	big, _ := m.Alloc("cuda", 100*mib)
+	peakWithBig := p.MaxAllocated
+	runtime.KeepAlive(big)
+	big = nil
+	if _, err := m.Alloc("cuda", 100*mib); err != nil {
+		t.Fatal(err)
+	}
+	if p.MaxAllocated != peakWithBig {
+		t.Errorf("peak %d after replacing a dropped 100 MiB block by another, want %d (garbage counted)", p.MaxAllocated, peakWithBig)
+	}
+	runtime.KeepAlive(live)
+}
