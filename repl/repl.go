@@ -161,6 +161,14 @@ var fileOptions = &syntax.FileOptions{Set: true, While: true, TopLevelControl: t
 var errColon = errors.New("colon command")
 
 func execInterruptible(s *scope.Session, src string) error {
+	return Interruptible(s, func() error { return s.ExecInteractive("<stdin>", src) })
+}
+
+// Interruptible runs f (which executes code in s) so that Ctrl-C (SIGINT)
+// interrupts the running statement instead of killing the process: the
+// statement fails with an "interrupted" error, the Session reclaims and
+// stays usable. Scripts run this way too.
+func Interruptible(s *scope.Session, f func() error) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt)
 	done := make(chan struct{})
@@ -171,7 +179,7 @@ func execInterruptible(s *scope.Session, src string) error {
 		case <-done:
 		}
 	}()
-	err := s.ExecInteractive("<stdin>", src)
+	err := f()
 	close(done)
 	signal.Stop(sig)
 	return err

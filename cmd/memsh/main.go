@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 
 	"go.starlark.net/starlark"
 	"golang.org/x/term"
@@ -112,16 +113,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	switch {
 	case *code != "":
-		if err := s.Exec("<cmd>", *code); err != nil {
+		if err := repl.Interruptible(s, func() error { return s.Exec("<cmd>", *code) }); err != nil {
 			printError(stderr, err)
-			return 1
+			return exitCode(err)
 		}
 		return 0
 	case len(rest) > 0:
-		if err := s.Exec(rest[0], nil); err != nil {
+		if err := repl.Interruptible(s, func() error { return s.Exec(rest[0], nil) }); err != nil {
 			printError(stderr, err)
 			if !*interactive {
-				return 1
+				return exitCode(err)
 			}
 		}
 		if !*interactive {
@@ -156,13 +157,21 @@ func historyFile() string {
 	return ""
 }
 
+// exitCode is 130 (as a shell reports SIGINT) for an interrupted run, else 1.
+func exitCode(err error) int {
+	if strings.Contains(err.Error(), "Starlark computation cancelled: interrupted") {
+		return 130
+	}
+	return 1
+}
+
 func printError(w io.Writer, err error) {
 	var ee *starlark.EvalError
 	if errors.As(err, &ee) {
 		fmt.Fprintln(w, ee.Backtrace())
 		return
 	}
-	fmt.Fprintln(w, err)
+	fmt.Fprintln(w, "memsh:", err)
 }
 
 func devices(spec string, stdout, stderr io.Writer) int {

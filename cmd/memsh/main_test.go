@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestCLI(t *testing.T) {
@@ -57,5 +59,23 @@ func TestCLI(t *testing.T) {
 				t.Errorf("--quiet printed %q", out.String())
 			}
 		})
+	}
+}
+
+// Ctrl-C (SIGINT) during a script interrupts the running statement: memsh
+// prints the traceback and exits 130 after its cleanups, instead of dying.
+func TestScriptInterrupt(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "loop.star")
+	if err := os.WriteFile(script, []byte("n = 0\nwhile True:\n    n += 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(500 * time.Millisecond) // the loop is running by then
+		_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
+	}()
+	var out, errb bytes.Buffer
+	rc := run([]string{"--device", "sim:1GiB", script}, strings.NewReader(""), &out, &errb)
+	if rc != 130 || !strings.Contains(errb.String(), "interrupted") || !strings.Contains(errb.String(), "loop.star:") {
+		t.Errorf("rc = %d, stderr:\n%s", rc, errb.String())
 	}
 }
