@@ -137,6 +137,9 @@ func (d *Device) Kind() string { return "sim" }
 // Ordinal is the device's CUDA ordinal.
 func (d *Device) Ordinal() int { return d.ordinal }
 
+// Meta reports whether the device is in meta mode (stores no data).
+func (d *Device) Meta() bool { return d.spec.Meta }
+
 // Spec returns the device's spec.
 func (d *Device) Spec() Spec { return d.spec }
 

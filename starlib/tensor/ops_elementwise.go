@@ -416,9 +416,8 @@ func copyInto(fname string, dst, src *Tensor) error {
 	if !dst.hasData() || dst.Numel() == 0 {
 		return nil
 	}
-	if !src.hasData() { // from a meta device: the values are unknown; store zeros
-		fillKernel(layoutOf(dst, dst.shape), dst.dtype, 0, dst.shape)
-		return nil
+	if !src.hasData() { // from a meta device: the values are unknown
+		return noDataError(src.env, fname, src.mem.Device())
 	}
 	copyKernel(layoutOf(dst, dst.shape), dst.dtype, layoutOf(src, dst.shape), src.dtype, dst.shape)
 	runtime.KeepAlive(dst)

@@ -293,13 +293,17 @@ func selected(fname string, t *Tensor, dim, index int) (*Tensor, error) {
 }
 
 // copyTo returns a new contiguous copy of src on device with dtype dt.
-// A source on a meta device gives zeros on a device that stores values.
+// Copying from a meta device to a device that stores values is an error (the
+// values are unknown); meta to meta only allocates.
 func copyTo(fname string, src *Tensor, device string, dt DType) (*Tensor, error) {
 	if out, ok, err := gpuCopyTo(fname, src, device, dt); ok { // gpu_copy.go: real GPUs
 		return out, err
 	}
 	if err := src.checkLive(fname); err != nil {
 		return nil, err
+	}
+	if src.Numel() > 0 && !src.hasData() && !deviceIsMeta(src.env, device) {
+		return nil, noDataError(src.env, fname, src.mem.Device())
 	}
 	out, err := newTensor(src.env, fname, device, dt, src.shape)
 	if err != nil {

@@ -180,7 +180,7 @@ func TestMetaParity(t *testing.T) {
 		`y = g.view(1, -1).matmul(g.view(-1, 1))`,
 		`y = a.sum()`, `y = a.sum(dim=0, keepdim=True)`, `y = a.mean(dim=(0, 1))`,
 		`y = a.max()`, `y = a.max(dim=1)`, `y = b.min(dim=0, keepdim=True)`,
-		`y = a.to(dtype="bfloat16")`, `y = a.to("cpu")`, `y = a.clone()`, `y = a.t().contiguous()`,
+		`y = a.to(dtype="bfloat16")`, `y = a.to(dtype="float16")`, `y = a.clone()`, `y = a.t().contiguous()`,
 		`y = a.t().reshape(-1)`, `y = a.t().flatten()`, `y = tensor.cat([a, c.view(-1)[:1000].view(1, 1000)])`,
 		`y = tensor.stack([a, a, a], dim=1)`, `y = a.eq(b)`, `y = a.gt(0.5)`,
 		`a.add_(1)`, `a.mul_(b)`, `a.zero_()`, `a.fill_(3)`, `a.copy_(b)`, `tensor.add(a, b, out=h)`,

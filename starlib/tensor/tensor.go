@@ -162,6 +162,17 @@ func noDataError(e *env.Env, fname, device string) error {
 	return fmt.Errorf("%s: device %s is meta: values are not stored", fname, device)
 }
 
+// deviceIsMeta reports whether device is a simulated GPU in meta mode: a
+// device that stores no values.
+func deviceIsMeta(e *env.Env, device string) bool {
+	a, err := e.Manager.Allocator(device)
+	if err != nil {
+		return false
+	}
+	m, ok := a.Device().(interface{ Meta() bool })
+	return ok && m.Meta()
+}
+
 // isMetaDevice reports whether device is a simulated GPU in meta mode
 // (memory that stores no values; a real GPU's memory is not host-accessible
 // either, but it holds values).
