@@ -101,6 +101,26 @@ func (r *Record) identity() string {
 	return fmt.Sprintf("%v\x00%s\x00%s\x00%s\x00%s", r.Pos, r.Kind, r.Name, r.Sweep, r.Params)
 }
 
+// matches reports whether r was measured under the conditions of the
+// current run: every GPU's capacity the same, and (for a sweep point) the
+// same bytes allocated on each GPU before the sweep.
+func (r *Record) matches(baseline map[string]int64, totals map[string]uint64) bool {
+	for _, g := range r.GPUs {
+		if t, ok := totals[g.Device]; !ok || uint64(g.Total) != t {
+			return false
+		}
+	}
+	if len(r.GPUs) != len(totals)-1 { // totals also holds "host"
+		return false
+	}
+	for dev, b := range baseline {
+		if r.Baseline[dev] != b {
+			return false
+		}
+	}
+	return len(r.Baseline) == len(baseline)
+}
+
 // Data returns the record's figures as measure.Data (for a resumed sweep
 // point); current is the current GPU's device string, used to pick Data.GPU.
 func (r *Record) Data(current string) *measure.Data {

@@ -117,9 +117,18 @@ func (s *State) Recorded() int { return len(s.resume) }
 func (s *State) Err() error { return s.err }
 
 // Lookup returns the record of a point that a previous run with the same
-// --out finished as "ok" or "oom", or nil.
-func (s *State) Lookup(sweep string, params json.RawMessage) *Record {
-	return s.resume[Key(sweep, params)]
+// --out finished as "ok" or "oom", or nil. stale reports a record of that
+// point measured under other conditions (another device capacity, or other
+// memory allocated before the sweep): it must run again.
+func (s *State) Lookup(sweep string, params json.RawMessage, baseline map[string]int64) (r *Record, stale bool) {
+	r = s.resume[Key(sweep, params)]
+	if r == nil {
+		return nil, false
+	}
+	if !r.matches(baseline, s.totals) {
+		return nil, true
+	}
+	return r, false
 }
 
 // BeginUnit starts the next sweep unit and reports whether this shard runs

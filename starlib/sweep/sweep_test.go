@@ -354,3 +354,42 @@ r = sweep.grid(f, n=[1, 2, 3, 4])
 		t.Errorf("merged statuses %v, want %v", statuses, want)
 	}
 }
+
+// A recorded point is reused only if it was measured under the same
+// conditions: on another device capacity, or with other memory allocated
+// before the sweep, it runs again.
+func TestResumeOnlySameConditions(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	script := `
+def fn(n):
+    note(n)
+    x = tensor.zeros([n], device="cuda")
+r = sweep.grid(fn, n=[1024, 2048])
+`
+	c1 := &calls{}
+	s1, _ := session(t, "sim:1GiB", out, "", starlark.StringDict{"note": c1.builtin()})
+	if err := s1.Exec("job.star", script); err != nil {
+		t.Fatal(err)
+	}
+	// Same conditions: nothing runs again.
+	c2 := &calls{}
+	s2, _ := session(t, "sim:1GiB", out, "", starlark.StringDict{"note": c2.builtin()})
+	if err := s2.Exec("job.star", script); err != nil || len(c2.got) != 0 {
+		t.Fatalf("same conditions: err %v, ran %v", err, c2.got)
+	}
+	// Another capacity: both run again, with a note.
+	c3 := &calls{}
+	s3, buf3 := session(t, "sim:2GiB", out, "", starlark.StringDict{"note": c3.builtin()})
+	if err := s3.Exec("job.star", script); err != nil || len(c3.got) != 2 {
+		t.Fatalf("other capacity: err %v, ran %v", err, c3.got)
+	}
+	if !strings.Contains(buf3.String(), "measured on another device or with other memory allocated before the sweep") {
+		t.Errorf("no note about stale records:\n%s", buf3)
+	}
+	// Memory held before the sweep differs: both run again.
+	c4 := &calls{}
+	s4, _ := session(t, "sim:2GiB", out, "", starlark.StringDict{"note": c4.builtin()})
+	if err := s4.Exec("job.star", "hog = cuda.malloc(64 * MiB)\n"+script); err != nil || len(c4.got) != 2 {
+		t.Fatalf("other baseline: err %v, ran %v", err, c4.got)
+	}
+}
