@@ -197,13 +197,14 @@ func printError(out io.Writer, err error) {
 const help = `memsh REPL: Starlark with memory experiments.
   experiment(name)       open an experiment block; e.finish() reports and cleans up
   trial(fn, *args)       run fn in a block; OOM is data
-  tensor.zeros(shape, dtype="float32", device="cuda")
+  tensor.zeros(shape, dtype="float32", device="cuda")   (the default device is "cpu")
   cuda.memory_allocated(), cuda.memory_stats(), gc(), globals(), fmt_bytes(n)
 Commands:
   :help                  this text
   :exp                   open experiments and their figures so far
-  :quit                  exit (or Ctrl-D)
-Ctrl-C interrupts a running statement; Tab completes names and module.attr.`
+  :quit                  exit (or Ctrl-D)`
+
+const helpFooter = `Ctrl-C interrupts a running statement; Tab completes names and module.attr.`
 
 // Command is a REPL colon command added by a feature (":log", ":stats").
 type Command struct {
@@ -233,6 +234,7 @@ func command(s *scope.Session, line string, out io.Writer) bool {
 		for _, name := range names {
 			fmt.Fprintf(out, "  %s\n", Commands[name].Help)
 		}
+		fmt.Fprintln(out, helpFooter)
 	case ":quit", ":q", ":exit":
 		return true
 	case ":exp":

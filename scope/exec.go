@@ -153,7 +153,7 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[strin
 		// so the Session stays usable with memory back where it was.
 		s.thread.Uncancel()
 		s.mgr.Reclaim()
-		return fixError(err)
+		return s.explainSteps(fixError(err))
 	}
 	return nil
 }
@@ -167,6 +167,15 @@ func fixError(err error) error {
 	var ee *starlark.EvalError
 	if errors.As(err, &ee) {
 		ee.Msg = uninitialized.ReplaceAllString(ee.Msg, "global variable $1 referenced before assignment")
+	}
+	return err
+}
+
+// explainSteps names the limit when a statement ran out of steps.
+func (s *Session) explainSteps(err error) error {
+	var ee *starlark.EvalError
+	if s.opts.MaxSteps > 0 && errors.As(err, &ee) && strings.HasSuffix(ee.Msg, "cancelled: too many steps") {
+		ee.Msg += fmt.Sprintf(" (the limit is %d steps per top-level statement: --max-steps)", s.opts.MaxSteps)
 	}
 	return err
 }

@@ -52,7 +52,7 @@ func ParseSpec(s string) (Spec, error) {
 		sp.Count, size = n, size[i+1:]
 	}
 	total, err := humanize.ParseBytes(size)
-	if err != nil || total == 0 {
+	if err != nil || total == 0 || !hasUnit(size) {
 		return Spec{}, fmt.Errorf("sim spec %q: bad capacity %q (want a size such as 16GiB)", s, size)
 	}
 	sp.Total = total
@@ -63,7 +63,7 @@ func ParseSpec(s string) (Spec, error) {
 			sp.Meta = true
 		case strings.HasPrefix(p, "ctx="):
 			c, err := humanize.ParseBytes(p[len("ctx="):])
-			if err != nil {
+			if err != nil || !hasUnit(p[len("ctx="):]) {
 				return Spec{}, fmt.Errorf("sim spec %q: bad context size %q", s, p[len("ctx="):])
 			}
 			sp.Ctx = c
@@ -76,6 +76,13 @@ func ParseSpec(s string) (Spec, error) {
 			backend.FormatSize(sp.Ctx), backend.FormatSize(sp.Total))
 	}
 	return sp, nil
+}
+
+// hasUnit reports whether a size names its unit ("16GiB", "300MiB", "512B"):
+// a bare number is ambiguous, so it is refused.
+func hasUnit(size string) bool {
+	size = strings.TrimSpace(size)
+	return size != "" && (size[len(size)-1] == 'B' || size[len(size)-1] == 'b')
 }
 
 // String formats the spec so that ParseSpec reads it back.

@@ -60,7 +60,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		setups = append(setups, f(fs))
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: memsh [flags] [FILE.star [ARG...]] | memsh -c CODE | memsh devices | memsh version\n")
+		fmt.Fprintf(stderr, "usage: memsh [flags] [FILE.star [ARG...]]   run a script, or the REPL\n"+
+			"       memsh [flags] -c CODE [ARG...]    run code\n"+
+			"       memsh [flags] -i FILE.star        run a script, then the REPL\n"+
+			"       memsh devices | version | help\n"+
+			"       memsh plot FILE -o OUT.svg|png | memsh merge A.jsonl B.jsonl ... -o OUT.jsonl\n"+
+			"flags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -74,6 +79,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		switch rest[0] {
 		case "version":
 			fmt.Fprintln(stdout, "memsh", versionString())
+			return 0
+		case "help":
+			fs.SetOutput(stdout)
+			fs.Usage()
 			return 0
 		case "devices":
 			return devices(*device, stdout, stderr)
@@ -191,8 +200,21 @@ func versionString() string {
 	if version != "" {
 		return version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(devel)"
 	}
-	return "(devel)"
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && s.Value != "" {
+			v += " " + s.Value
+		}
+		if s.Key == "vcs.modified" && s.Value == "true" {
+			v += " (modified)"
+		}
+	}
+	return v
 }
