@@ -45,7 +45,8 @@ type CachingAllocator struct {
 
 	st      stats
 	peaks   PeakSet
-	tryOnly bool // a TryMalloc is running: do not count an OOM
+	tryOnly bool  // a TryMalloc is running: do not count an OOM
+	lastErr error // from the last EmptyCache
 
 	// onSegment, if set, is told of every segment obtained from (alloc
 	// true) or returned to the device.
@@ -459,12 +460,14 @@ func (a *CachingAllocator) foreign(b *Block) string {
 }
 
 // EmptyCache releases every cached segment that holds no allocated block,
-// as torch.cuda.empty_cache. It panics if the device refuses to free one.
+// as torch.cuda.empty_cache. A segment the device refuses to free stays
+// cached (the error is kept for LastError); the session goes on.
 func (a *CachingAllocator) EmptyCache() {
-	if err := a.releaseCached(); err != nil {
-		panic(err)
-	}
+	a.lastErr = a.releaseCached()
 }
+
+// LastError returns the error of the last EmptyCache, or nil.
+func (a *CachingAllocator) LastError() error { return a.lastErr }
 
 // releaseCached is PyTorch's release_cached_blocks: every segment that is a
 // single free block goes back to the device. A segment the device fails to

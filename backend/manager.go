@@ -71,8 +71,9 @@ type Config struct {
 // synchronously at the points DESIGN.md §4 names. It never relies on
 // finalizers or cleanups for a reported figure.
 //
-// A Manager is safe for use by several goroutines, but a Session uses it
-// from one.
+// The Manager's own methods are safe for use by several goroutines; the
+// allocators it hands out (GPU, Host) are not, and a Session uses all of
+// them from its one goroutine.
 type Manager struct {
 	mu      sync.Mutex
 	gpus    []Allocator

@@ -127,7 +127,7 @@ func (*Device) Malloc(size uint64) (backend.DeviceMem, error) {
 	if size >= pages.HugePage {
 		// Large blocks get their own huge-page mapping: a first touch
 		// faults in 2 MiB, not 4 KiB, and Free unmaps at once.
-		b, err := pages.Map(size)
+		b, err := pages.MapReserved(size)
 		if err != nil {
 			return backend.DeviceMem{}, fmt.Errorf("host: cannot allocate %d bytes: %w: %w", size, backend.ErrDeviceFull, err)
 		}

@@ -14,15 +14,25 @@ import (
 // HugePage is the size (and alignment) of a transparent huge page.
 const HugePage = 2 << 20
 
-// Map maps size bytes of anonymous private memory (MAP_NORESERVE:
-// untouched pages cost nothing). Mappings of 2 MiB or more start on a 2 MiB
+// Map maps size bytes for simulated device memory, with MAP_NORESERVE:
+// untouched pages cost nothing and the simulator enforces the capacity.
+func Map(size uint64) ([]byte, error) { return mapBytes(size, unix.MAP_NORESERVE) }
+
+// MapReserved is Map without MAP_NORESERVE: the kernel's overcommit check
+// applies, so a request far beyond the host's memory fails at once instead
+// of being killed later (host memory).
+func MapReserved(size uint64) ([]byte, error) { return mapBytes(size, 0) }
+
+// mapBytes maps size bytes of anonymous private memory (with the extra mmap
+// flags; untouched pages are not resident either way). Mappings of 2 MiB or
+// more start on a 2 MiB
 // boundary and are advised MADV_HUGEPAGE, so touching them faults in
 // transparent huge pages rather than 4 KiB pages, as a GPU's memory would
 // be used in large pages.
-func Map(size uint64) ([]byte, error) {
+func mapBytes(size uint64, extra int) ([]byte, error) {
 	n := size
 	size = (size + pageSize - 1) &^ (pageSize - 1) // map whole pages
-	b, err := mapPages(size)
+	b, err := mapPages(size, extra)
 	if err != nil {
 		return nil, err
 	}
@@ -30,8 +40,8 @@ func Map(size uint64) ([]byte, error) {
 }
 
 // mapPages maps size bytes, a multiple of the page size.
-func mapPages(size uint64) ([]byte, error) {
-	flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_NORESERVE
+func mapPages(size uint64, extra int) ([]byte, error) {
+	flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | extra
 	prot := unix.PROT_READ | unix.PROT_WRITE
 	length := size
 	if size >= HugePage {
