@@ -113,11 +113,29 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[strin
 		stmt = &syntax.AssignStmt{OpPos: pos, Op: syntax.EQ, LHS: &syntax.Ident{NamePos: pos, Name: echoName}, RHS: es.X}
 	}
 	stmts = append(stmts, stmt)
-	file := &syntax.File{Path: f.Path, Stmts: stmts, Options: f.Options}
-	prog, err := starlark.FileProgram(file, func(name string) bool {
+	isPredeclared := func(name string) bool {
 		_, ok := s.live[name]
 		return ok || fileBound[name]
-	})
+	}
+	file := &syntax.File{Path: f.Path, Stmts: stmts, Options: f.Options}
+	if isCompound(stmt) && hasFunction(stmt) && len(names) > 0 {
+		// See compound.go: nested functions read the statement's globals
+		// dynamically, and the module lets go of them at the end.
+		end := syntax.End(stmt)
+		file.Stmts = append(file.Stmts, &syntax.ExprStmt{X: &syntax.CallExpr{
+			Fn: &syntax.Ident{NamePos: end, Name: flushName}, Lparen: end, Rparen: end}})
+		bound := make(map[string]bool, len(names))
+		for _, n := range names {
+			bound[n] = true
+			file.Stmts = append(file.Stmts, &syntax.AssignStmt{OpPos: end, Op: syntax.EQ,
+				LHS: &syntax.Ident{NamePos: end, Name: n}, RHS: &syntax.Ident{NamePos: end, Name: "None"}})
+		}
+		if _, err := rewriteNestedReads(file, stmt, bound, isPredeclared); err != nil {
+			s.prev.m = nil
+			return err
+		}
+	}
+	prog, err := starlark.FileProgram(file, isPredeclared)
 	if err != nil {
 		s.prev.m = nil
 		return err
@@ -134,6 +152,9 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[strin
 	s.running = false
 	s.prev.m = nil
 	s.reopen = nil
+	if s.flushed != nil {
+		globals, s.flushed = s.flushed, nil // the epilogue cleared the module's slots
+	}
 
 	for name, v := range globals {
 		if strings.HasPrefix(name, "·") {

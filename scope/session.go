@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 
 	"go.starlark.net/starlark"
@@ -64,6 +65,7 @@ type Session struct {
 	user     map[string]bool     // names in live that the user bound
 	prev     *prevValues         // the synthetic source of re-bound names' old values
 	reopen   map[posKey]string   // the running statement's `NAME = experiment(...)` call sites
+	flushed  starlark.StringDict // a compound statement's bindings, handed over by ·flush
 
 	stmtHooks   []*stmtHook
 	finishHooks []*finishHook
@@ -149,6 +151,8 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 		s.live[k] = v
 	}
 	s.live[prevName] = s.prev
+	s.live[curName] = &curGlobals{s}
+	s.live[flushName] = starlark.NewBuiltin(flushName, (&flusher{s}).flush)
 	return s, nil
 }
 
@@ -210,7 +214,7 @@ func (s *Session) Globals() starlark.StringDict {
 func (s *Session) Names() []string {
 	seen := map[string]bool{}
 	for k := range s.live {
-		if k != prevName {
+		if !strings.HasPrefix(k, "·") {
 			seen[k] = true
 		}
 	}
@@ -228,7 +232,7 @@ func (s *Session) Names() []string {
 // Lookup returns the value of a visible name: a user global, a memsh
 // builtin or a universe builtin.
 func (s *Session) Lookup(name string) starlark.Value {
-	if name == prevName {
+	if strings.HasPrefix(name, "·") {
 		return nil
 	}
 	if v, ok := s.live[name]; ok {
