@@ -41,7 +41,7 @@ type Row struct {
 	DType    string // "float32", ..., or "buffer"
 	Bytes    uint64 // the storage's bytes (as requested) for its owner; 0 for a sharer
 	Block    uint64 // the allocator block's bytes for the owner; 0 for a sharer
-	Elements uint64 // the storage's elements for the owner; 0 for a sharer
+	Elements uint64 // the storage's elements for the owner; 0 for a sharer or a raw buffer
 }
 
 // Unnamed is a live allocation that no name reaches.
@@ -108,7 +108,7 @@ func Collect(m *backend.Manager, roots []refpath.Root, device string) []Device {
 			continue
 		}
 		r := Row{Name: h.path, DType: "buffer"}
-		elemSize := uint64(1)
+		elemSize := uint64(0) // a raw buffer has no elements
 		if t, ok := h.value.(*tensor.Tensor); ok {
 			r.Shape, r.DType = t.Shape(), t.DType().String()
 			elemSize = uint64(max(t.DType().Size(), 1))
@@ -116,7 +116,10 @@ func Collect(m *backend.Manager, roots []refpath.Root, device string) []Device {
 		if o := owner[mem]; o != h.path {
 			r.Shares = o
 		} else {
-			r.Bytes, r.Block, r.Elements = mem.Size(), mem.BlockSize(), mem.Size()/elemSize
+			r.Bytes, r.Block = mem.Size(), mem.BlockSize()
+			if elemSize > 0 {
+				r.Elements = mem.Size() / elemSize
+			}
 			d.Used += r.Bytes
 			d.Elements += r.Elements
 			d.Rounding += r.Block - min(r.Block, r.Bytes)
