@@ -62,10 +62,7 @@ func Predeclared() starlark.StringDict {
 // can reach is freed. It returns the number of bytes freed. (Memory stays
 // cached by the allocator; cuda.empty_cache() releases it to the device.)
 func gc(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	e, err := env.Of(thread, b.Name())
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}

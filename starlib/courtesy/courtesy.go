@@ -104,10 +104,7 @@ func plural(n int) string {
 }
 
 func yieldMemory(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	e, err := env.Of(thread, b.Name())
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
@@ -147,10 +144,7 @@ func yieldMemory(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tup
 }
 
 func restore(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	e, err := env.Of(thread, b.Name())
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
@@ -174,10 +168,7 @@ func restore(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 }
 
 func yielded(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	e, err := env.Of(thread, b.Name())
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}

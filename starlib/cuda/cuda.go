@@ -123,35 +123,29 @@ func deviceArg(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 }
 
 func isAvailable(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	m, err := manager(thread, b)
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
+	m := e.Manager
 	return starlark.Bool(m.NumGPUs() > 0), nil
 }
 
 func deviceCount(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	m, err := manager(thread, b)
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
+	m := e.Manager
 	return starlark.MakeInt(m.NumGPUs()), nil
 }
 
 func currentDevice(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	m, err := manager(thread, b)
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
+	m := e.Manager
 	if m.NumGPUs() == 0 {
 		return nil, fmt.Errorf("%s: no CUDA devices available", b.Name())
 	}
@@ -365,13 +359,11 @@ func summary(a backend.Allocator, abbreviated bool) string {
 }
 
 func emptyCache(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	m, err := manager(thread, b)
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
+	m := e.Manager
 	m.Reclaim()
 	for i := 0; i < m.NumGPUs(); i++ {
 		m.GPU(i).EmptyCache()

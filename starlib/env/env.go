@@ -101,3 +101,12 @@ type FinishEvent struct {
 	// "device bytes path" lines.
 	Leaks []string
 }
+
+// NoArgs checks that builtin b was called without arguments and returns the
+// thread's Env: the preamble of every argument-less module function.
+func NoArgs(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (*Env, error) {
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
+		return nil, err
+	}
+	return Of(thread, b.Name())
+}

@@ -101,13 +101,11 @@ func idArg(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw
 }
 
 func count(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	m, err := manager(thread, b)
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
+	m := e.Manager
 	return starlark.MakeInt(m.NumGPUs()), nil
 }
 
@@ -148,13 +146,11 @@ func field(get func(memory) uint64) func(*starlark.Thread, *starlark.Builtin, st
 }
 
 func memAll(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	m, err := manager(thread, b)
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
+	m := e.Manager
 	m.Reclaim()
 	out := make([]starlark.Value, m.NumGPUs())
 	for i := range out {
@@ -168,13 +164,11 @@ func memAll(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 }
 
 func withMaxFree(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	m, err := manager(thread, b)
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
+	m := e.Manager
 	m.Reclaim()
 	best, bestFree := -1, uint64(0)
 	for i := range m.NumGPUs() {

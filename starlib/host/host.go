@@ -53,10 +53,7 @@ var Module = &starlarkstruct.Module{
 // call starts peak_rss's session counter if it is not running yet (a
 // counter that cannot be opened shows up as peak_rss's error).
 func noArgs(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (*env.Env, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	e, err := env.Of(thread, b.Name())
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}

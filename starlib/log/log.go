@@ -132,10 +132,7 @@ func start(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw
 }
 
 func stop(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	e, err := env.Of(thread, b.Name())
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
@@ -144,10 +141,7 @@ func stop(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwa
 }
 
 func running(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	e, err := env.Of(thread, b.Name())
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
@@ -155,10 +149,7 @@ func running(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 }
 
 func data(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
-		return nil, err
-	}
-	e, err := env.Of(thread, b.Name())
+	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
