@@ -27,6 +27,7 @@ import (
 	"sync"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/ebitengine/purego"
 )
 
 // ErrUnavailable is wrapped by every error of a Gate whose NVML library
@@ -130,9 +131,27 @@ func initReason(r gonvml.Return) string {
 	return r.Error()
 }
 
+// DefaultLibrary is the NVML library Open loads when given no path.
+const DefaultLibrary = "libnvidia-ml.so.1"
+
+// entrySymbols are the entry points go-nvml calls before the gate can look
+// symbols up through the library itself (Init, Shutdown, and error strings).
+var entrySymbols = [][]string{{"nvmlInit_v2"}, {"nvmlShutdown"}, {"nvmlErrorString"}}
+
 // Open returns a gate over the NVML library at path ("" for the system's
-// libnvidia-ml.so.1), loaded at run time.
+// libnvidia-ml.so.1), loaded at run time. The library is first probed with
+// dlopen/dlsym for every entry point the gate needs: go-nvml calls nvmlInit
+// and friends without checking that they exist, and a missing one would
+// kill the process, so a library that lacks one leaves the gate
+// unavailable and go-nvml is never called.
 func Open(path string) *Gate {
+	lib := path
+	if lib == "" {
+		lib = DefaultLibrary
+	}
+	if err := probe(lib); err != nil {
+		return &Gate{err: fmt.Errorf("%w: %v", ErrUnavailable, err)}
+	}
 	var opts []gonvml.LibraryOption
 	if path != "" {
 		opts = append(opts, gonvml.WithLibraryPath(path))
@@ -267,4 +286,27 @@ func (g *Gate) ProcessName(pid uint32) string {
 		return nil
 	})
 	return name
+}
+
+// probe checks that the library at path loads and has every entry point the
+// gate calls unconditionally.
+func probe(path string) error {
+	h, err := purego.Dlopen(path, purego.RTLD_LAZY|purego.RTLD_LOCAL)
+	if err != nil {
+		return fmt.Errorf("%s not found or not loadable (no NVIDIA driver installed?): %v", path, err)
+	}
+	defer purego.Dlclose(h)
+	for _, alts := range append(append([][]string(nil), entrySymbols...), requiredSymbols...) {
+		found := false
+		for _, sym := range alts {
+			if _, err := purego.Dlsym(h, sym); err == nil {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Errorf("%s has no %s (not NVML, or a driver too old for memsh)", path, alts[0])
+		}
+	}
+	return nil
 }

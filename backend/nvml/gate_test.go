@@ -3,6 +3,8 @@ package nvml_test
 import (
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -276,6 +278,36 @@ func TestGateNotALibrary(t *testing.T) {
 	g := nvml.Open(p)
 	if g.Available() || g.Err() == nil {
 		t.Fatalf("available %v err %v", g.Available(), g.Err())
+	}
+}
+
+// TestGateLibraryWithoutSymbols: a real shared library that lacks NVML's
+// entry points (a wrong MEMSH_LIBNVML, a broken install) leaves the gate
+// unavailable without go-nvml ever calling into it (a call to a missing
+// symbol would kill the process).
+func TestGateLibraryWithoutSymbols(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler to build a fake library")
+	}
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"empty":    "int unrelated(void) { return 0; }\n",
+		"initonly": "int nvmlInit_v2(void) { return 0; }\n",
+		"noerrstr": "int nvmlInit_v2(void) { return 999; }\nint nvmlShutdown(void) { return 0; }\n",
+	} {
+		c := filepath.Join(dir, name+".c")
+		so := filepath.Join(dir, "lib"+name+".so")
+		if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", so, c).CombinedOutput(); err != nil {
+			t.Fatalf("cc: %v\n%s", err, out)
+		}
+		g := nvml.Open(so)
+		if g.Available() || g.Err() == nil || !strings.Contains(g.Err().Error(), "has no nvml") {
+			t.Errorf("%s: available %v err %v", name, g.Available(), g.Err())
+		}
 	}
 }
 
