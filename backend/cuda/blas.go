@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"unsafe"
@@ -127,6 +128,11 @@ func (d *Device) blasFor() *blasHandle {
 // leading dimension ldc; transA / transB select the transpose. It waits
 // for the result. The error wraps ErrNoBLAS when cuBLAS is unavailable.
 func (d *Device) Sgemm(transA, transB bool, m, n, k int, A uintptr, lda int, B uintptr, ldb int, C uintptr, ldc int) error {
+	for _, v := range []int{m, n, k, lda, ldb, ldc} {
+		if v < 0 || v > math.MaxInt32 {
+			return fmt.Errorf("%s: cublasSgemm: dimension %d out of cuBLAS's int range", d.Name(), v)
+		}
+	}
 	b := d.blasFor()
 	if b.err != nil {
 		return b.err

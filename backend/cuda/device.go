@@ -24,7 +24,8 @@ type Device struct {
 	module    unsafe.Pointer // memsh's kernels, nil until loaded
 	moduleErr error
 	funcs     map[string]unsafe.Pointer
-	partials  uintptr // Sum's workspace: maxPartials float64 values
+	partials  uintptr    // Sum's workspace: maxPartials float64 values
+	sumMu     sync.Mutex // serialises Sum's use of partials
 	blas      *blasHandle
 	nv        *nvml.Device
 }

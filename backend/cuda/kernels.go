@@ -218,6 +218,9 @@ func (d *Device) Sum(dt DType, in uintptr, n uint64) (float64, error) {
 	if _, err := d.context(); err != nil {
 		return 0, err
 	}
+	// The workspace is shared by the device's sums: one at a time.
+	d.sumMu.Lock()
+	defer d.sumMu.Unlock()
 	d.mu.Lock()
 	ws := d.partials
 	d.mu.Unlock()

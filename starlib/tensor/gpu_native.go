@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"unsafe"
@@ -430,6 +431,11 @@ func nativeMatmul(fname string, a, b *Tensor) (starlark.Value, bool, error) {
 		return nil, false, nil // no cuBLAS: the CPU computes it
 	}
 	n, k, m := a.shape[0], a.shape[1], b.shape[1]
+	for _, d := range []int{n, k, m, lda, ldb} {
+		if d > math.MaxInt32 {
+			return nil, false, nil // cuBLAS takes C ints: the staged path computes it
+		}
+	}
 	out, err := newTensor(a.env, fname, a.mem.Device(), Float32, []int{n, m})
 	if err != nil {
 		return nil, true, err

@@ -104,10 +104,21 @@ func widen[T float32 | float64](m matOperand, dt DType) []T {
 	return out
 }
 
-// gemmConvert computes c = a × b for float16 and bfloat16 through float32
-// scratch buffers.
+// gemmConvert computes c = a × b through row-major scratch buffers, for
+// operands the BLAS cannot read in place: float16 and bfloat16 in float32,
+// float64 in float64 (never narrowed).
 func gemmConvert(g *gemm, dt DType, a, b, c matOperand) {
 	size := dt.Size()
+	if dt == Float64 {
+		ad, bd := widen[float64](a, dt), widen[float64](b, dt)
+		cd := make([]float64, c.rows*c.cols)
+		g.dgemm(blas.NoTrans, blas.NoTrans, c.rows, c.cols, a.cols, ad, a.cols, bd, b.cols, cd, c.cols)
+		store := storeF64[dt]
+		for i, v := range cd {
+			store(elemAddr(c.p, i, size), v)
+		}
+		return
+	}
 	ad, bd := widen[float32](a, dt), widen[float32](b, dt)
 	cd := make([]float32, c.rows*c.cols)
 	g.sgemm(blas.NoTrans, blas.NoTrans, c.rows, c.cols, a.cols, ad, a.cols, bd, b.cols, cd, c.cols)
