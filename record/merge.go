@@ -11,7 +11,8 @@ import (
 // a run and its resumptions — into what one unsharded, uninterrupted run
 // writes: records with the same position and identity (kind, name, sweep,
 // parameters) are one record, the last one read winning (a resumed run's
-// re-run of a block replaces the older copy); the result is ordered by
+// re-run of a block replaces the older copy) unless it is an "error" and an
+// earlier one is not; the result is ordered by
 // position, ties keeping the order read.
 func Merge(sets ...[]*Record) []*Record {
 	index := map[string]int{}
@@ -20,7 +21,12 @@ func Merge(sets ...[]*Record) []*Record {
 		for _, r := range recs {
 			id := r.identity()
 			if i, ok := index[id]; ok {
-				out[i] = r
+				// A later copy wins (a resumed re-run), except that an
+				// error never replaces a measured result: a shard that did
+				// not run a sweep may fail code that uses its result.
+				if r.Status != "error" || out[i].Status == "error" {
+					out[i] = r
+				}
 				continue
 			}
 			index[id] = len(out)

@@ -86,13 +86,14 @@ func (r *Record) Resumable() bool {
 	return r.Kind == "trial" && r.Sweep != "" && (r.Status == "ok" || r.Status == "oom")
 }
 
-// Key identifies a sweep point across runs: its sweep's name and its
-// parameters.
-func (r *Record) Key() string { return Key(r.Sweep, r.Params) }
+// Key identifies a sweep point across runs: its sweep unit (the sweep's
+// place in the script: two sweeps of one name, such as two lambdas, are
+// different units), the sweep's name and the point's parameters.
+func (r *Record) Key() string { return Key(r.Pos[0], r.Sweep, r.Params) }
 
-// Key is the identity of the point params of sweep.
-func Key(sweep string, params json.RawMessage) string {
-	return sweep + "\x00" + string(params)
+// Key is the identity of the point params of sweep in unit.
+func Key(unit int, sweep string, params json.RawMessage) string {
+	return fmt.Sprintf("%d\x00%s\x00%s", unit, sweep, params)
 }
 
 // identity is what makes two records with the same position the same

@@ -185,3 +185,16 @@ func TestResumable(t *testing.T) {
 		}
 	}
 }
+
+// Merging shards: a record that failed on a shard that did not run the
+// sweep it depends on never replaces the measured one, in any file order.
+func TestMergePrefersMeasured(t *testing.T) {
+	ok := &Record{Kind: "trial", Name: "final", Status: "ok", Pos: Pos{3, -1, 3}}
+	bad := &Record{Kind: "trial", Name: "final", Status: "error", Error: "unknown binary op", Pos: Pos{3, -1, 3}}
+	for _, sets := range [][][]*Record{{{ok}, {bad}}, {{bad}, {ok}}} {
+		got := Merge(sets...)
+		if len(got) != 1 || got[0].Status != "ok" {
+			t.Errorf("merge: %+v", got[0])
+		}
+	}
+}

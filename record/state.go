@@ -120,8 +120,8 @@ func (s *State) Err() error { return s.err }
 // --out finished as "ok" or "oom", or nil. stale reports a record of that
 // point measured under other conditions (another device capacity, or other
 // memory allocated before the sweep): it must run again.
-func (s *State) Lookup(sweep string, params json.RawMessage, baseline map[string]int64) (r *Record, stale bool) {
-	r = s.resume[Key(sweep, params)]
+func (s *State) Lookup(unit int, sweep string, params json.RawMessage, baseline map[string]int64) (r *Record, stale bool) {
+	r = s.resume[Key(unit, sweep, params)]
 	if r == nil {
 		return nil, false
 	}

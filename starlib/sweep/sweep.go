@@ -176,7 +176,7 @@ func (r *runner) run(keys []string, params starlark.StringDict, args starlark.Tu
 		return nil, fmt.Errorf("%s: %v", r.builtin, err)
 	}
 	r.bar.describe(r.builtin + " " + r.sweep + ": " + p.name)
-	prev, stale := r.rec.Lookup(r.sweep, j, r.baseline())
+	prev, stale := r.rec.Lookup(unit, r.sweep, j, r.baseline())
 	if stale {
 		fmt.Fprintf(r.env.Out, "%s: the record of %s in %s was measured on another device or with other memory allocated before the sweep; running it again\n",
 			r.builtin, p.name, r.rec.Out())

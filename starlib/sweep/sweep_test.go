@@ -393,3 +393,30 @@ r = sweep.grid(fn, n=[1024, 2048])
 		t.Fatalf("other baseline: err %v, ran %v", err, c4.got)
 	}
 }
+
+// Two sweeps with the same name (two closures of one def) are different
+// units: a resumed run does not give one the other's records.
+func TestResumeTwoSweepsOfOneName(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	script := `
+def make(per):
+    def fit(bs):
+        t = tensor.zeros([bs * per], dtype="uint8", device="cuda")
+        return 0
+    return fit
+a = sweep.max_fit(make(MiB), high=2048, mode="binsearch")
+b = sweep.max_fit(make(4 * MiB), high=2048, mode="binsearch")
+best = (a.best, b.best)
+`
+	var bests []string
+	for run := 0; run < 2; run++ {
+		s, _ := session(t, "sim:1GiB", out, "", nil)
+		if err := s.Exec("dup.star", script); err != nil {
+			t.Fatal(err)
+		}
+		bests = append(bests, s.Get("best").String())
+	}
+	if bests[0] != bests[1] || bests[0] != "(1024, 256)" {
+		t.Errorf("best (first run, resumed run) = %v, want (1024, 256) both times", bests)
+	}
+}
