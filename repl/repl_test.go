@@ -88,3 +88,21 @@ func TestQuit(t *testing.T) {
 		t.Errorf("x = %v, want 1 (input after :quit must not run)", v)
 	}
 }
+
+// With the logger on, a REPL input of several statements gets one line, as
+// ipygpulogger prints one per cell.
+func TestLogOneLinePerInput(t *testing.T) {
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	in := ":log compact\nx = 1; y = 2; z = 3\nw = 4\n"
+	if err := repl.Loop(s, repl.NewPlain(strings.NewReader(in), nil), &out); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), "(Consumed/Peaked/Used Total)"); n != 2 {
+		t.Errorf("%d log lines for two inputs:\n%s", n, out.String())
+	}
+}

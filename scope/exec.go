@@ -77,8 +77,10 @@ func (s *Session) exec(filename string, src any, echo bool) error {
 			fileBound[n] = true
 		}
 	}
-	for _, stmt := range f.Stmts {
-		if err := s.execStmt(f, stmt, fileBound, echo); err != nil {
+	for i, stmt := range f.Stmts {
+		// A REPL input is one input; each statement of a script is one.
+		first, last := !echo || i == 0, !echo || i == len(f.Stmts)-1
+		if err := s.execStmt(f, stmt, fileBound, echo, first, last); err != nil {
 			return err
 		}
 	}
@@ -90,7 +92,7 @@ func (s *Session) exec(filename string, src any, echo bool) error {
 // functions see later rebindings and definitions), writes every global the
 // statement bound back into the live map, then applies the name deletions
 // and restores that experiments finished during the statement asked for.
-func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[string]bool, echo bool) error {
+func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[string]bool, echo, first, last bool) error {
 	s.reopen = reopenSites(stmt)
 	names := boundNames(stmt)
 	pos, _ := stmt.Span()
@@ -142,7 +144,7 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[strin
 	}
 
 	end := syntax.End(stmt)
-	s.statementEvent(env.StatementEvent{Start: true, Pos: pos, End: end})
+	s.statementEvent(env.StatementEvent{Start: true, Pos: pos, End: end, First: first, Last: last})
 	if s.opts.MaxSteps > 0 {
 		s.thread.Steps = 0
 		s.thread.SetMaxExecutionSteps(s.opts.MaxSteps)
@@ -168,7 +170,7 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[strin
 	}
 	globals = nil
 	s.applyPending()
-	s.statementEvent(env.StatementEvent{Pos: pos, End: end, Err: err})
+	s.statementEvent(env.StatementEvent{Pos: pos, End: end, Err: err, First: first, Last: last || err != nil})
 	if err != nil {
 		// A failed statement's temporaries are garbage now: reclaim them
 		// so the Session stays usable with memory back where it was.

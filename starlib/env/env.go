@@ -87,6 +87,11 @@ type StatementEvent struct {
 	Start    bool
 	Pos, End syntax.Position // the statement's span
 	Err      error           // after: the statement's error, or nil
+	// First and Last mark the statements that begin and end an input: a
+	// REPL input is one input whatever its statements; in a script each
+	// top-level statement is one. Per-input tools (the logger) measure from
+	// First's start to Last's end. After a failed statement Last is true.
+	First, Last bool
 }
 
 // FinishEvent describes a finished experiment or trial.

@@ -68,12 +68,16 @@ func newLogger(e *env.Env, compact bool) *Logger {
 }
 
 // onStatement is the Session hook.
+// onStatement measures each input: from its first statement's start to its
+// last statement's end (one REPL input, or one top-level script statement).
 func (l *Logger) onStatement(ev env.StatementEvent) {
 	if ev.Start {
-		l.begin(ev.Pos)
+		if ev.First {
+			l.begin(ev.Pos)
+		}
 		return
 	}
-	if l.active {
+	if ev.Last && l.active {
 		l.print(l.end())
 	}
 }
