@@ -35,10 +35,12 @@
 // allocated_* (memsh frees at once), and inactive_split* and
 // num_alloc_retries are not available per line.
 //
-// In exact peak mode (the default) every allocation during a profiled call
-// reclaims garbage first, so no line's peak includes memory a
-// reference-counted runtime would already have freed; that costs a full GC
-// per allocation (see the benchmarks). --peak lazy skips it and says so.
+// In exact peak mode (the default) an allocation during a profiled call
+// that would raise a peak reclaims garbage first, so no line's peak
+// includes memory a reference-counted runtime would already have freed
+// (after a reclaim that finds no garbage, small allocations wait for 64 KiB
+// of growth: backend.PeakWindow bounds the error); that costs a full GC per
+// such allocation (see the benchmarks). --peak lazy skips it and says so.
 //
 // Source lines are read from the script file; for REPL input and -c code
 // only lines with events are listed, without their text.
