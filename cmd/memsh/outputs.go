@@ -45,14 +45,14 @@ func init() {
 					st.Close()
 					return nil, fmt.Errorf("--trace-max-events: got %d, want a positive number", *traceMax)
 				}
-				// Fail now, not at exit, if the file cannot be written.
-				f, err := os.OpenFile(*tracePath, os.O_WRONLY|os.O_CREATE, 0o644)
-				if err != nil {
+				rec = trace.Start(s.Env(), trace.Options{MaxEvents: *traceMax})
+				// Fail now, not at exit, if the file cannot be written; and
+				// leave a valid (empty) trace should memsh be killed outright.
+				if err := rec.WriteFile(*tracePath); err != nil {
+					rec.Stop()
 					st.Close()
 					return nil, fmt.Errorf("--trace: %v", err)
 				}
-				f.Close()
-				rec = trace.Start(s.Env(), trace.Options{MaxEvents: *traceMax})
 			}
 			stopTerm := writeTraceOnTerm(rec, *tracePath, s.Env().Err)
 			return func() {
