@@ -202,6 +202,7 @@ const help = `memsh REPL: Starlark with memory experiments.
 Commands:
   :help                  this text
   :exp                   open experiments and their figures so far
+  :devices               devices and their memory (as memsh devices)
   :quit                  exit (or Ctrl-D)`
 
 const helpFooter = `Ctrl-C interrupts a running statement; Tab completes names and module.attr.`
@@ -237,6 +238,8 @@ func command(s *scope.Session, line string, out io.Writer) bool {
 		fmt.Fprintln(out, helpFooter)
 	case ":quit", ":q", ":exit":
 		return true
+	case ":devices":
+		fmt.Fprint(out, scope.DeviceTable(s.Devices()))
 	case ":exp":
 		exps := s.Experiments()
 		if len(exps) == 0 {
