@@ -103,7 +103,7 @@ func (*Device) Kind() string { return "cpu" }
 
 // Description is "host RAM (<MemTotal>)", e.g. "host RAM (23.54 GiB)".
 func (*Device) Description() string {
-	return "host RAM (" + backend.FormatSize(Total()) + ")"
+	return "host RAM (" + backend.FormatBytes(int64(Total())) + ")"
 }
 
 // MemGetInfo returns MemAvailable and MemTotal from /proc/meminfo.

@@ -152,7 +152,7 @@ func (d *Device) Spec() Spec { return d.spec }
 
 // Description implements backend.Device.
 func (d *Device) Description() string {
-	s := "simulated GPU " + backend.FormatSize(d.spec.Total)
+	s := "simulated GPU " + backend.FormatBytes(int64(d.spec.Total))
 	if d.spec.Meta {
 		s += ", meta"
 	}
