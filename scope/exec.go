@@ -72,15 +72,17 @@ func (s *Session) exec(filename string, src any, echo bool) error {
 		return err
 	}
 	fileBound := map[string]bool{}
-	for _, stmt := range f.Stmts {
-		for _, n := range boundNames(stmt) {
+	bound := make([][]string, len(f.Stmts))
+	for i, stmt := range f.Stmts {
+		bound[i] = boundNames(stmt)
+		for _, n := range bound[i] {
 			fileBound[n] = true
 		}
 	}
 	for i, stmt := range f.Stmts {
 		// A REPL input is one input; each statement of a script is one.
 		first, last := !echo || i == 0, !echo || i == len(f.Stmts)-1
-		if err := s.execStmt(f, stmt, fileBound, echo, first, last); err != nil {
+		if err := s.execStmt(f, stmt, bound[i], fileBound, echo, first, last); err != nil {
 			return err
 		}
 	}
@@ -92,9 +94,8 @@ func (s *Session) exec(filename string, src any, echo bool) error {
 // functions see later rebindings and definitions), writes every global the
 // statement bound back into the live map, then applies the name deletions
 // and restores that experiments finished during the statement asked for.
-func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[string]bool, echo, first, last bool) error {
+func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, names []string, fileBound map[string]bool, echo, first, last bool) error {
 	s.reopen = reopenSites(stmt)
-	names := boundNames(stmt)
 	pos, _ := stmt.Span()
 	var stmts []syntax.Stmt
 	s.prev.m = nil

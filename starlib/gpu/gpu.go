@@ -119,19 +119,17 @@ func memStruct(m memory) starlark.Value {
 
 func memoryErr(b *starlark.Builtin, err error) error { return fmt.Errorf("%s: %v", b.Name(), err) }
 
-func mem(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	_, a, _, err := idArg(thread, b, args, kwargs)
-	if err != nil {
-		return nil, err
-	}
-	mm, err := memoryOf(a.Device())
-	if err != nil {
-		return nil, memoryErr(b, err)
-	}
-	return memStruct(mm), nil
+// mem(id=None) returns struct(total, free, used) of the device.
+var mem = memoryBuiltin(memStruct)
+
+// field returns a builtin f(id=None) giving one figure of mem().
+func field(get func(memory) uint64) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+	return memoryBuiltin(func(m memory) starlark.Value { return starlark.MakeUint64(get(m)) })
 }
 
-func field(get func(memory) uint64) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+// memoryBuiltin returns a builtin f(id=None) that reads the device's memory
+// and converts it with conv.
+func memoryBuiltin(conv func(memory) starlark.Value) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
 	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		_, a, _, err := idArg(thread, b, args, kwargs)
 		if err != nil {
@@ -141,7 +139,7 @@ func field(get func(memory) uint64) func(*starlark.Thread, *starlark.Builtin, st
 		if err != nil {
 			return nil, memoryErr(b, err)
 		}
-		return starlark.MakeUint64(get(mm)), nil
+		return conv(mm), nil
 	}
 }
 

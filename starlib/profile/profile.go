@@ -109,6 +109,21 @@ func defaultColumns() []column {
 
 // columnsArg parses a columns argument: None or a list/tuple of
 // memory_stats() keys.
+// reportArgs unpacks (columns=None) for a report builtin and returns the
+// columns and the thread's Env.
+func reportArgs(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) ([]column, *env.Env, error) {
+	var colsV starlark.Value
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "columns?", &colsV); err != nil {
+		return nil, nil, err
+	}
+	cols, err := columnsArg(b.Name(), colsV)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := env.Of(thread, b.Name())
+	return cols, e, err
+}
+
 func columnsArg(builtin string, v starlark.Value) ([]column, error) {
 	if v == nil || v == starlark.None {
 		return defaultColumns(), nil
@@ -205,15 +220,7 @@ func (p *Profiled) Attr(name string) (starlark.Value, error) {
 }
 
 func (p *Profiled) report(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	var colsV starlark.Value
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "columns?", &colsV); err != nil {
-		return nil, err
-	}
-	cols, err := columnsArg(b.Name(), colsV)
-	if err != nil {
-		return nil, err
-	}
-	e, err := env.Of(thread, b.Name())
+	cols, e, err := reportArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
@@ -309,15 +316,7 @@ func (r *registry) sweep() {
 // profile_report(columns=None) prints the tables of every profiled
 // function of the session that is still referenced, in creation order.
 func reportBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	var colsV starlark.Value
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "columns?", &colsV); err != nil {
-		return nil, err
-	}
-	cols, err := columnsArg(b.Name(), colsV)
-	if err != nil {
-		return nil, err
-	}
-	e, err := env.Of(thread, b.Name())
+	cols, e, err := reportArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}

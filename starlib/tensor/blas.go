@@ -33,31 +33,28 @@ type gemm struct {
 	dgemm func(ta, tb blas.Transpose, m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int)
 }
 
+// stored returns the rows and columns of an operand as stored, for a
+// product operand of rows × cols used with transpose t.
+func stored(t blas.Transpose, rows, cols int) (int, int) {
+	if t == blas.Trans {
+		return cols, rows
+	}
+	return rows, cols
+}
+
 var gonumGemm = &gemm{
 	name: "gonum",
 	sgemm: func(ta, tb blas.Transpose, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-		ar, ac := m, k
-		if ta == blas.Trans {
-			ar, ac = k, m
-		}
-		br, bc := k, n
-		if tb == blas.Trans {
-			br, bc = n, k
-		}
+		ar, ac := stored(ta, m, k)
+		br, bc := stored(tb, k, n)
 		blas32.Gemm(ta, tb, 1,
 			blas32.General{Rows: ar, Cols: ac, Stride: lda, Data: a},
 			blas32.General{Rows: br, Cols: bc, Stride: ldb, Data: b},
 			0, blas32.General{Rows: m, Cols: n, Stride: ldc, Data: c})
 	},
 	dgemm: func(ta, tb blas.Transpose, m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
-		ar, ac := m, k
-		if ta == blas.Trans {
-			ar, ac = k, m
-		}
-		br, bc := k, n
-		if tb == blas.Trans {
-			br, bc = n, k
-		}
+		ar, ac := stored(ta, m, k)
+		br, bc := stored(tb, k, n)
 		blas64.Gemm(ta, tb, 1,
 			blas64.General{Rows: ar, Cols: ac, Stride: lda, Data: a},
 			blas64.General{Rows: br, Cols: bc, Stride: ldb, Data: b},

@@ -32,23 +32,9 @@ const (
 
 var cmpNames = [...]string{cmpEq: "eq", cmpNe: "ne", cmpLt: "lt", cmpLe: "le", cmpGt: "gt", cmpGe: "ge"}
 
-func cmpFloat(op cmpOp, x, y float64) bool {
-	switch op {
-	case cmpEq:
-		return x == y
-	case cmpNe:
-		return x != y
-	case cmpLt:
-		return x < y
-	case cmpLe:
-		return x <= y
-	case cmpGt:
-		return x > y
-	}
-	return x >= y
-}
-
-func cmpInt(op cmpOp, x, y int64) bool {
+// cmpValues applies op to x and y (float64 for floating dtypes, int64 for
+// the others).
+func cmpValues[T int64 | float64](op cmpOp, x, y T) bool {
 	switch op {
 	case cmpEq:
 		return x == y
@@ -116,9 +102,9 @@ func compareKernel(op cmpOp, out strided, a, b cmpArg, shape []int) {
 		for range n {
 			var r bool
 			if a.l.f != nil {
-				r = cmpFloat(op, a.l.f(x), b.l.f(y))
+				r = cmpValues(op, a.l.f(x), b.l.f(y))
 			} else {
-				r = cmpInt(op, a.l.i(x), b.l.i(y))
+				r = cmpValues(op, a.l.i(x), b.l.i(y))
 			}
 			st(o, uint8(b2i(r)))
 			o, x, y = unsafe.Add(o, so), unsafe.Add(x, sa), unsafe.Add(y, sb)
