@@ -29,8 +29,7 @@ import (
 
 	"go.starlark.net/starlark"
 
-	"github.com/memsh/memsh/scope/measure"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // Record is one finished experiment or trial as written to a JSONL file.
@@ -54,7 +53,7 @@ type Record struct {
 	Baseline map[string]int64 `json:"baseline,omitempty"`
 }
 
-// Figures are one resource's figures (DESIGN.md §5), as in measure.Figures,
+// Figures are one resource's figures (DESIGN.md §5), as in env.Figures,
 // plus the resource's capacity.
 type Figures struct {
 	Device    string `json:"device"` // "host", "cuda:0", ...
@@ -122,10 +121,10 @@ func (r *Record) matches(baseline map[string]int64, totals map[string]uint64) bo
 	return len(r.Baseline) == len(baseline)
 }
 
-// Data returns the record's figures as measure.Data (for a resumed sweep
+// Data returns the record's figures as env.Data (for a resumed sweep
 // point); current is the current GPU's device string, used to pick Data.GPU.
-func (r *Record) Data(current string) *measure.Data {
-	d := &measure.Data{Name: r.Name, Time: time.Duration(r.Time * float64(time.Second)), Host: r.Host.measure()}
+func (r *Record) Data(current string) *env.Data {
+	d := &env.Data{Name: r.Name, Time: time.Duration(r.Time * float64(time.Second)), Host: r.Host.measure()}
 	for _, g := range r.GPUs {
 		d.GPUs = append(d.GPUs, g.measure())
 	}
@@ -140,12 +139,12 @@ func (r *Record) Data(current string) *measure.Data {
 	return d
 }
 
-func (f Figures) measure() measure.Figures {
-	return measure.Figures{Device: f.Device, Used: f.Used, Consumed: f.Consumed, Peak: f.Peak,
+func (f Figures) measure() env.Figures {
+	return env.Figures{Device: f.Device, Used: f.Used, Consumed: f.Consumed, Peak: f.Peak,
 		Peaked: f.Peaked, Reclaimed: f.Reclaimed, Available: f.Available}
 }
 
-func figures(f measure.Figures, total uint64) Figures {
+func figures(f env.Figures, total uint64) Figures {
 	return Figures{Device: f.Device, Used: f.Used, Consumed: f.Consumed, Peak: f.Peak, Peaked: f.Peaked,
 		Reclaimed: f.Reclaimed, Available: f.Available, Total: int64(total)}
 }

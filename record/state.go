@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/memsh/memsh/backend/host"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // valuesKey is the State's key in env.Env.Values.

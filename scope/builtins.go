@@ -10,9 +10,8 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/scope/measure"
-	"github.com/memsh/memsh/scope/refpath"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env/refpath"
+	"github.com/memsh/memsh/env"
 )
 
 // sessionBuiltins are the global builtins made of the Session itself:
@@ -140,7 +139,7 @@ type TrialResult struct {
 	Status string // "ok", "oom" or "error"
 	Error  string
 	Return starlark.Value // fn's result, None on failure
-	Data   *measure.Data
+	Data   *env.Data
 }
 
 // Value returns struct(name, status, error, value, data).

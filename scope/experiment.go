@@ -12,9 +12,8 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
-	"github.com/memsh/memsh/scope/measure"
-	"github.com/memsh/memsh/scope/refpath"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env/refpath"
+	"github.com/memsh/memsh/env"
 )
 
 // Experiment is an experiment block (DESIGN.md §3), and the Starlark value
@@ -35,7 +34,7 @@ type Experiment struct {
 	meter    *meter
 	seqStart uint64                    // allocations with a larger Manager sequence number belong to the block
 	snapshot map[string]starlark.Value // user globals at open; dropped at finish
-	result   *measure.Data
+	result   *env.Data
 	outcome  *Outcome
 }
 
@@ -76,7 +75,7 @@ func (e *Experiment) Name() string { return e.name }
 func (e *Experiment) Running() bool { return e.running }
 
 // Result returns the final data after finish, or nil while it runs.
-func (e *Experiment) Result() *measure.Data { return e.result }
+func (e *Experiment) Result() *env.Data { return e.result }
 
 // Outcome returns what finish deleted, restored, kept, released and found
 // leaking, or nil while it runs.
@@ -176,7 +175,7 @@ func (e *Experiment) dataBuiltin(thread *starlark.Thread, b *starlark.Builtin, a
 
 // Data returns the figures so far (after a reclaim, so garbage does not
 // count), or the final figures once finished.
-func (e *Experiment) Data() *measure.Data {
+func (e *Experiment) Data() *env.Data {
 	if !e.running {
 		return e.result
 	}
@@ -197,7 +196,7 @@ func (e *Experiment) finishBuiltin(thread *starlark.Thread, b *starlark.Builtin,
 
 // Finish finishes the experiment from Go (between statements) and returns
 // its data. The name deletions and restores apply at once.
-func (e *Experiment) Finish() (*measure.Data, error) {
+func (e *Experiment) Finish() (*env.Data, error) {
 	if e.s.running {
 		return nil, errors.New("experiment.finish: use the Starlark method while a statement runs")
 	}
@@ -208,7 +207,7 @@ func (e *Experiment) Finish() (*measure.Data, error) {
 
 // finish ends the block. extra are roots that survive besides the globals
 // (a trial's returned value).
-func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*measure.Data, error) {
+func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*env.Data, error) {
 	s := e.s
 	if !e.running {
 		return nil, fmt.Errorf("experiment.finish: experiment %q already finished", e.name)

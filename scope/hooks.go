@@ -6,7 +6,7 @@ import (
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 var _ env.Session = (*Session)(nil)

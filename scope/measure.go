@@ -5,7 +5,7 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
-	"github.com/memsh/memsh/scope/measure"
+	"github.com/memsh/memsh/env"
 )
 
 // meter holds the start figures and exact peak counters of one interval
@@ -38,8 +38,8 @@ func (s *Session) startMeter() *meter {
 }
 
 // read returns the figures since the meter started; Reclaimed is 0.
-func (s *Session) read(m *meter, name string) *measure.Data {
-	d := &measure.Data{Name: name, Time: time.Since(m.start)}
+func (s *Session) read(m *meter, name string) *env.Data {
+	d := &env.Data{Name: name, Time: time.Since(m.start)}
 	simRes := s.simResident()
 	rss, _ := host.RSS()
 	rss -= min(rss, simRes)
@@ -73,8 +73,8 @@ func (m *meter) close() {
 	}
 }
 
-func makeFigures(device string, start, used, peak, avail uint64) measure.Figures {
-	f := measure.Figures{Device: device, Used: int64(used), Consumed: int64(used) - int64(start), Peak: int64(peak), Available: int64(avail)}
+func makeFigures(device string, start, used, peak, avail uint64) env.Figures {
+	f := env.Figures{Device: device, Used: int64(used), Consumed: int64(used) - int64(start), Peak: int64(peak), Available: int64(avail)}
 	f.Peaked = max(0, int64(peak)-int64(start)) - max(0, f.Consumed)
 	f.Peaked = max(0, f.Peaked)
 	return f

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/scope/measure"
+	"github.com/memsh/memsh/env"
 )
 
 // printReport prints an experiment's finish report in the spirit of
@@ -19,7 +19,7 @@ func (s *Session) printReport(e *Experiment) {
 }
 
 // WriteReport writes the human finish report of an experiment.
-func WriteReport(w io.Writer, d *measure.Data, o *Outcome, mode backend.PeakMode) {
+func WriteReport(w io.Writer, d *env.Data, o *Outcome, mode backend.PeakMode) {
 	fmt.Fprintf(w, "*** Experiment %q finished in %s (elapsed wallclock time)\n", d.Name, clock(d.Time))
 	if o != nil && len(o.Deleted)+len(o.Restored)+len(o.Kept) > 0 {
 		fmt.Fprintf(w, "\n*** Newly defined variables:\n")
@@ -35,7 +35,7 @@ func WriteReport(w io.Writer, d *measure.Data, o *Outcome, mode backend.PeakMode
 	fmt.Fprintf(w, "\n*** Experiment memory:\n")
 	// Fixed-width columns, so that reports line up across experiments.
 	fmt.Fprintf(w, "%-8s %12s %12s %12s %12s\n", "Device", "Consumed", "Peaked", "Reclaimed", "Available")
-	row := func(f measure.Figures) {
+	row := func(f env.Figures) {
 		fmt.Fprintf(w, "%-8s %12s %12s %12s %12s\n", f.Device, backend.FormatBytes(f.Consumed), backend.FormatBytes(f.Peaked),
 			backend.FormatBytes(f.Reclaimed), backend.FormatBytes(f.Available))
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/starlib"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // Options configure a Session.

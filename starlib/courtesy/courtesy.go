@@ -12,7 +12,7 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // Module is the courtesy module:

@@ -7,7 +7,7 @@ import (
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // Buffer is a raw device allocation from cuda.malloc or gpu.leave_free:

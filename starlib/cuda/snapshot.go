@@ -6,7 +6,7 @@ import (
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/snapshot"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // historyKey is the per-session snapshot.Recorder's key in env.Env.Values.

@@ -17,7 +17,7 @@ import (
 	"github.com/memsh/memsh/backend/cuda"
 	"github.com/memsh/memsh/backend/nvml"
 	scuda "github.com/memsh/memsh/starlib/cuda"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // Module is the gpu module. Sizes are in bytes; id is None (the current

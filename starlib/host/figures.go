@@ -5,7 +5,7 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	bhost "github.com/memsh/memsh/backend/host"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // residentDevice is implemented by GPU devices whose memory lives in this

@@ -13,7 +13,7 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	bhost "github.com/memsh/memsh/backend/host"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // Module is the host module. All sizes are in bytes.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/scope/measure"
+	"github.com/memsh/memsh/env"
 )
 
 func (l *Logger) print(r *Record) {
@@ -33,7 +33,7 @@ func WriteLines(w io.Writer, r *Record) {
 	fmt.Fprintf(w, "･ %-8s%12s%12s%12s | Exec time %s | CPU mean %.0f%%, max core %.0f%%%s\n",
 		"RAM:", "△Consumed", "△Peaked", "Used Total", clock(d.Time),
 		r.CPU.SystemPercent, r.CPU.MaxCorePercent, where(r.Statement))
-	row := func(f measure.Figures) {
+	row := func(f env.Figures) {
 		fmt.Fprintf(w, "･ %-8s%12s%12s%12s |\n", f.Device+":",
 			backend.FormatBytes(f.Consumed), backend.FormatBytes(f.Peaked), backend.FormatBytes(f.Used))
 	}
@@ -49,7 +49,7 @@ func WriteLines(w io.Writer, r *Record) {
 func WriteCompact(w io.Writer, r *Record) {
 	d := &r.Data
 	var b strings.Builder
-	part := func(f measure.Figures) {
+	part := func(f env.Figures) {
 		fmt.Fprintf(&b, "%s: %s/%s/%s | ", f.Device, backend.FormatBytes(f.Consumed),
 			backend.FormatBytes(f.Peaked), backend.FormatBytes(f.Used))
 	}

@@ -15,7 +15,7 @@ import (
 	"go.starlark.net/starlarkstruct"
 	"go.starlark.net/syntax"
 
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // Module is the log module:

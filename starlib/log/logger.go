@@ -8,8 +8,7 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	bhost "github.com/memsh/memsh/backend/host"
-	"github.com/memsh/memsh/scope/measure"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/starlib/host"
 )
 
@@ -21,7 +20,7 @@ type Record struct {
 	Statement string
 	// Data holds the wall time and the figures of host RAM and each GPU:
 	// used at the end, consumed, exact peak and peaked (DESIGN.md §5).
-	Data measure.Data
+	Data env.Data
 	// CPU is the CPU use during the statement: SystemPercent is the mean
 	// busy % of all cores, MaxCorePercent the busiest core's (both
 	// system-wide, as ipython_memory_usage's "system mean cpu" and "single
@@ -170,8 +169,8 @@ func (l *Logger) close() {
 }
 
 // figures computes DESIGN.md §5's figures of one resource.
-func figures(device string, start, used, peak, avail uint64) measure.Figures {
-	f := measure.Figures{Device: device, Used: int64(used), Consumed: int64(used) - int64(start),
+func figures(device string, start, used, peak, avail uint64) env.Figures {
+	f := env.Figures{Device: device, Used: int64(used), Consumed: int64(used) - int64(start),
 		Peak: int64(max(peak, used)), Available: int64(avail)}
 	f.Peaked = max(0, max(0, f.Peak-int64(start))-max(0, f.Consumed))
 	return f

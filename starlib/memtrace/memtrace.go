@@ -28,7 +28,7 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/starlib/cuda"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // Builtin is the global memtrace(ctx="", silent=False, device=None): a new

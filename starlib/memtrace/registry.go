@@ -4,7 +4,7 @@ import (
 	"weak"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // A running trace keeps a peak counter open on its allocator (in exact peak

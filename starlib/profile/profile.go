@@ -56,7 +56,7 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // Builtins are the global builtins of the package.

@@ -7,7 +7,7 @@ import (
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // funcID identifies a Starlark function by name and the position of its

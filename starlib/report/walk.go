@@ -1,8 +1,8 @@
 package report
 
 import (
-	"github.com/memsh/memsh/scope/refpath"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env/refpath"
+	"github.com/memsh/memsh/env"
 )
 
 // holder is one value that owns memory (a tensor, a buffer), with the

@@ -14,9 +14,8 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/record"
-	"github.com/memsh/memsh/scope/measure"
-	"github.com/memsh/memsh/scope/refpath"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env/refpath"
+	"github.com/memsh/memsh/env"
 )
 
 // Module is the sweep module:
@@ -72,7 +71,7 @@ type point struct {
 	status  string // "ok", "oom", "error"
 	err     string
 	value   starlark.Value
-	data    *measure.Data
+	data    *env.Data
 	resumed bool
 }
 

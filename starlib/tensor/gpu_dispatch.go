@@ -8,7 +8,7 @@ import (
 	"go.starlark.net/syntax"
 
 	"github.com/memsh/memsh/backend/cuda"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // Tensors on real GPUs (backend/cuda): their memory is not host-accessible,

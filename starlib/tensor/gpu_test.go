@@ -17,7 +17,7 @@ import (
 	"github.com/memsh/memsh/backend/cuda/cudatest"
 	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/backend/sim"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/starlib/tensor"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/backend/sim"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/starlib/tensor"
 )
 

@@ -1,7 +1,7 @@
-// Package measure defines memsh's memory figures — used, consumed, peak,
+// This file defines memsh's memory figures — used, consumed, peak,
 // peaked, reclaimed, available — and the data of an experiment or trial, as
 // DESIGN.md §5 defines them, with their Starlark and JSON forms.
-package measure
+package env
 
 import (
 	"time"

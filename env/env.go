@@ -1,5 +1,9 @@
-// Package env carries a Session's shared state to the Starlark modules that
-// run on its thread: the memory Manager, the output writer and per-session
+// Package env is the layer shared by the Session (package scope) and the
+// Starlark bindings (package starlib and below): the session environment
+// (Env), the Session's events (StatementEvent, FinishEvent), and memsh's
+// memory figures (Figures, Data; measure.go). It sits below both, so neither
+// imports the other. Env carries a Session's shared state to the Starlark
+// modules that run on its thread: the memory Manager, the output writer and per-session
 // module settings. Modules read it with env.Of(thread); the Session installs
 // it with env.Install. Nothing here is process-wide, so two Sessions in one
 // process never see each other.
@@ -14,7 +18,6 @@ import (
 	"go.starlark.net/syntax"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/scope/measure"
 )
 
 const threadKey = "memsh.env"
@@ -101,7 +104,7 @@ type FinishEvent struct {
 	Status string // trials: "ok", "oom" or "error"; experiments: "ok"
 	Error  string // trials: the error message, or ""
 	Params starlark.StringDict
-	Data   *measure.Data
+	Data   *Data
 	// Leaks lists memory allocated in the block and still reachable, as
 	// "device bytes path" lines.
 	Leaks []string

@@ -12,7 +12,7 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
-	"github.com/memsh/memsh/scope/refpath"
+	"github.com/memsh/memsh/env/refpath"
 )
 
 // holder is a minimal env.Holder.

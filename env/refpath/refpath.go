@@ -19,7 +19,7 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/starlib/env"
+	"github.com/memsh/memsh/env"
 )
 
 // Referrer is implemented by memsh's own container values (experiment
