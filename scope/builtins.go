@@ -10,8 +10,8 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/env/refpath"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/env/refpath"
 )
 
 // sessionBuiltins are the global builtins made of the Session itself:

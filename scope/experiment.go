@@ -12,8 +12,8 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
-	"github.com/memsh/memsh/env/refpath"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/env/refpath"
 )
 
 // Experiment is an experiment block (DESIGN.md §3), and the Starlark value

@@ -21,8 +21,8 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
-	"github.com/memsh/memsh/starlib"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/starlib"
 )
 
 // Options configure a Session.

@@ -10,9 +10,9 @@ import (
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/starlib/courtesy"
 	"github.com/memsh/memsh/starlib/cuda"
-	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/starlib/gpu"
 	"github.com/memsh/memsh/starlib/host"
 	memlog "github.com/memsh/memsh/starlib/log"

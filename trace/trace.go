@@ -40,8 +40,8 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
-	"github.com/memsh/memsh/record"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/record"
 )
 
 // DefaultMaxEvents bounds a trace's events (about 20 MB of JSON).

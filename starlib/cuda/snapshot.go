@@ -5,8 +5,8 @@ import (
 
 	"go.starlark.net/starlark"
 
-	"github.com/memsh/memsh/snapshot"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/snapshot"
 )
 
 // historyKey is the per-session snapshot.Recorder's key in env.Env.Values.

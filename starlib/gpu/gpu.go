@@ -16,8 +16,8 @@ import (
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/cuda"
 	"github.com/memsh/memsh/backend/nvml"
-	scuda "github.com/memsh/memsh/starlib/cuda"
 	"github.com/memsh/memsh/env"
+	scuda "github.com/memsh/memsh/starlib/cuda"
 )
 
 // Module is the gpu module. Sizes are in bytes; id is None (the current

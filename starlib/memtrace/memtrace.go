@@ -27,8 +27,8 @@ import (
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/starlib/cuda"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/starlib/cuda"
 )
 
 // Builtin is the global memtrace(ctx="", silent=False, device=None): a new

@@ -22,8 +22,8 @@ import (
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/env/refpath"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/env/refpath"
 	"github.com/memsh/memsh/starlib/tensor"
 )
 

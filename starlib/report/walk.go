@@ -1,8 +1,8 @@
 package report
 
 import (
-	"github.com/memsh/memsh/env/refpath"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/env/refpath"
 )
 
 // holder is one value that owns memory (a tensor, a buffer), with the

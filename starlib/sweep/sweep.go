@@ -13,9 +13,9 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/record"
-	"github.com/memsh/memsh/env/refpath"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/env/refpath"
+	"github.com/memsh/memsh/record"
 )
 
 // Module is the sweep module:
