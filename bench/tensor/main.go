@@ -49,7 +49,7 @@ import (
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/scope"
-	"github.com/memsh/memsh/starlib/tensor"
+	"github.com/memsh/memsh/tensor"
 )
 
 const mib = 1 << 20

@@ -110,8 +110,9 @@ func Collect(m *backend.Manager, roots []refpath.Root, device string) []Device {
 		r := Row{Name: h.path, DType: "buffer"}
 		elemSize := uint64(0) // a raw buffer has no elements
 		if t, ok := h.value.(*tensor.Tensor); ok {
-			r.Shape, r.DType = t.Shape(), t.DType().String()
-			elemSize = uint64(max(t.DType().Size(), 1))
+			e := t.Engine()
+			r.Shape, r.DType = e.Shape(), e.DType().String()
+			elemSize = uint64(max(e.DType().Size(), 1))
 		}
 		if o := owner[mem]; o != h.path {
 			r.Shares = o

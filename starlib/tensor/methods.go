@@ -2,10 +2,11 @@ package tensor
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 
 	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/tensor"
 )
 
 // methodFn implements a Tensor method (and the module function of the same
@@ -36,35 +37,35 @@ var methods map[string]methodFn
 
 func init() {
 	methods = map[string]methodFn{
-		"numel":         noArgs(func(_ string, t *Tensor) (starlark.Value, error) { return starlark.MakeInt(t.Numel()), nil }),
-		"element_size":  noArgs(func(_ string, t *Tensor) (starlark.Value, error) { return starlark.MakeInt(t.dtype.Size()), nil }),
-		"dim":           noArgs(func(_ string, t *Tensor) (starlark.Value, error) { return starlark.MakeInt(len(t.shape)), nil }),
-		"is_contiguous": noArgs(func(_ string, t *Tensor) (starlark.Value, error) { return starlark.Bool(t.isContiguous()), nil }),
+		"numel":         noArgs(func(_ string, t *Tensor) (starlark.Value, error) { return starlark.MakeInt(t.t.Numel()), nil }),
+		"element_size":  noArgs(func(_ string, t *Tensor) (starlark.Value, error) { return starlark.MakeInt(t.t.DType().Size()), nil }),
+		"dim":           noArgs(func(_ string, t *Tensor) (starlark.Value, error) { return starlark.MakeInt(t.t.Dim()), nil }),
+		"is_contiguous": noArgs(func(_ string, t *Tensor) (starlark.Value, error) { return starlark.Bool(t.t.IsContiguous()), nil }),
 		"data_ptr": noArgs(func(_ string, t *Tensor) (starlark.Value, error) {
-			return starlark.MakeUint64(uint64(t.mem.Ptr()) + uint64(t.offset*t.dtype.Size())), nil
+			return starlark.MakeUint64(t.t.DataPtr()), nil
 		}),
 		"size":       methodSize,
 		"to":         methodTo,
-		"cpu":        noArgs(func(f string, t *Tensor) (starlark.Value, error) { return convert(f, t, "cpu", t.dtype) }),
+		"cpu":        noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(tensor.To(t.t, "cpu", t.t.DType(), false)) }),
 		"cuda":       methodCuda,
-		"float":      castTo(Float32),
-		"double":     castTo(Float64),
-		"half":       castTo(Float16),
-		"bfloat16":   castTo(BFloat16),
-		"long":       castTo(Int64),
-		"int":        castTo(Int32),
-		"bool":       castTo(Bool),
-		"clone":      noArgs(func(f string, t *Tensor) (starlark.Value, error) { return copyTo(f, t, t.mem.Device(), t.dtype) }),
-		"contiguous": noArgs(methodContiguous),
+		"float":      castTo(tensor.Float32),
+		"double":     castTo(tensor.Float64),
+		"half":       castTo(tensor.Float16),
+		"bfloat16":   castTo(tensor.BFloat16),
+		"long":       castTo(tensor.Int64),
+		"int":        castTo(tensor.Int32),
+		"bool":       castTo(tensor.Bool),
+		"clone":      noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(tensor.Clone(t.t)) }),
+		"contiguous": noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(tensor.Contiguous(t.t)) }),
 		"view": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			return reshapeMethod(f, t, args, kwargs, false)
+			return reshapeMethod(f, t, args, kwargs, tensor.View)
 		},
 		"reshape": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			return reshapeMethod(f, t, args, kwargs, true)
+			return reshapeMethod(f, t, args, kwargs, tensor.Reshape)
 		},
 		"flatten":   methodFlatten,
 		"transpose": methodTranspose,
-		"t":         noArgs(methodT),
+		"t":         noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(tensor.T(t.t)) }),
 		"permute":   methodPermute,
 		"squeeze":   methodSqueeze,
 		"unsqueeze": methodUnsqueeze,
@@ -74,57 +75,49 @@ func init() {
 			if err := starlark.UnpackArgs(f, args, kwargs, "dim", &dim, "start", &start, "length", &length); err != nil {
 				return nil, err
 			}
-			return narrowed(f, t, dim, start, length)
+			return resultAs(f)(tensor.Narrow(t.t, dim, start, length))
 		},
 		"select": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			var dim, index int
 			if err := starlark.UnpackArgs(f, args, kwargs, "dim", &dim, "index", &index); err != nil {
 				return nil, err
 			}
-			return selected(f, t, dim, index)
+			return resultAs(f)(tensor.Select(t.t, dim, index))
 		},
-		"sum": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			return reduce(redSum, f, t, args, kwargs)
-		},
-		"mean": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			return reduce(redMean, f, t, args, kwargs)
-		},
-		"max": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			return extreme(redMax, f, t, args, kwargs)
-		},
-		"min": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			return extreme(redMin, f, t, args, kwargs)
-		},
+		"sum":      reduceMethod(tensor.Sum),
+		"mean":     reduceMethod(tensor.Mean),
+		"max":      extremeMethod("max", tensor.Max, tensor.MaxDim),
+		"min":      extremeMethod("min", tensor.Min, tensor.MinDim),
 		"item":     noArgs(item),
 		"tolist":   noArgs(tolist),
-		"add":      binaryMethod(opAdd),
-		"sub":      binaryMethod(opSub),
-		"mul":      binaryMethod(opMul),
-		"div":      binaryMethod(opDiv),
-		"add_":     inplaceMethod(opAdd),
-		"sub_":     inplaceMethod(opSub),
-		"mul_":     inplaceMethod(opMul),
-		"div_":     inplaceMethod(opDiv),
+		"add":      binaryMethod(tensor.OpAdd),
+		"sub":      binaryMethod(tensor.OpSub),
+		"mul":      binaryMethod(tensor.OpMul),
+		"div":      binaryMethod(tensor.OpDiv),
+		"add_":     inplaceMethod(tensor.OpAdd),
+		"sub_":     inplaceMethod(tensor.OpSub),
+		"mul_":     inplaceMethod(tensor.OpMul),
+		"div_":     inplaceMethod(tensor.OpDiv),
 		"matmul":   methodMatmul,
-		"eq":       compareMethod(cmpEq),
-		"ne":       compareMethod(cmpNe),
-		"lt":       compareMethod(cmpLt),
-		"le":       compareMethod(cmpLe),
-		"gt":       compareMethod(cmpGt),
-		"ge":       compareMethod(cmpGe),
+		"eq":       compareMethod(tensor.CmpEq),
+		"ne":       compareMethod(tensor.CmpNe),
+		"lt":       compareMethod(tensor.CmpLt),
+		"le":       compareMethod(tensor.CmpLe),
+		"gt":       compareMethod(tensor.CmpGt),
+		"ge":       compareMethod(tensor.CmpGe),
 		"equal":    methodEqual,
 		"allclose": methodAllclose,
-		"relu":     unaryMethod(uRelu),
-		"neg":      unaryMethod(uNeg),
-		"abs":      unaryMethod(uAbs),
-		"exp":      unaryMethod(uExp),
-		"log":      unaryMethod(uLog),
-		"sqrt":     unaryMethod(uSqrt),
-		"tanh":     unaryMethod(uTanh),
-		"sigmoid":  unaryMethod(uSigmoid),
+		"relu":     unaryMethod(tensor.OpRelu),
+		"neg":      unaryMethod(tensor.OpNeg),
+		"abs":      unaryMethod(tensor.OpAbs),
+		"exp":      unaryMethod(tensor.OpExp),
+		"log":      unaryMethod(tensor.OpLog),
+		"sqrt":     unaryMethod(tensor.OpSqrt),
+		"tanh":     unaryMethod(tensor.OpTanh),
+		"sigmoid":  unaryMethod(tensor.OpSigmoid),
 		"zero_": noArgs(func(f string, t *Tensor) (starlark.Value, error) {
-			if err := fillInto(f, t, starlark.MakeInt(0)); err != nil {
-				return nil, err
+			if _, err := t.t.Zero_(); err != nil {
+				return nil, rename(err, f)
 			}
 			return t, nil
 		}),
@@ -133,7 +126,7 @@ func init() {
 			if err := starlark.UnpackArgs(f, args, kwargs, "value", &v); err != nil {
 				return nil, err
 			}
-			if err := fillInto(f, t, v); err != nil {
+			if err := fillOrCopy(f, t.t, v, false); err != nil {
 				return nil, err
 			}
 			return t, nil
@@ -144,8 +137,8 @@ func init() {
 			if err := starlark.UnpackArgs(f, args, kwargs, "src", &src, "non_blocking?", &nonBlocking); err != nil {
 				return nil, err
 			}
-			if err := copyInto(f, t, src); err != nil {
-				return nil, err
+			if _, err := t.t.Copy_(src.t); err != nil {
+				return nil, rename(err, f)
 			}
 			return t, nil
 		},
@@ -155,7 +148,6 @@ func init() {
 		attrNames = append(attrNames, k)
 	}
 	sort.Strings(attrNames)
-	wrapGPUMethods(methods) // gpu_dispatch.go: real GPUs
 }
 
 func noArgs(fn func(fname string, t *Tensor) (starlark.Value, error)) methodFn {
@@ -167,49 +159,192 @@ func noArgs(fn func(fname string, t *Tensor) (starlark.Value, error)) methodFn {
 	}
 }
 
-func binaryMethod(op binOp) methodFn {
+func binaryMethod(op tensor.BinaryOp) methodFn {
 	return func(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var v starlark.Value
 		var out *Tensor
 		if err := starlark.UnpackArgs(fname, args, kwargs, "other", &v, "out?", &out); err != nil {
 			return nil, err
 		}
-		o, err := asOperand(v)
+		o, err := operandArg(v)
 		if err != nil {
 			return nil, fmt.Errorf("%s: for parameter other: got %s, want tensor or number", fname, v.Type())
 		}
-		return binaryOut(op, operand{t: t}, o, out)
+		var dst *tensor.Tensor
+		if out != nil {
+			dst = out.t
+		}
+		// Errors keep the op's name (tensor.add), as the operators' do.
+		return result(tensor.BinaryOut(op, t.t, o, dst))
 	}
 }
 
-func inplaceMethod(op binOp) methodFn {
+func inplaceMethod(op tensor.BinaryOp) methodFn {
 	return func(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var v starlark.Value
 		if err := starlark.UnpackArgs(fname, args, kwargs, "other", &v); err != nil {
 			return nil, err
 		}
-		return inplace(fname, op, t, v)
-	}
-}
-
-func unaryMethod(op unaryOp) methodFn {
-	return noArgs(func(fname string, t *Tensor) (starlark.Value, error) { return unary(fname, op, t) })
-}
-
-func castTo(dt DType) methodFn {
-	return noArgs(func(fname string, t *Tensor) (starlark.Value, error) { return convert(fname, t, t.mem.Device(), dt) })
-}
-
-// convert returns t on device (canonical) with dtype dt: t itself when
-// nothing changes, otherwise a copy.
-func convert(fname string, t *Tensor, device string, dt DType) (starlark.Value, error) {
-	if err := t.checkLive(fname); err != nil {
-		return nil, err
-	}
-	if device == t.mem.Device() && dt == t.dtype {
+		o, err := operandArg(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: for parameter other: got %s, want tensor or number", fname, v.Type())
+		}
+		if _, err := tensor.BinaryInPlace(op, t.t, o); err != nil {
+			return nil, rename(err, fname)
+		}
 		return t, nil
 	}
-	return copyTo(fname, t, device, dt)
+}
+
+func unaryMethod(op tensor.UnaryOp) methodFn {
+	return noArgs(func(fname string, t *Tensor) (starlark.Value, error) { return resultAs(fname)(tensor.Unary(op, t.t)) })
+}
+
+func castTo(dt tensor.DType) methodFn {
+	return noArgs(func(fname string, t *Tensor) (starlark.Value, error) {
+		return resultAs(fname)(tensor.To(t.t, "", dt, false))
+	})
+}
+
+func compareMethod(op tensor.CompareOp) methodFn {
+	return func(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		var v starlark.Value
+		if err := starlark.UnpackArgs(fname, args, kwargs, "other", &v); err != nil {
+			return nil, err
+		}
+		o, err := operandArg(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: for parameter other: got %s, want tensor or number", fname, v.Type())
+		}
+		return resultAs(fname)(tensor.Compare(op, t.t, o))
+	}
+}
+
+// methodEqual is torch.equal: the same shape and equal elements.
+func methodEqual(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var other *Tensor
+	if err := starlark.UnpackArgs(fname, args, kwargs, "other", &other); err != nil {
+		return nil, err
+	}
+	ok, err := tensor.Equal(t.t, other.t)
+	if err != nil {
+		return nil, rename(err, fname)
+	}
+	return starlark.Bool(ok), nil
+}
+
+// methodAllclose is torch.allclose.
+func methodAllclose(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var other *Tensor
+	var rtolV, atolV starlark.Value
+	equalNaN := false
+	if err := starlark.UnpackArgs(fname, args, kwargs, "other", &other, "rtol?", &rtolV, "atol?", &atolV, "equal_nan?", &equalNaN); err != nil {
+		return nil, err
+	}
+	rtol, err := floatArg(fname, "rtol", rtolV, 1e-5)
+	if err != nil {
+		return nil, err
+	}
+	atol, err := floatArg(fname, "atol", atolV, 1e-8)
+	if err != nil {
+		return nil, err
+	}
+	ok, err := tensor.Allclose(t.t, other.t, rtol, atol, equalNaN)
+	if err != nil {
+		return nil, rename(err, fname)
+	}
+	return starlark.Bool(ok), nil
+}
+
+// reduceMethod is sum and mean: (dim=None, keepdim=False, dtype=None).
+func reduceMethod(fn func(*tensor.Tensor, []int, bool, tensor.DType) (*tensor.Tensor, error)) methodFn {
+	return func(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		var dimV, dtV starlark.Value
+		keepdim := false
+		if err := starlark.UnpackArgs(fname, args, kwargs, "dim?", &dimV, "keepdim?", &keepdim, "dtype?", &dtV); err != nil {
+			return nil, err
+		}
+		if err := t.t.CheckLive(fname); err != nil {
+			return nil, err
+		}
+		dims, err := dimsArg(fname, dimV)
+		if err != nil {
+			return nil, err
+		}
+		dt, err := dtypeArg(fname, dtV, tensor.Undefined)
+		if err != nil {
+			return nil, err
+		}
+		return resultAs(fname)(fn(t.t, dims, keepdim, dt))
+	}
+}
+
+// extremeMethod is max and min: with no dim, a 0-dim tensor; with dim,
+// the pair (values, indices) as PyTorch's named tuple.
+func extremeMethod(kind string, all func(*tensor.Tensor) (*tensor.Tensor, error), byDim func(*tensor.Tensor, int, bool) (*tensor.Tensor, *tensor.Tensor, error)) methodFn {
+	return func(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		var dimV starlark.Value
+		keepdim := false
+		if err := starlark.UnpackArgs(fname, args, kwargs, "dim?", &dimV, "keepdim?", &keepdim); err != nil {
+			return nil, err
+		}
+		if err := t.t.CheckLive(fname); err != nil {
+			return nil, err
+		}
+		if dimV == nil || dimV == starlark.None {
+			return resultAs(fname)(all(t.t))
+		}
+		if _, ok := dimV.(starlark.Int); !ok {
+			return nil, fmt.Errorf("%s: for parameter dim: got %s, want int", fname, dimV.Type())
+		}
+		var dim int
+		if err := starlark.AsInt(dimV, &dim); err != nil {
+			return nil, fmt.Errorf("%s: for parameter dim: %v", fname, err)
+		}
+		vals, idx, err := byDim(t.t, dim, keepdim)
+		if err != nil {
+			return nil, rename(err, fname)
+		}
+		return &valuesIndices{kind: kind, values: Wrap(vals), indices: Wrap(idx)}, nil
+	}
+}
+
+func item(fname string, t *Tensor) (starlark.Value, error) {
+	v, err := t.t.Item()
+	if err != nil {
+		return nil, rename(err, fname)
+	}
+	return scalarValue(v), nil
+}
+
+// tolist returns nested lists of numbers (a number for a 0-dim tensor).
+func tolist(fname string, t *Tensor) (starlark.Value, error) {
+	if err := t.t.NeedData(fname); err != nil {
+		return nil, err
+	}
+	if t.t.Numel() > 1<<26 {
+		return nil, fmt.Errorf("%s: tensor has %d elements; tolist is limited to 2^26", fname, t.t.Numel())
+	}
+	vals, err := t.t.Values()
+	if err != nil {
+		return nil, rename(err, fname)
+	}
+	shape := t.t.Shape()
+	i := 0
+	var rec func(d int) starlark.Value
+	rec = func(d int) starlark.Value {
+		if d == len(shape) {
+			v := scalarValue(vals[i])
+			i++
+			return v
+		}
+		elems := make([]starlark.Value, shape[d])
+		for j := range elems {
+			elems[j] = rec(d + 1)
+		}
+		return starlark.NewList(elems)
+	}
+	return rec(0), nil
 }
 
 func methodSize(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -217,21 +352,25 @@ func methodSize(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple
 	if err := starlark.UnpackArgs(fname, args, kwargs, "dim?", &dimV); err != nil {
 		return nil, err
 	}
+	shape := t.t.Shape()
 	if dimV == nil || dimV == starlark.None {
-		return shapeTuple(t.shape), nil
+		return shapeTuple(shape), nil
 	}
 	var d int
 	if err := starlark.AsInt(dimV, &d); err != nil {
 		return nil, fmt.Errorf("%s: for parameter dim: got %s, want int", fname, dimV.Type())
 	}
-	if len(t.shape) == 0 {
+	if len(shape) == 0 {
 		return nil, fmt.Errorf("%s: dimension specified as %d but tensor has no dimensions", fname, d)
 	}
-	w, err := wrapDim(fname, d, len(t.shape))
-	if err != nil {
-		return nil, err
+	n := len(shape)
+	if d < -n || d >= n {
+		return nil, fmt.Errorf("%s: dimension out of range (expected to be in range of [%d, %d], but got %d)", fname, -n, n-1, d)
 	}
-	return starlark.MakeInt(t.shape[w]), nil
+	if d < 0 {
+		d += n
+	}
+	return starlark.MakeInt(shape[d]), nil
 }
 
 // methodTo is Tensor.to: positional arguments may be a device string, a
@@ -259,11 +398,11 @@ func methodTo(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, 
 		case DType:
 			err = set(&dtV, a, "dtype")
 		case *Tensor:
-			if err = set(&devV, starlark.String(a.mem.Device()), "device"); err == nil {
-				err = set(&dtV, a.dtype, "dtype")
+			if err = set(&devV, starlark.String(a.t.Device()), "device"); err == nil {
+				err = set(&dtV, DType(a.t.DType()), "dtype")
 			}
 		case starlark.String:
-			if _, ok := ParseDType(string(a)); ok {
+			if _, ok := tensor.ParseDType(string(a)); ok {
 				err = set(&dtV, a, "dtype")
 			} else {
 				err = set(&devV, a, "device")
@@ -275,20 +414,17 @@ func methodTo(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, 
 			return nil, err
 		}
 	}
-	dt, err := dtypeArg(fname, dtV, t.dtype)
+	dt, err := dtypeArg(fname, dtV, t.t.DType())
 	if err != nil {
 		return nil, err
 	}
-	device := t.mem.Device()
+	device := t.t.Device()
 	if devV != nil && devV != starlark.None {
-		if device, err = deviceArg(t.env, fname, devV); err != nil {
+		if device, err = deviceArg(t.t.Context(), fname, devV); err != nil {
 			return nil, err
 		}
 	}
-	if copyFlag {
-		return copyTo(fname, t, device, dt)
-	}
-	return convert(fname, t, device, dt)
+	return resultAs(fname)(tensor.To(t.t, device, dt, copyFlag))
 }
 
 func methodCuda(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -307,24 +443,14 @@ func methodCuda(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple
 	default:
 		return nil, fmt.Errorf("%s: for parameter device: got %s, want int or string", fname, devV.Type())
 	}
-	device, err := deviceArg(t.env, fname, starlark.String(s))
+	device, err := deviceArg(t.t.Context(), fname, starlark.String(s))
 	if err != nil {
 		return nil, err
 	}
-	return convert(fname, t, device, t.dtype)
+	return resultAs(fname)(tensor.To(t.t, device, t.t.DType(), false))
 }
 
-func methodContiguous(fname string, t *Tensor) (starlark.Value, error) {
-	if err := t.checkLive(fname); err != nil {
-		return nil, err
-	}
-	if t.isContiguous() {
-		return t, nil
-	}
-	return copyTo(fname, t, t.mem.Device(), t.dtype)
-}
-
-func reshapeMethod(fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple, copyOK bool) (starlark.Value, error) {
+func reshapeMethod(fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple, fn func(*tensor.Tensor, []int) (*tensor.Tensor, error)) (starlark.Value, error) {
 	var shapeV starlark.Value
 	if err := starlark.UnpackArgs(fname, nil, kwargs, "shape?", &shapeV); err != nil {
 		return nil, err
@@ -346,7 +472,7 @@ func reshapeMethod(fname string, t *Tensor, args starlark.Tuple, kwargs []starla
 	if err != nil {
 		return nil, err
 	}
-	return viewAs(fname, t, shape, copyOK)
+	return resultAs(fname)(fn(t.t, shape))
 }
 
 func methodFlatten(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -354,30 +480,7 @@ func methodFlatten(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tu
 	if err := starlark.UnpackArgs(fname, args, kwargs, "start_dim?", &start, "end_dim?", &end); err != nil {
 		return nil, err
 	}
-	if err := t.checkLive(fname); err != nil {
-		return nil, err
-	}
-	if len(t.shape) == 0 {
-		return viewAs(fname, t, []int{1}, true)
-	}
-	s, err := wrapDim(fname, start, len(t.shape))
-	if err != nil {
-		return nil, err
-	}
-	e, err := wrapDim(fname, end, len(t.shape))
-	if err != nil {
-		return nil, err
-	}
-	if s > e {
-		return nil, fmt.Errorf("%s: start_dim cannot come after end_dim", fname)
-	}
-	if s == e {
-		return t, nil
-	}
-	shape := slices.Clone(t.shape[:s])
-	shape = append(shape, numel(t.shape[s:e+1]))
-	shape = append(shape, t.shape[e+1:]...)
-	return viewAs(fname, t, shape, true)
+	return resultAs(fname)(tensor.Flatten(t.t, start, end))
 }
 
 func methodTranspose(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -385,20 +488,7 @@ func methodTranspose(_ *starlark.Thread, fname string, t *Tensor, args starlark.
 	if err := starlark.UnpackArgs(fname, args, kwargs, "dim0", &d0, "dim1", &d1); err != nil {
 		return nil, err
 	}
-	return transposed(fname, t, d0, d1)
-}
-
-func methodT(fname string, t *Tensor) (starlark.Value, error) {
-	if len(t.shape) > 2 {
-		return nil, fmt.Errorf("%s: t() expects a tensor with <= 2 dimensions, but self is %dD", fname, len(t.shape))
-	}
-	if len(t.shape) < 2 {
-		if err := t.checkLive(fname); err != nil {
-			return nil, err
-		}
-		return t.viewOf(slices.Clone(t.shape), slices.Clone(t.strides), t.offset), nil
-	}
-	return transposed(fname, t, 0, 1)
+	return resultAs(fname)(tensor.Transpose(t.t, d0, d1))
 }
 
 func methodPermute(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -413,7 +503,7 @@ func methodPermute(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tu
 	if err != nil {
 		return nil, err
 	}
-	return permuted(fname, t, dims)
+	return resultAs(fname)(tensor.Permute(t.t, dims))
 }
 
 func methodSqueeze(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -421,30 +511,20 @@ func methodSqueeze(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tu
 	if err := starlark.UnpackArgs(fname, args, kwargs, "dim?", &dimV); err != nil {
 		return nil, err
 	}
-	if err := t.checkLive(fname); err != nil {
+	if err := t.t.CheckLive(fname); err != nil {
 		return nil, err
 	}
-	drop := make([]bool, len(t.shape))
-	if dimV == nil || dimV == starlark.None {
-		for d, s := range t.shape {
-			drop[d] = s == 1
-		}
-	} else {
-		red, err := dimsArg(fname, dimV, len(t.shape))
-		if err != nil {
-			return nil, err
-		}
-		for d, r := range red {
-			drop[d] = r && t.shape[d] == 1
-		}
+	dims, err := dimsArg(fname, dimV)
+	if err != nil {
+		return nil, err
 	}
-	var shape, strides []int
-	for d, s := range t.shape {
-		if !drop[d] {
-			shape, strides = append(shape, s), append(strides, t.strides[d])
-		}
+	if dims == nil && dimV != nil && dimV != starlark.None {
+		dims = []int{} // an empty list: every dimension, as for None
 	}
-	return t.viewOf(shape, strides, t.offset), nil
+	if len(dims) == 0 {
+		dims = nil
+	}
+	return resultAs(fname)(tensor.Squeeze(t.t, dims))
 }
 
 func methodUnsqueeze(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -452,14 +532,7 @@ func methodUnsqueeze(_ *starlark.Thread, fname string, t *Tensor, args starlark.
 	if err := starlark.UnpackArgs(fname, args, kwargs, "dim", &d); err != nil {
 		return nil, err
 	}
-	if err := t.checkLive(fname); err != nil {
-		return nil, err
-	}
-	w, err := wrapDim(fname, d, len(t.shape)+1)
-	if err != nil {
-		return nil, err
-	}
-	return unsqueezed(t, w), nil
+	return resultAs(fname)(tensor.Unsqueeze(t.t, d))
 }
 
 func methodExpand(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -470,7 +543,7 @@ func methodExpand(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tup
 	if err != nil {
 		return nil, err
 	}
-	return expanded(fname, t, sizes)
+	return resultAs(fname)(tensor.Expand(t.t, sizes))
 }
 
 func methodMatmul(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -478,5 +551,9 @@ func methodMatmul(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tup
 	if err := starlark.UnpackArgs(fname, args, kwargs, "other", &other, "out?", &out); err != nil {
 		return nil, err
 	}
-	return matmulOut(fname, t, other, out)
+	var dst *tensor.Tensor
+	if out != nil {
+		dst = out.t
+	}
+	return resultAs(fname)(tensor.MatmulOut(t.t, other.t, dst))
 }

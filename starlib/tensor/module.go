@@ -1,12 +1,19 @@
-// Package tensor is memsh's "tensor" Starlark module: PyTorch-style tensors
-// whose every byte lives in memory owned by the Session's backend.Manager
-// (device memory of a GPU or the simulator, or C-heap memory for "cpu"),
-// so that memory experiments account for it exactly.
+// Package tensor is memsh's "tensor" Starlark module: the binding of the
+// tensor engine (package github.com/memsh/memsh/tensor) to Starlark, as
+// PyTorch's Python binding is to ATen. Tensors' every byte lives in memory
+// owned by the Session's backend.Manager (device memory of a GPU or the
+// simulator, or C-heap memory for "cpu"), so that memory experiments
+// account for it exactly.
 //
-// A tensor's storage is one *backend.Memory; views (indexing, slicing,
-// view, reshape without copy, transpose, permute, t, expand) share it. The
-// package keeps no reference to any Memory or tensor of its own: when the
-// last Starlark value referring to a storage becomes unreachable, the
+// This package holds only the binding: the Starlark values (Tensor, DType,
+// the max/min result pair), argument unpacking and conversion of Starlark
+// numbers to engine Scalars, docstrings, and one engine tensor.Context per
+// Session (kept in env.Values). Every op, its allocation behaviour, its
+// errors and the GPU dispatch are the engine's; the binding renames an
+// op's error to the builtin that called it ("tensor.float: ...").
+//
+// The package keeps no reference to any Memory or tensor of its own: when
+// the last Starlark value referring to a storage becomes unreachable, the
 // Manager's next reclaim frees it. Operations follow PyTorch's allocation
 // behaviour: an out-of-place op allocates exactly its result (a*b+c
 // allocates a temporary and a result), in-place ops and views allocate
@@ -20,25 +27,18 @@
 // the release reason; on a meta device (sim "meta" mode) results are
 // allocated with their exact sizes but hold no values: ops that need values
 // (item, tolist, equal, allclose, "in") fail and printing shows "...".
-//
-// The kernels run on the CPU (for "cpu" tensors and for the simulated GPU,
-// whose memory is host-accessible), in parallel across cores for large
-// tensors, with vectorised C loops (AVX-512/AVX2/SSE2, chosen at load
-// time) for the contiguous float cases. float32/float64 matmul goes
-// through OpenBLAS when libopenblas is installed (loaded at run time,
-// never needed to build) and gonum's BLAS otherwise; see blas.go and the
-// MEMSH_BLAS environment variable. float16 and bfloat16 compute in float32
-// and round to nearest even on store.
 package tensor
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
 
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/tensor"
 )
 
 // Module is the "tensor" Starlark module. Its members:
@@ -117,22 +117,22 @@ var Module = &starlarkstruct.Module{
 
 func members() starlark.StringDict {
 	m := starlark.StringDict{
-		"zeros":              starlark.NewBuiltin("tensor.zeros", zeros),
-		"ones":               starlark.NewBuiltin("tensor.ones", ones),
-		"empty":              starlark.NewBuiltin("tensor.empty", empty),
+		"zeros":              starlark.NewBuiltin("tensor.zeros", createFn(tensor.Zeros)),
+		"ones":               starlark.NewBuiltin("tensor.ones", createFn(tensor.Ones)),
+		"empty":              starlark.NewBuiltin("tensor.empty", createFn(tensor.Empty)),
 		"full":               starlark.NewBuiltin("tensor.full", full),
-		"rand":               starlark.NewBuiltin("tensor.rand", rand),
-		"randn":              starlark.NewBuiltin("tensor.randn", randn),
+		"rand":               starlark.NewBuiltin("tensor.rand", createFn(tensor.Rand)),
+		"randn":              starlark.NewBuiltin("tensor.randn", createFn(tensor.Randn)),
 		"arange":             starlark.NewBuiltin("tensor.arange", arange),
 		"tensor":             starlark.NewBuiltin("tensor.tensor", fromData),
-		"zeros_like":         starlark.NewBuiltin("tensor.zeros_like", zerosLike),
-		"ones_like":          starlark.NewBuiltin("tensor.ones_like", onesLike),
-		"empty_like":         starlark.NewBuiltin("tensor.empty_like", emptyLike),
+		"zeros_like":         starlark.NewBuiltin("tensor.zeros_like", likeFn(tensor.Zeros)),
+		"ones_like":          starlark.NewBuiltin("tensor.ones_like", likeFn(tensor.Ones)),
+		"empty_like":         starlark.NewBuiltin("tensor.empty_like", likeFn(tensor.Empty)),
 		"full_like":          starlark.NewBuiltin("tensor.full_like", fullLike),
-		"rand_like":          starlark.NewBuiltin("tensor.rand_like", randLike),
-		"randn_like":         starlark.NewBuiltin("tensor.randn_like", randnLike),
-		"cat":                starlark.NewBuiltin("tensor.cat", cat),
-		"stack":              starlark.NewBuiltin("tensor.stack", stack),
+		"rand_like":          starlark.NewBuiltin("tensor.rand_like", likeFn(tensor.Rand)),
+		"randn_like":         starlark.NewBuiltin("tensor.randn_like", likeFn(tensor.Randn)),
+		"cat":                starlark.NewBuiltin("tensor.cat", catStack(tensor.Cat)),
+		"stack":              starlark.NewBuiltin("tensor.stack", catStack(tensor.Stack)),
 		"set_default_device": starlark.NewBuiltin("tensor.set_default_device", setDefaultDevice),
 		"get_default_device": starlark.NewBuiltin("tensor.get_default_device", getDefaultDevice),
 		"manual_seed":        starlark.NewBuiltin("tensor.manual_seed", manualSeed),
@@ -149,10 +149,9 @@ func members() starlark.StringDict {
 	} {
 		m[name] = starlark.NewBuiltin("tensor."+name, methodAsFunction(name))
 	}
-	for d := range numDTypes {
-		m[d.String()] = d
+	for d := range tensor.NumDTypes {
+		m[d.String()] = DType(d)
 	}
-	wrapGPUFunctions(m) // gpu_dispatch.go: real GPUs
 	return m
 }
 
@@ -182,141 +181,295 @@ func methodAsFunction(name string) func(*starlark.Thread, *starlark.Builtin, sta
 	}
 }
 
-// state is the module's per-Session state, kept in env.Values.
-type state struct {
-	seed   uint64 // Philox key
-	offset uint64 // counter of the next value
-}
+// contextKey is the env.Values key of the Session's engine Context.
+const contextKey = "tensor"
 
-// defaultSeed is PyTorch's default CPU seed.
-const defaultSeed = 67280421310721
-
-func stateOf(e *env.Env) *state {
-	if s, ok := e.Values["tensor"].(*state); ok {
-		return s
+// Context returns the Session's engine Context, made on first use.
+func Context(e *env.Env) *tensor.Context {
+	if c, ok := e.Values[contextKey].(*tensor.Context); ok {
+		return c
 	}
-	s := &state{seed: defaultSeed}
+	c := tensor.NewContext(e.Manager)
+	c.DefaultDevice = e.DefaultDevice
 	if e.Values == nil {
 		e.Values = map[string]any{}
 	}
-	e.Values["tensor"] = s
-	return s
+	e.Values[contextKey] = c
+	return c
 }
 
-// dtypeArg converts a dtype argument (a dtype, a name, or None for def).
-func dtypeArg(fname string, v starlark.Value, def DType) (DType, error) {
-	switch v := v.(type) {
-	case nil, starlark.NoneType:
-		return def, nil
-	case DType:
-		return v, nil
-	case starlark.String:
-		if d, ok := ParseDType(string(v)); ok {
-			return d, nil
-		}
-		return 0, fmt.Errorf("%s: unknown dtype %q", fname, string(v))
-	}
-	return 0, fmt.Errorf("%s: for parameter dtype: got %s, want dtype or string", fname, v.Type())
-}
-
-// deviceArg converts a device argument (a device string, or None for the
-// default device) to its canonical name.
-func deviceArg(e *env.Env, fname string, v starlark.Value) (string, error) {
-	var s string
-	switch v := v.(type) {
-	case nil, starlark.NoneType:
-		s = e.DefaultDevice
-		if s == "" {
-			s = "cpu"
-		}
-	case starlark.String:
-		s = string(v)
-	default:
-		return "", fmt.Errorf("%s: for parameter device: got %s, want string", fname, v.Type())
-	}
-	c, err := e.Manager.Canonical(s)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", fname, err)
-	}
-	return c, nil
-}
-
-// shapeArg converts a shape argument: a list or tuple of non-negative ints.
-func shapeArg(fname, param string, v starlark.Value) ([]int, error) {
-	var elems []starlark.Value
-	switch v := v.(type) {
-	case starlark.Tuple:
-		elems = v
-	case *starlark.List:
-		for i := range v.Len() {
-			elems = append(elems, v.Index(i))
-		}
-	default:
-		return nil, fmt.Errorf("%s: for parameter %s: got %s, want list or tuple", fname, param, v.Type())
-	}
-	shape := make([]int, len(elems))
-	for i, x := range elems {
-		xi, ok := x.(starlark.Int)
-		if !ok {
-			return nil, fmt.Errorf("%s: for parameter %s: element %d: got %s, want int", fname, param, i, x.Type())
-		}
-		if xi.Sign() < 0 {
-			return nil, fmt.Errorf("%s: for parameter %s: negative dimension %s", fname, param, xi)
-		}
-		n, ok := xi.Int64()
-		if !ok || n > maxBytes {
-			return nil, fmt.Errorf("%s: shape %s needs more than 2^62 bytes", fname, fmtShapeValues(elems))
-		}
-		shape[i] = int(n)
-	}
-	return shape, nil
-}
-
-func fmtShapeValues(elems []starlark.Value) string {
-	b := []byte{'['}
-	for i, x := range elems {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, x.String()...)
-	}
-	return string(append(b, ']'))
-}
-
-// maxBytes is the largest tensor size in bytes.
-const maxBytes = 1 << 62
-
-// checkSize returns the bytes a tensor of the shape and dtype needs, or an
-// error if that is more than 2^62.
-func checkSize(fname string, shape []int, dt DType) (uint64, error) {
-	n := uint64(dt.Size())
-	for _, s := range shape {
-		if s == 0 {
-			return 0, nil
-		}
-	}
-	for _, s := range shape {
-		if n > maxBytes/uint64(s) {
-			return 0, fmt.Errorf("%s: shape %s needs more than 2^62 bytes", fname, fmtShape(shape))
-		}
-		n *= uint64(s)
-	}
-	return n, nil
-}
-
-// newTensor allocates a contiguous tensor on device (canonical name). The
-// shape is checked first, so nothing is allocated on error; an
-// out-of-memory error is wrapped with the builtin's name.
-func newTensor(e *env.Env, fname, device string, dt DType, shape []int) (*Tensor, error) {
-	nbytes, err := checkSize(fname, shape, dt)
+// contextOf returns the Context of the Session running thread.
+func contextOf(thread *starlark.Thread, fname string) (*tensor.Context, error) {
+	e, err := env.Of(thread, fname)
 	if err != nil {
 		return nil, err
 	}
-	mem, err := e.Manager.Alloc(device, nbytes)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", fname, err)
+	return Context(e), nil
+}
+
+type createFunc func(c *tensor.Context, shape []int, dt tensor.DType, device string) (*tensor.Tensor, error)
+
+// shapeFromArgs reads a shape given as one list/tuple argument, as ints
+// (zeros(2, 3)), or as the keyword shape= (or size=).
+func shapeFromArgs(fname string, args starlark.Tuple, kw starlark.Value) ([]int, error) {
+	switch {
+	case len(args) > 0 && kw != nil:
+		return nil, fmt.Errorf("%s: got multiple values for parameter shape", fname)
+	case kw != nil:
+		return shapeArg(fname, "shape", kw)
+	case len(args) == 1:
+		if _, isInt := args[0].(starlark.Int); !isInt {
+			return shapeArg(fname, "shape", args[0])
+		}
+	case len(args) == 0:
+		return nil, fmt.Errorf("%s: missing argument for shape", fname)
 	}
-	return &Tensor{env: e, mem: mem, dtype: dt, shape: slices.Clone(shape), strides: contiguousStrides(shape)}, nil
+	return shapeArg(fname, "shape", args)
+}
+
+// createFn is zeros, ones, empty, rand, randn: (*shape, dtype=None,
+// device=None).
+func createFn(fn createFunc) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		fname := b.Name()
+		c, err := contextOf(thread, fname)
+		if err != nil {
+			return nil, err
+		}
+		var shapeV, sizeV, dtV, devV starlark.Value
+		if err := starlark.UnpackArgs(fname, nil, kwargs, "shape?", &shapeV, "dtype?", &dtV, "device?", &devV, "size?", &sizeV); err != nil {
+			return nil, err
+		}
+		if shapeV == nil {
+			shapeV = sizeV
+		}
+		shape, err := shapeFromArgs(fname, args, shapeV)
+		if err != nil {
+			return nil, err
+		}
+		dt, err := dtypeArg(fname, dtV, tensor.DefaultFloat)
+		if err != nil {
+			return nil, err
+		}
+		device, err := deviceArg(c, fname, devV)
+		if err != nil {
+			return nil, err
+		}
+		return resultAs(fname)(fn(c, shape, dt, device))
+	}
+}
+
+func full(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	fname := b.Name()
+	c, err := contextOf(thread, fname)
+	if err != nil {
+		return nil, err
+	}
+	var shapeV, fillV, dtV, devV starlark.Value
+	if err := starlark.UnpackArgs(fname, args, kwargs, "shape", &shapeV, "fill_value", &fillV, "dtype?", &dtV, "device?", &devV); err != nil {
+		return nil, err
+	}
+	shape, err := shapeArg(fname, "shape", shapeV)
+	if err != nil {
+		return nil, err
+	}
+	return fullOn(c, fname, shape, fillV, dtV, devV)
+}
+
+func fullOn(c *tensor.Context, fname string, shape []int, fillV, dtV, devV starlark.Value) (starlark.Value, error) {
+	v, err := scalarArg(fillV)
+	if err != nil {
+		return nil, fmt.Errorf("%s: for parameter fill_value: got %s, want number", fname, fillV.Type())
+	}
+	dt, err := dtypeArg(fname, dtV, tensor.Undefined)
+	if err != nil {
+		return nil, err
+	}
+	device, err := deviceArg(c, fname, devV)
+	if err != nil {
+		return nil, err
+	}
+	return resultAs(fname)(tensor.Full(c, shape, v, dt, device))
+}
+
+// likeArgs parses (input, [fill_value,] dtype=None, device=None) and
+// returns the input, dtype and device of the new tensor.
+func likeArgs(thread *starlark.Thread, fname string, args starlark.Tuple, kwargs []starlark.Tuple, fill *starlark.Value) (c *tensor.Context, t *Tensor, dt tensor.DType, device string, err error) {
+	if c, err = contextOf(thread, fname); err != nil {
+		return
+	}
+	var dtV, devV starlark.Value
+	pairs := []any{"input", &t}
+	if fill != nil {
+		pairs = append(pairs, "fill_value", fill)
+	}
+	pairs = append(pairs, "dtype?", &dtV, "device?", &devV)
+	if err = starlark.UnpackArgs(fname, args, kwargs, pairs...); err != nil {
+		return
+	}
+	if dt, err = dtypeArg(fname, dtV, t.t.DType()); err != nil {
+		return
+	}
+	if devV == nil || devV == starlark.None {
+		devV = starlark.String(t.t.Device())
+	}
+	device, err = deviceArg(c, fname, devV)
+	return
+}
+
+func likeFn(fn createFunc) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		c, t, dt, device, err := likeArgs(thread, b.Name(), args, kwargs, nil)
+		if err != nil {
+			return nil, err
+		}
+		return resultAs(b.Name())(fn(c, t.t.Shape(), dt, device))
+	}
+}
+
+func fullLike(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var fill starlark.Value
+	c, t, dt, device, err := likeArgs(thread, b.Name(), args, kwargs, &fill)
+	if err != nil {
+		return nil, err
+	}
+	return fullOn(c, b.Name(), t.t.Shape(), fill, DType(dt), starlark.String(device))
+}
+
+func arange(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	fname := b.Name()
+	c, err := contextOf(thread, fname)
+	if err != nil {
+		return nil, err
+	}
+	var startV, endV, dtV, devV starlark.Value
+	var stepV starlark.Value = starlark.MakeInt(1)
+	if err := starlark.UnpackArgs(fname, args, kwargs, "start", &startV, "end?", &endV, "step?", &stepV, "dtype?", &dtV, "device?", &devV); err != nil {
+		return nil, err
+	}
+	if endV == nil || endV == starlark.None {
+		startV, endV = starlark.MakeInt(0), startV
+	}
+	var vals [3]tensor.Scalar
+	for i, p := range []struct {
+		name string
+		v    starlark.Value
+	}{{"start", startV}, {"end", endV}, {"step", stepV}} {
+		s, err := scalarArg(p.v)
+		if err != nil || s.IsBool() {
+			return nil, fmt.Errorf("%s: for parameter %s: got %s, want int or float", fname, p.name, p.v.Type())
+		}
+		vals[i] = s
+	}
+	dt, err := dtypeArg(fname, dtV, tensor.Undefined)
+	if err != nil {
+		return nil, err
+	}
+	if dt == tensor.Bool {
+		return nil, fmt.Errorf("%s: for parameter dtype: arange does not support bool", fname)
+	}
+	device, err := deviceArg(c, fname, devV)
+	if err != nil {
+		return nil, err
+	}
+	if vals[2].Float64() == 0 {
+		return nil, fmt.Errorf("%s: for parameter step: step must be nonzero", fname)
+	}
+	for _, s := range vals[:2] {
+		if f := s.Float64(); math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, fmt.Errorf("%s: unsupported range: %v -> %v", fname, startV, endV)
+		}
+	}
+	return resultAs(fname)(tensor.Arange(c, vals[0], vals[1], vals[2], dt, device))
+}
+
+// fromData is tensor.tensor(data, dtype=None, device=None): a new tensor
+// holding a number (0-dim) or nested lists/tuples of numbers.
+func fromData(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	fname := b.Name()
+	c, err := contextOf(thread, fname)
+	if err != nil {
+		return nil, err
+	}
+	var data, dtV, devV starlark.Value
+	if err := starlark.UnpackArgs(fname, args, kwargs, "data", &data, "dtype?", &dtV, "device?", &devV); err != nil {
+		return nil, err
+	}
+	if src, ok := data.(*Tensor); ok {
+		dt, err := dtypeArg(fname, dtV, src.t.DType())
+		if err != nil {
+			return nil, err
+		}
+		if devV == nil || devV == starlark.None {
+			devV = starlark.String(src.t.Device())
+		}
+		device, err := deviceArg(c, fname, devV)
+		if err != nil {
+			return nil, err
+		}
+		return resultAs(fname)(tensor.To(src.t, device, dt, true))
+	}
+	// Walk the nested sequences: shape, values.
+	var shape []int
+	var flat []tensor.Scalar
+	var walk func(v starlark.Value, depth int) error
+	walk = func(v starlark.Value, depth int) error {
+		if seq, ok := v.(starlark.Indexable); ok && v.Type() != "string" && v.Type() != "bytes" {
+			n := seq.Len()
+			if depth == len(shape) {
+				if len(flat) > 0 {
+					return fmt.Errorf("%s: expected a number at dim %d, got %s", fname, depth, v.Type())
+				}
+				shape = append(shape, n)
+			} else if depth > len(shape) || shape[depth] != n {
+				return fmt.Errorf("%s: expected sequence of length %d at dim %d (got %d)", fname, shape[min(depth, len(shape)-1)], depth, n)
+			}
+			for i := range n {
+				if err := walk(seq.Index(i), depth+1); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		s, err := scalarArg(v)
+		if err != nil {
+			return fmt.Errorf("%s: for parameter data: got %s, want number or list", fname, v.Type())
+		}
+		if depth != len(shape) {
+			return fmt.Errorf("%s: expected sequence of length %d at dim %d (got %s)", fname, shape[depth], depth, v.Type())
+		}
+		flat = append(flat, s)
+		return nil
+	}
+	if err := walk(data, 0); err != nil {
+		return nil, err
+	}
+	dt, err := dtypeArg(fname, dtV, tensor.InferDType(flat))
+	if err != nil {
+		return nil, err
+	}
+	device, err := deviceArg(c, fname, devV)
+	if err != nil {
+		return nil, err
+	}
+	return resultAs(fname)(tensor.FromScalars(c, flat, shape, dt, device))
+}
+
+// catStack is cat and stack: (tensors, dim=0).
+func catStack(fn func([]*tensor.Tensor, int) (*tensor.Tensor, error)) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		fname := b.Name()
+		var tv starlark.Value
+		dim := 0
+		if err := starlark.UnpackArgs(fname, args, kwargs, "tensors", &tv, "dim?", &dim); err != nil {
+			return nil, err
+		}
+		ts, err := tensorList(fname, tv)
+		if err != nil {
+			return nil, err
+		}
+		return resultAs(fname)(fn(ts, dim))
+	}
 }
 
 func setDefaultDevice(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -336,7 +489,7 @@ func setDefaultDevice(thread *starlark.Thread, b *starlark.Builtin, args starlar
 		}
 		s = string(str)
 	}
-	if _, err := e.Manager.Canonical(s); err != nil {
+	if err := Context(e).SetDefaultDevice(s); err != nil {
 		return nil, fmt.Errorf("%s: %w", b.Name(), err)
 	}
 	e.DefaultDevice = s
@@ -344,14 +497,14 @@ func setDefaultDevice(thread *starlark.Thread, b *starlark.Builtin, args starlar
 }
 
 func getDefaultDevice(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	e, err := env.Of(thread, b.Name())
+	c, err := contextOf(thread, b.Name())
 	if err != nil {
 		return nil, err
 	}
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
 		return nil, err
 	}
-	s := e.DefaultDevice
+	s := c.DefaultDevice
 	if s == "" {
 		s = "cpu"
 	}
@@ -359,7 +512,7 @@ func getDefaultDevice(thread *starlark.Thread, b *starlark.Builtin, args starlar
 }
 
 func manualSeed(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	e, err := env.Of(thread, b.Name())
+	c, err := contextOf(thread, b.Name())
 	if err != nil {
 		return nil, err
 	}
@@ -375,20 +528,19 @@ func manualSeed(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	} else {
 		return nil, fmt.Errorf("%s: for parameter seed: %s does not fit in 64 bits", b.Name(), seed)
 	}
-	st := stateOf(e)
-	st.seed, st.offset = s, 0
+	c.ManualSeed(s)
 	return starlark.None, nil
 }
 
 func initialSeed(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	e, err := env.Of(thread, b.Name())
+	c, err := contextOf(thread, b.Name())
 	if err != nil {
 		return nil, err
 	}
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
 		return nil, err
 	}
-	return starlark.MakeUint64(stateOf(e).seed), nil
+	return starlark.MakeUint64(c.InitialSeed()), nil
 }
 
 func isTensor(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {

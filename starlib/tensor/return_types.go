@@ -56,7 +56,7 @@ func (r *valuesIndices) Attr(name string) (starlark.Value, error) {
 
 func (r *valuesIndices) AttrNames() []string { return []string{"indices", "values"} }
 
-// References implements scope/refpath's Referrer, so that leak reports
+// References implements env/refpath's Referrer, so that leak reports
 // and reports name the tensors inside (m.values, m.indices).
 func (r *valuesIndices) References(edge func(suffix string, v starlark.Value)) {
 	edge(".values", r.values)

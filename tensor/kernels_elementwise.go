@@ -6,33 +6,33 @@ import (
 	"unsafe"
 )
 
-// binOp is an elementwise binary operation.
-type binOp uint8
+// BinaryOp is an elementwise binary operation.
+type BinaryOp uint8
 
 const (
-	opAdd binOp = iota
-	opSub
-	opMul
-	opDiv
-	opFloorDiv
-	opMod
+	OpAdd BinaryOp = iota
+	OpSub
+	OpMul
+	OpDiv
+	OpFloorDivide
+	OpRemainder
 )
 
 type floatT interface{ float32 | float64 }
 
 // opFloat applies op in T's arithmetic, with PyTorch's (and Python's)
 // floor division and remainder.
-func opFloat[T floatT](op binOp, x, y T) T {
+func opFloat[T floatT](op BinaryOp, x, y T) T {
 	switch op {
-	case opAdd:
+	case OpAdd:
 		return x + y
-	case opSub:
+	case OpSub:
 		return x - y
-	case opMul:
+	case OpMul:
 		return x * y
-	case opDiv:
+	case OpDiv:
 		return x / y
-	case opFloorDiv:
+	case OpFloorDivide:
 		if y == 0 {
 			return x / y
 		}
@@ -49,7 +49,7 @@ func opFloat[T floatT](op binOp, x, y T) T {
 			fl++
 		}
 		return fl
-	case opMod:
+	case OpRemainder:
 		mod := T(math.Mod(float64(x), float64(y)))
 		if mod != 0 && (y < 0) != (mod < 0) {
 			mod += y
@@ -60,16 +60,16 @@ func opFloat[T floatT](op binOp, x, y T) T {
 }
 
 // opInt applies op in int64 arithmetic; division by zero in // and % sets
-// *divZero. opDiv never reaches here (true division is floating point).
-func opInt(op binOp, x, y int64, divZero *atomic.Bool) int64 {
+// *divZero. OpDiv never reaches here (true division is floating point).
+func opInt(op BinaryOp, x, y int64, divZero *atomic.Bool) int64 {
 	switch op {
-	case opAdd:
+	case OpAdd:
 		return x + y
-	case opSub:
+	case OpSub:
 		return x - y
-	case opMul:
+	case OpMul:
 		return x * y
-	case opFloorDiv, opMod:
+	case OpFloorDivide, OpRemainder:
 		if y == 0 {
 			divZero.Store(true)
 			return 0
@@ -79,7 +79,7 @@ func opInt(op binOp, x, y int64, divZero *atomic.Bool) int64 {
 			q--
 			r += y
 		}
-		if op == opMod {
+		if op == OpRemainder {
 			return r
 		}
 		return q
@@ -89,33 +89,33 @@ func opInt(op binOp, x, y int64, divZero *atomic.Bool) int64 {
 
 // binFloat is the same-dtype float32/float64 loop over one run, with tight
 // loops for contiguous and broadcast-scalar operands. Strides are in bytes.
-func binFloat[T floatT](op binOp, n int, o unsafe.Pointer, so int, a unsafe.Pointer, sa int, b unsafe.Pointer, sb int, stream bool) {
+func binFloat[T floatT](op BinaryOp, n int, o unsafe.Pointer, so int, a unsafe.Pointer, sa int, b unsafe.Pointer, sb int, stream bool) {
 	sz := int(unsafe.Sizeof(T(0)))
-	if so == sz && op <= opDiv && n >= simdMin {
+	if so == sz && op <= OpDiv && n >= simdMin {
 		if m := simdMode(sz, sa, sb); m >= 0 {
 			binarySIMD(sz, op, m, o, a, b, n, stream)
 			return
 		}
 	}
-	if so == sz && op <= opDiv {
+	if so == sz && op <= OpDiv {
 		os := unsafe.Slice((*T)(o), n)
 		switch {
 		case sa == sz && sb == sz:
 			as, bs := unsafe.Slice((*T)(a), n), unsafe.Slice((*T)(b), n)
 			switch op {
-			case opAdd:
+			case OpAdd:
 				for i := range os {
 					os[i] = as[i] + bs[i]
 				}
-			case opSub:
+			case OpSub:
 				for i := range os {
 					os[i] = as[i] - bs[i]
 				}
-			case opMul:
+			case OpMul:
 				for i := range os {
 					os[i] = as[i] * bs[i]
 				}
-			case opDiv:
+			case OpDiv:
 				for i := range os {
 					os[i] = as[i] / bs[i]
 				}
@@ -124,19 +124,19 @@ func binFloat[T floatT](op binOp, n int, o unsafe.Pointer, so int, a unsafe.Poin
 		case sa == sz && sb == 0:
 			as, bv := unsafe.Slice((*T)(a), n), *(*T)(b)
 			switch op {
-			case opAdd:
+			case OpAdd:
 				for i := range os {
 					os[i] = as[i] + bv
 				}
-			case opSub:
+			case OpSub:
 				for i := range os {
 					os[i] = as[i] - bv
 				}
-			case opMul:
+			case OpMul:
 				for i := range os {
 					os[i] = as[i] * bv
 				}
-			case opDiv:
+			case OpDiv:
 				for i := range os {
 					os[i] = as[i] / bv
 				}
@@ -145,19 +145,19 @@ func binFloat[T floatT](op binOp, n int, o unsafe.Pointer, so int, a unsafe.Poin
 		case sa == 0 && sb == sz:
 			av, bs := *(*T)(a), unsafe.Slice((*T)(b), n)
 			switch op {
-			case opAdd:
+			case OpAdd:
 				for i := range os {
 					os[i] = av + bs[i]
 				}
-			case opSub:
+			case OpSub:
 				for i := range os {
 					os[i] = av - bs[i]
 				}
-			case opMul:
+			case OpMul:
 				for i := range os {
 					os[i] = av * bs[i]
 				}
-			case opDiv:
+			case OpDiv:
 				for i := range os {
 					os[i] = av / bs[i]
 				}
@@ -201,7 +201,7 @@ func numberArg(o operand, common DType, ndim int) binArg {
 // binaryKernel computes out = a op b over shape, in the arithmetic of the
 // common dtype, storing into out's dtype. It reports an integer division
 // by zero.
-func binaryKernel(op binOp, out strided, outDT DType, a, b binArg, common DType, shape []int) (divZero bool) {
+func binaryKernel(op BinaryOp, out strided, outDT DType, a, b binArg, common DType, shape []int) (divZero bool) {
 	it := newElemIter(shape, out, a.s, b.s)
 	so, sa, sb := it.inner[0], it.inner[1], it.inner[2]
 	var dz atomic.Bool
@@ -259,69 +259,69 @@ func binaryKernel(op binOp, out strided, outDT DType, a, b binArg, common DType,
 	return dz.Load()
 }
 
-// unaryOp is an elementwise unary operation.
-type unaryOp uint8
+// UnaryOp is an elementwise unary operation.
+type UnaryOp uint8
 
 const (
-	uNeg unaryOp = iota
-	uAbs
-	uRelu
-	uExp
-	uLog
-	uSqrt
-	uTanh
-	uSigmoid
+	OpNeg UnaryOp = iota
+	OpAbs
+	OpRelu
+	OpExp
+	OpLog
+	OpSqrt
+	OpTanh
+	OpSigmoid
 )
 
 // floatOnly reports whether op needs floating point (integer inputs give
 // a float32 result, as in PyTorch).
-func (op unaryOp) floatOnly() bool { return op >= uExp }
+func (op UnaryOp) floatOnly() bool { return op >= OpExp }
 
-func unaryFloat[T floatT](op unaryOp, x T) T {
+func unaryFloat[T floatT](op UnaryOp, x T) T {
 	switch op {
-	case uNeg:
+	case OpNeg:
 		return -x
-	case uAbs:
+	case OpAbs:
 		if x < 0 {
 			return -x
 		}
 		return x + 0 // -0 becomes +0
-	case uRelu:
+	case OpRelu:
 		if x > 0 || x != x {
 			return x
 		}
 		return 0
-	case uExp:
+	case OpExp:
 		return T(math.Exp(float64(x)))
-	case uLog:
+	case OpLog:
 		return T(math.Log(float64(x)))
-	case uSqrt:
+	case OpSqrt:
 		return T(math.Sqrt(float64(x)))
-	case uTanh:
+	case OpTanh:
 		return T(math.Tanh(float64(x)))
-	case uSigmoid:
+	case OpSigmoid:
 		return T(1 / (1 + math.Exp(-float64(x))))
 	}
 	panic("bad op")
 }
 
-func unaryInt(op unaryOp, x int64) int64 {
+func unaryInt(op UnaryOp, x int64) int64 {
 	switch op {
-	case uNeg:
+	case OpNeg:
 		return -x
-	case uAbs:
+	case OpAbs:
 		if x < 0 {
 			return -x
 		}
 		return x
-	case uRelu:
+	case OpRelu:
 		return max(x, 0)
 	}
 	panic("bad op")
 }
 
 // unaryKernel computes out = op(in) over shape in the arithmetic of outDT.
-func unaryKernel(op unaryOp, out strided, outDT DType, in strided, inDT DType, shape []int) {
+func unaryKernel(op UnaryOp, out strided, outDT DType, in strided, inDT DType, shape []int) {
 	it := newElemIter(shape, out, in)
 	so, si := it.inner[0], it.inner[1]
 	switch kindOf(outDT) {
@@ -330,11 +330,11 @@ func unaryKernel(op unaryOp, out strided, outDT DType, in strided, inDT DType, s
 			it.run(func(p []unsafe.Pointer, n int) {
 				os, is := unsafe.Slice((*float32)(p[0]), n), unsafe.Slice((*float32)(p[1]), n)
 				switch op {
-				case uNeg:
+				case OpNeg:
 					for i := range os {
 						os[i] = -is[i]
 					}
-				case uRelu:
+				case OpRelu:
 					for i, v := range is {
 						if !(v > 0 || v != v) {
 							v = 0

@@ -51,10 +51,10 @@ func simdMode(sz, sa, sb int) int {
 	return -1
 }
 
-// binarySIMD computes n elements of o = a op b (op one of opAdd, opSub,
-// opMul, opDiv) for float32 (size 4) or float64 (size 8); with stream the
+// binarySIMD computes n elements of o = a op b (op one of OpAdd, OpSub,
+// OpMul, OpDiv) for float32 (size 4) or float64 (size 8); with stream the
 // results are written with non-temporal stores (see streamBytes).
-func binarySIMD(size int, op binOp, mode int, o, a, b unsafe.Pointer, n int, stream bool) {
+func binarySIMD(size int, op BinaryOp, mode int, o, a, b unsafe.Pointer, n int, stream bool) {
 	s := C.int(0)
 	if stream {
 		s = 1

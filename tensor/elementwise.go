@@ -1,25 +1,79 @@
 package tensor
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
-
-	"go.starlark.net/starlark"
 )
 
 // Elementwise operations: + - * / // % (out of place and in place),
 // unary functions, fill and copy.
 
-var binOpNames = [...]string{
-	opAdd:      "tensor.add",
-	opSub:      "tensor.sub",
-	opMul:      "tensor.mul",
-	opDiv:      "tensor.div",
-	opFloorDiv: "tensor.floor_divide",
-	opMod:      "tensor.remainder",
+
+// A Scalar is a number operand, PyTorch's wrapped number: it takes part
+// in type promotion only by its category (bool < integer < floating
+// point), so t + 1 keeps t's integer dtype and a float16 tensor times 2.5
+// stays float16. Make one with Int, Float or Bool; Item returns one.
+type Scalar struct {
+	dt DType // Int64, Float32 (any float) or Bool; a tensor's dtype for Item
+	f  float64
+	i  int64
 }
+
+// Int is the integer scalar i.
+func Int(i int64) Scalar { return Scalar{dt: Int64, i: i, f: float64(i)} }
+
+// Float is the floating-point scalar f.
+func Float(f float64) Scalar { return Scalar{dt: Float32, f: f, i: int64(f)} }
+
+// BoolScalar is the bool scalar b.
+func BoolScalar(b bool) Scalar {
+	i := b2i(b)
+	return Scalar{dt: Bool, i: i, f: float64(i)}
+}
+
+// DType is the scalar's dtype: the dtype of the tensor Item read it from,
+// or int64, float32 or bool for Int, Float and BoolScalar.
+func (s Scalar) DType() DType { return s.dt }
+
+// IsFloat reports whether the scalar is a floating-point number.
+func (s Scalar) IsFloat() bool { return s.dt.IsFloat() }
+
+// IsBool reports whether the scalar is a bool.
+func (s Scalar) IsBool() bool { return s.dt == Bool }
+
+// Float64 is the value as a float64.
+func (s Scalar) Float64() float64 { return s.f }
+
+// Int64 is the value as an int64 (truncated for a float).
+func (s Scalar) Int64() int64 { return s.i }
+
+// Bool is the value as a bool (non-zero).
+func (s Scalar) Bool() bool { return s.i != 0 || (s.dt.IsFloat() && s.f != 0) }
+
+// wrapped is the scalar's dtype for promotion: its category's wrapped
+// dtype.
+func (s Scalar) wrapped() DType {
+	switch {
+	case s.dt == Bool:
+		return Bool
+	case s.dt.IsFloat():
+		return Float32
+	}
+	return Int64
+}
+
+// An Operand of an elementwise op is a *Tensor or a Scalar.
+type Operand interface{ operand() operand }
+
+func (t *Tensor) operand() operand {
+	if t == nil {
+		return operand{}
+	}
+	return operand{t: t}
+}
+
+func (s Scalar) operand() operand { return operand{dt: s.wrapped(), f: s.f, i: s.i} }
 
 // operand is an argument of an elementwise op: a tensor or a number.
 type operand struct {
@@ -33,26 +87,11 @@ type operand struct {
 	zeroDim bool
 }
 
-var errNotOperand = errors.New("not a tensor or number")
-
-// asOperand converts a Starlark value to an operand.
-func asOperand(v starlark.Value) (operand, error) {
-	switch v := v.(type) {
-	case *Tensor:
-		return operand{t: v}, nil
-	case starlark.Int:
-		i, ok := v.Int64()
-		if !ok {
-			return operand{}, fmt.Errorf("integer %s does not fit in int64", v)
-		}
-		return operand{dt: Int64, i: i, f: float64(i)}, nil
-	case starlark.Float:
-		return operand{dt: Float32, f: float64(v), i: int64(v)}, nil
-	case starlark.Bool:
-		i := b2i(bool(v))
-		return operand{dt: Bool, i: i, f: float64(i)}, nil
+func operandOf(o Operand) operand {
+	if o == nil {
+		return operand{}
 	}
-	return operand{}, errNotOperand
+	return o.operand()
 }
 
 // dtype is the operand's dtype for promotion.
@@ -94,7 +133,7 @@ func sameDevice(fname string, ops []operand) (string, error) {
 		if d := o.t.mem.Device(); device == "" {
 			device = d
 		} else if d != device {
-			return "", fmt.Errorf("%s: expected all tensors to be on the same device, but found at least two devices, %s and %s", fname, device, d)
+			return "", errorf(fname, "expected all tensors to be on the same device, but found at least two devices, %s and %s", device, d)
 		}
 	}
 	if device == "" {
@@ -138,7 +177,7 @@ func broadcastShapes(fname string, shapes ...[]int) ([]int, error) {
 			case a == 1:
 				res[d] = b
 			default:
-				return nil, fmt.Errorf("%s: the size of tensor a (%d) must match the size of tensor b (%d) at non-singleton dimension %d", fname, a, b, d)
+				return nil, errorf(fname, "the size of tensor a (%d) must match the size of tensor b (%d) at non-singleton dimension %d", a, b, d)
 			}
 		}
 		out = res
@@ -162,12 +201,12 @@ func promote(ops ...operand) DType {
 	return rt.result()
 }
 
-func checkSub(fname string, op binOp, x, y operand) error {
-	if op == opSub && (x.dtype() == Bool || y.dtype() == Bool) {
+func checkSub(fname string, op BinaryOp, x, y operand) error {
+	if op == OpSub && (x.dtype() == Bool || y.dtype() == Bool) {
 		if x.dtype() == Bool && y.dtype() == Bool {
-			return fmt.Errorf("%s: subtraction, the `-` operator, with two bool tensors is not supported", fname)
+			return errorf(fname, "subtraction, the `-` operator, with two bool tensors is not supported")
 		}
-		return fmt.Errorf("%s: subtraction, the `-` operator, with a bool tensor is not supported", fname)
+		return errorf(fname, "subtraction, the `-` operator, with a bool tensor is not supported")
 	}
 	return nil
 }
@@ -180,16 +219,13 @@ func argOf(o operand, shape []int, common DType) binArg {
 	return binArg{s: layoutOf(o.t, shape), dt: o.t.dtype}
 }
 
-// binary computes x op y into a new tensor (PyTorch broadcasting and type
-// promotion; true division gives a float result).
-func binary(op binOp, x, y operand) (starlark.Value, error) { return binaryOut(op, x, y, nil) }
 
 // binaryOut computes x op y into dst (the out= parameter), or into a new
 // tensor when dst is nil. dst must have the broadcast shape, be on the
 // operands' device, and have a dtype the result type can be cast to; it
 // may be one of the operands (element for element) but not overlap one
 // otherwise. With dst nothing is allocated.
-func binaryOut(op binOp, x, y operand, dst *Tensor) (starlark.Value, error) {
+func binaryOut(op BinaryOp, x, y operand, dst *Tensor) (*Tensor, error) {
 	fname := binOpNames[op]
 	ops := []operand{x, y}
 	for _, o := range ops {
@@ -208,7 +244,7 @@ func binaryOut(op binOp, x, y operand, dst *Tensor) (starlark.Value, error) {
 		return nil, err
 	}
 	common := promote(x, y)
-	if op == opDiv && !common.IsFloat() {
+	if op == OpDiv && !common.IsFloat() {
 		common = DefaultFloat
 	}
 	shape, err := broadcastShapes(fname, x.shape(), y.shape())
@@ -226,13 +262,13 @@ func binaryOut(op binOp, x, y operand, dst *Tensor) (starlark.Value, error) {
 		if e == nil {
 			e = y.t
 		}
-		if out, err = newTensor(e.env, fname, device, common, shape); err != nil {
+		if out, err = newTensor(e.ctx, fname, device, common, shape); err != nil {
 			return nil, err
 		}
 	}
 	if out.hasData() && out.Numel() > 0 {
 		if binaryKernel(op, layoutOf(out, shape), out.dtype, argOf(x, shape, common), argOf(y, shape, common), common, shape) {
-			return nil, fmt.Errorf("%s: ZeroDivisionError: integer division by zero", fname)
+			return nil, errorf(fname, "ZeroDivisionError: integer division by zero")
 		}
 	}
 	runtime.KeepAlive(x.t)
@@ -247,31 +283,27 @@ func checkOut(fname string, dst *Tensor, device string, dt DType, shape []int, i
 		return err
 	}
 	if d := dst.mem.Device(); d != device {
-		return fmt.Errorf("%s: for parameter out: expected all tensors to be on the same device, but found at least two devices, %s and %s", fname, device, d)
+		return errorf(fname, "for parameter out: expected all tensors to be on the same device, but found at least two devices, %s and %s", device, d)
 	}
 	if !slices.Equal(dst.shape, shape) {
-		return fmt.Errorf("%s: for parameter out: shape %s does not match the result's shape %s", fname, fmtShape(dst.shape), fmtShape(shape))
+		return errorf(fname, "for parameter out: shape %s does not match the result's shape %s", fmtShape(dst.shape), fmtShape(shape))
 	}
 	if !canCast(dt, dst.dtype) {
-		return fmt.Errorf("%s: for parameter out: result type %s can't be cast to the desired output type %s", fname, dt, dst.dtype)
+		return errorf(fname, "for parameter out: result type %s can't be cast to the desired output type %s", dt, dst.dtype)
 	}
 	if err := internalOverlap(fname, dst); err != nil {
 		return err
 	}
 	for _, t := range ins {
 		if t != nil && overlaps(dst, t) {
-			return fmt.Errorf("%s: unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location", fname)
+			return errorf(fname, "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location")
 		}
 	}
 	return nil
 }
 
 // inplace computes self op= other into self; nothing is allocated.
-func inplace(fname string, op binOp, self *Tensor, otherV starlark.Value) (starlark.Value, error) {
-	other, err := asOperand(otherV)
-	if err != nil {
-		return nil, fmt.Errorf("%s: for parameter other: got %s, want tensor or number", fname, otherV.Type())
-	}
+func inplace(fname string, op BinaryOp, self *Tensor, other operand) (*Tensor, error) {
 	if err := self.checkLive(fname); err != nil {
 		return nil, err
 	}
@@ -281,7 +313,7 @@ func inplace(fname string, op binOp, self *Tensor, otherV starlark.Value) (starl
 			return nil, err
 		}
 		if len(self.shape) == 0 && self.mem.Device() == "cpu" && other.t.mem.Device() != "cpu" {
-			return nil, fmt.Errorf("%s: expected all tensors to be on the same device, but found at least two devices, cpu and %s", fname, other.t.mem.Device())
+			return nil, errorf(fname, "expected all tensors to be on the same device, but found at least two devices, cpu and %s", other.t.mem.Device())
 		}
 	}
 	if _, err := sameDevice(fname, ops); err != nil {
@@ -292,11 +324,11 @@ func inplace(fname string, op binOp, self *Tensor, otherV starlark.Value) (starl
 		return nil, err
 	}
 	common := promote(ops[0], other)
-	if op == opDiv && !common.IsFloat() {
+	if op == OpDiv && !common.IsFloat() {
 		common = DefaultFloat
 	}
 	if !canCast(common, self.dtype) {
-		return nil, fmt.Errorf("%s: result type %s can't be cast to the desired output type %s", fname, common, self.dtype)
+		return nil, errorf(fname, "result type %s can't be cast to the desired output type %s", common, self.dtype)
 	}
 	if err := checkInplaceShape(fname, self, other.shape()); err != nil {
 		return nil, err
@@ -305,12 +337,12 @@ func inplace(fname string, op binOp, self *Tensor, otherV starlark.Value) (starl
 		return nil, err
 	}
 	if other.t != nil && overlaps(self, other.t) {
-		return nil, fmt.Errorf("%s: unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location", fname)
+		return nil, errorf(fname, "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location")
 	}
 	if self.hasData() && self.Numel() > 0 {
 		shape := self.shape
 		if binaryKernel(op, layoutOf(self, shape), self.dtype, argOf(ops[0], shape, common), argOf(other, shape, common), common, shape) {
-			return nil, fmt.Errorf("%s: ZeroDivisionError: integer division by zero", fname)
+			return nil, errorf(fname, "ZeroDivisionError: integer division by zero")
 		}
 	}
 	runtime.KeepAlive(other.t)
@@ -323,7 +355,7 @@ func checkInplaceShape(fname string, self *Tensor, shape []int) error {
 		return err
 	}
 	if !slices.Equal(b, self.shape) {
-		return fmt.Errorf("%s: output with shape %s doesn't match the broadcast shape %s", fname, fmtShape(self.shape), fmtShape(b))
+		return errorf(fname, "output with shape %s doesn't match the broadcast shape %s", fmtShape(self.shape), fmtShape(b))
 	}
 	return nil
 }
@@ -333,7 +365,7 @@ func checkInplaceShape(fname string, self *Tensor, shape []int) error {
 func internalOverlap(fname string, t *Tensor) error {
 	for d, s := range t.shape {
 		if s > 1 && t.strides[d] == 0 {
-			return fmt.Errorf("%s: unsupported operation: more than one element of the written-to tensor refers to a single memory location; clone() the tensor first", fname)
+			return errorf(fname, "unsupported operation: more than one element of the written-to tensor refers to a single memory location; clone() the tensor first")
 		}
 	}
 	return nil
@@ -368,23 +400,23 @@ func (t *Tensor) span() (lo, hi int) {
 }
 
 // unary computes op(t) into a new tensor.
-func unary(fname string, op unaryOp, t *Tensor) (starlark.Value, error) {
+func unary(fname string, op UnaryOp, t *Tensor) (*Tensor, error) {
 	if err := t.checkLive(fname); err != nil {
 		return nil, err
 	}
 	if t.dtype == Bool {
 		switch op {
-		case uNeg:
-			return nil, fmt.Errorf("%s: negation, the `-` operator, on a bool tensor is not supported", fname)
-		case uAbs, uRelu:
-			return nil, fmt.Errorf("%s: not implemented for 'bool'", fname)
+		case OpNeg:
+			return nil, errorf(fname, "negation, the `-` operator, on a bool tensor is not supported")
+		case OpAbs, OpRelu:
+			return nil, errorf(fname, "not implemented for 'bool'")
 		}
 	}
 	dt := t.dtype
 	if op.floatOnly() && !dt.IsFloat() {
 		dt = DefaultFloat
 	}
-	out, err := newTensor(t.env, fname, t.mem.Device(), dt, t.shape)
+	out, err := newTensor(t.ctx, fname, t.mem.Device(), dt, t.shape)
 	if err != nil {
 		return nil, err
 	}
@@ -411,13 +443,13 @@ func copyInto(fname string, dst, src *Tensor) error {
 		return err
 	}
 	if overlaps(dst, src) {
-		return fmt.Errorf("%s: unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location", fname)
+		return errorf(fname, "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location")
 	}
 	if !dst.hasData() || dst.Numel() == 0 {
 		return nil
 	}
 	if !src.hasData() { // from a meta device: the values are unknown
-		return noDataError(src.env, fname, src.mem.Device())
+		return noDataError(src.ctx, fname, src.mem.Device())
 	}
 	copyKernel(layoutOf(dst, dst.shape), dst.dtype, layoutOf(src, dst.shape), src.dtype, dst.shape)
 	runtime.KeepAlive(dst)
@@ -426,14 +458,7 @@ func copyInto(fname string, dst, src *Tensor) error {
 }
 
 // fillInto stores the number v into every element of dst, as Tensor.fill_.
-func fillInto(fname string, dst *Tensor, v starlark.Value) error {
-	o, err := asOperand(v)
-	if err != nil || o.t != nil {
-		if o.t != nil && len(o.t.shape) == 0 {
-			return copyInto(fname, dst, o.t)
-		}
-		return fmt.Errorf("%s: for parameter value: got %s, want number", fname, v.Type())
-	}
+func fillInto(fname string, dst *Tensor, o operand) error {
 	if err := dst.checkLive(fname); err != nil {
 		return err
 	}

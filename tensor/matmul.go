@@ -1,7 +1,6 @@
 package tensor
 
 import (
-	"fmt"
 	"slices"
 )
 
@@ -11,7 +10,7 @@ import (
 // batches of matrices whose batch dimensions broadcast. Both operands must
 // have the same dtype and device; the result ([..., n, m], contiguous) is
 // the only allocation.
-func matmul(fname string, a, b *Tensor) (*Tensor, error) { return matmulOut(fname, a, b, nil) }
+
 
 // matmulOut is matmul into dst (the out= parameter) when dst is not nil:
 // dst must be contiguous, of the result's shape, dtype and device, and
@@ -24,16 +23,16 @@ func matmulOut(fname string, a, b, dst *Tensor) (*Tensor, error) {
 		return nil, err
 	}
 	if len(a.shape) == 0 || len(b.shape) == 0 {
-		return nil, fmt.Errorf("%s: both arguments to matmul need to be at least 1D, but they are %dD and %dD", fname, len(a.shape), len(b.shape))
+		return nil, errorf(fname, "both arguments to matmul need to be at least 1D, but they are %dD and %dD", len(a.shape), len(b.shape))
 	}
 	if a.mem.Device() != b.mem.Device() {
-		return nil, fmt.Errorf("%s: expected all tensors to be on the same device, but found at least two devices, %s and %s", fname, a.mem.Device(), b.mem.Device())
+		return nil, errorf(fname, "expected all tensors to be on the same device, but found at least two devices, %s and %s", a.mem.Device(), b.mem.Device())
 	}
 	if a.dtype != b.dtype {
-		return nil, fmt.Errorf("%s: expected both tensors to have the same dtype, but got: %s != %s", fname, a.dtype, b.dtype)
+		return nil, errorf(fname, "expected both tensors to have the same dtype, but got: %s != %s", a.dtype, b.dtype)
 	}
 	if a.dtype == Bool {
-		return nil, fmt.Errorf("%s: not implemented for 'bool'", fname)
+		return nil, errorf(fname, "not implemented for 'bool'")
 	}
 	// Promote 1-D operands to matrices (views, no allocation).
 	am, bm := a, b
@@ -49,11 +48,11 @@ func matmulOut(fname string, a, b, dst *Tensor) (*Tensor, error) {
 	if k != k2 {
 		switch {
 		case len(a.shape) == 1 && len(b.shape) == 1:
-			return nil, fmt.Errorf("%s: inconsistent tensor size, expected tensor [%d] and src [%d] to have the same number of elements", fname, a.shape[0], b.shape[0])
+			return nil, errorf(fname, "inconsistent tensor size, expected tensor [%d] and src [%d] to have the same number of elements", a.shape[0], b.shape[0])
 		case ad == 2 && bd == 2:
-			return nil, fmt.Errorf("%s: mat1 and mat2 shapes cannot be multiplied (%dx%d and %dx%d)", fname, n, k, k2, m)
+			return nil, errorf(fname, "mat1 and mat2 shapes cannot be multiplied (%dx%d and %dx%d)", n, k, k2, m)
 		}
-		return nil, fmt.Errorf("%s: size mismatch: %s @ %s (contracted dimensions %d and %d)", fname, fmtShape(a.shape), fmtShape(b.shape), k, k2)
+		return nil, errorf(fname, "size mismatch: %s @ %s (contracted dimensions %d and %d)", fmtShape(a.shape), fmtShape(b.shape), k, k2)
 	}
 	batch, err := broadcastShapes(fname, am.shape[:ad-2], bm.shape[:bd-2])
 	if err != nil {
@@ -73,12 +72,12 @@ func matmulOut(fname string, a, b, dst *Tensor) (*Tensor, error) {
 			return nil, err
 		}
 		if dst.dtype != a.dtype || !dst.isContiguous() {
-			return nil, fmt.Errorf("%s: for parameter out: want a contiguous %s tensor, got a %s one", fname, a.dtype, layoutName(dst))
+			return nil, errorf(fname, "for parameter out: want a contiguous %s tensor, got a %s one", a.dtype, layoutName(dst))
 		}
 		// The kernel writes from element 0 of a contiguous layout.
 		out = dst.viewOf(shape, contiguousStrides(shape), dst.offset)
 	} else {
-		if out, err = newTensor(a.env, fname, a.mem.Device(), a.dtype, shape); err != nil {
+		if out, err = newTensor(a.ctx, fname, a.mem.Device(), a.dtype, shape); err != nil {
 			return nil, err
 		}
 	}
@@ -113,4 +112,36 @@ func batchStrides(t *Tensor, batch []int) []int {
 		}
 	}
 	return st
+}
+
+// Matmul is torch.matmul: see matmul. The result is the only allocation.
+func Matmul(a, b *Tensor) (*Tensor, error) { return MatmulOut(a, b, nil) }
+
+// MatmulOut is torch.matmul(a, b, out=out): with out (contiguous, of the
+// result's shape, dtype and device, not overlapping a or b) nothing is
+// allocated and out's version is bumped; with nil it is Matmul.
+func MatmulOut(a, b, out *Tensor) (*Tensor, error) {
+	const fname = "tensor.matmul"
+	var r *Tensor
+	var err error
+	if anyOnGPU(a, b, out) {
+		ok := false
+		if out == nil {
+			r, ok, err = nativeMatmul(fname, a, b)
+		}
+		if !ok {
+			r, err = stagedTensor(contextOf(a, b, out), fname, []*Tensor{a, b, out}, func(s *staging) (*Tensor, error) {
+				return matmulOut(fname, s.shadowOf(a), s.shadowOf(b), s.shadowOf(out))
+			})
+		}
+	} else {
+		r, err = matmulOut(fname, a, b, out)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if out != nil {
+		out.st.BumpVersion()
+	}
+	return r, nil
 }

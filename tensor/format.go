@@ -23,6 +23,26 @@ const (
 	printEdgeItems = 3
 )
 
+// SizeString formats a shape as a Python tuple: "()", "(3,)", "(2, 3)".
+func SizeString(shape []int) string {
+	b := []byte{'('}
+	for i, s := range shape {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendInt(b, int64(s), 10)
+	}
+	if len(shape) == 1 {
+		b = append(b, ',')
+	}
+	return string(append(b, ')'))
+}
+
+// Format is the PyTorch-style representation of t from its values (no
+// GPU dispatch: a real GPU's tensor prints "..."); Tensor.String copies a
+// real GPU's values to the host first.
+func Format(t *Tensor) string { return formatTensor(t) }
+
 func formatTensor(t *Tensor) string {
 	const prefix = "tensor("
 	var suffixes []string
@@ -31,7 +51,7 @@ func formatTensor(t *Tensor) string {
 		suffixes = append(suffixes, "device='"+dev+"'")
 	}
 	var body string
-	sizeSuffix := "size=" + shapeTuple(t.shape).String()
+	sizeSuffix := "size=" + SizeString(t.shape)
 	switch {
 	case t.mem.Err() != nil:
 		body = "<" + t.mem.Err().Error() + ">"

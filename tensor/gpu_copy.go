@@ -1,11 +1,8 @@
 package tensor
 
 import (
-	"fmt"
 	"runtime"
 	"slices"
-
-	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/backend/cuda"
 )
@@ -19,14 +16,14 @@ import (
 // through host copies.
 func gpuCopyTo(fname string, src *Tensor, device string, dt DType) (*Tensor, bool, error) {
 	srcDev := onGPU(src)
-	dstDev, dstGPU := deviceOf(src.env, device)
+	dstDev, dstGPU := deviceOf(src.ctx, device)
 	if srcDev == nil && !dstGPU {
 		return nil, false, nil
 	}
 	if err := src.checkLive(fname); err != nil {
 		return nil, true, err
 	}
-	out, err := newTensor(src.env, fname, device, dt, src.shape)
+	out, err := newTensor(src.ctx, fname, device, dt, src.shape)
 	if err != nil {
 		return nil, true, err
 	}
@@ -38,7 +35,7 @@ func gpuCopyTo(fname string, src *Tensor, device string, dt DType) (*Tensor, boo
 		err = stagedCopy(fname, out, src)
 	}
 	if err != nil {
-		return nil, true, fmt.Errorf("%s: %w", fname, err)
+		return nil, true, errorf(fname, "%w", err)
 	}
 	runtime.KeepAlive(src)
 	return out, true, nil
@@ -74,7 +71,7 @@ func directCopy(dstDev *cuda.Device, dst *Tensor, srcDev *cuda.Device, src *Tens
 // stagedCopy converts src into the new tensor out through host copies,
 // with the CPU's copy kernel.
 func stagedCopy(fname string, out, src *Tensor) error {
-	s := newStaging(src.env)
+	s := newStaging(src.ctx)
 	defer s.close()
 	if onGPU(out) != nil {
 		if err := s.stageOutput(out); err != nil {
@@ -97,7 +94,7 @@ func stagedCopy(fname string, out, src *Tensor) error {
 
 // nativeCopyInto is dst.copy_(src) when it is one direct copy (same shape,
 // both contiguous, not overlapping; see directCopy).
-func nativeCopyInto(fname string, dst, src *Tensor) (starlark.Value, bool, error) {
+func nativeCopyInto(fname string, dst, src *Tensor) (*Tensor, bool, error) {
 	if dst.mem.Err() != nil || src.mem.Err() != nil || dst.mem == src.mem || dst.Numel() == 0 {
 		return nil, false, nil
 	}
@@ -113,7 +110,7 @@ func nativeCopyInto(fname string, dst, src *Tensor) (starlark.Value, bool, error
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, true, fmt.Errorf("%s: %w", fname, err)
+		return nil, true, errorf(fname, "%w", err)
 	}
 	runtime.KeepAlive(src)
 	return dst, true, nil

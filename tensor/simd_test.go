@@ -9,13 +9,13 @@ import (
 )
 
 // opRef is the scalar definition the vectorised loops must match.
-func opRef[T floatT](op binOp, x, y T) T {
+func opRef[T floatT](op BinaryOp, x, y T) T {
 	switch op {
-	case opAdd:
+	case OpAdd:
 		return x + y
-	case opSub:
+	case OpSub:
 		return x - y
-	case opMul:
+	case OpMul:
 		return x * y
 	}
 	return x / y
@@ -36,7 +36,7 @@ func testBinarySIMD[T floatT](t *testing.T) {
 	}
 	for _, n := range []int{0, 1, 7, 63, 64, 65, 100, 1023, 1024, 1025, maxN} {
 		for _, skew := range []int{0, 1, 3} { // misalign the output and inputs
-			for op := opAdd; op <= opDiv; op++ {
+			for op := OpAdd; op <= OpDiv; op++ {
 				for mode := modeVV; mode <= modeSV; mode++ {
 					for _, stream := range []bool{false, true} {
 						out := make([]T, n+8)
@@ -88,7 +88,7 @@ func TestBinarySIMDInPlace(t *testing.T) {
 		for i := range a {
 			a[i], b[i] = float32(i), float32(2*i+1)
 		}
-		binFloat[float32](opMul, n, unsafe.Pointer(&a[0]), 4, unsafe.Pointer(&a[0]), 4, unsafe.Pointer(&b[0]), 4, stream)
+		binFloat[float32](OpMul, n, unsafe.Pointer(&a[0]), 4, unsafe.Pointer(&a[0]), 4, unsafe.Pointer(&b[0]), 4, stream)
 		for i := range a {
 			if want := float32(i) * float32(2*i+1); a[i] != want {
 				t.Fatalf("stream %v: a[%d] = %v, want %v", stream, i, a[i], want)

@@ -1,23 +1,17 @@
 package tensor
 
 import (
-	"fmt"
 	"math"
 	"runtime"
 	"slices"
 	"unsafe"
-
-	"go.starlark.net/starlark"
-	"go.starlark.net/syntax"
 )
 
 // Comparisons. Elementwise eq, ne, lt, le, gt, ge return bool tensors
 // (broadcasting; operands compared in their promoted dtype, numbers
 // converted to it as in PyTorch), allocated like any result and available
 // on a meta device, where they hold no values. equal and allclose return a
-// Starlark bool, so they read values and fail on a meta device. Starlark's
-// own == and != on tensors compare identity (they cannot return a tensor),
-// and < <= > >= are errors that point to these methods.
+// Go bool, so they read values and fail on a meta device.
 
 type cmpOp uint8
 
@@ -134,17 +128,13 @@ func prepareCompare(fname string, ops []operand) (string, DType, []int, error) {
 }
 
 // compare computes the bool tensor t op other.
-func compare(fname string, op cmpOp, t *Tensor, otherV starlark.Value) (starlark.Value, error) {
-	other, err := asOperand(otherV)
-	if err != nil {
-		return nil, fmt.Errorf("%s: for parameter other: got %s, want tensor or number", fname, otherV.Type())
-	}
+func compare(fname string, op cmpOp, t *Tensor, other operand) (*Tensor, error) {
 	ops := []operand{{t: t}, other}
 	device, common, shape, err := prepareCompare(fname, ops)
 	if err != nil {
 		return nil, err
 	}
-	out, err := newTensor(t.env, fname, device, Bool, shape)
+	out, err := newTensor(t.ctx, fname, device, Bool, shape)
 	if err != nil {
 		return nil, err
 	}
@@ -153,16 +143,6 @@ func compare(fname string, op cmpOp, t *Tensor, otherV starlark.Value) (starlark
 	}
 	runtime.KeepAlive(ops)
 	return out, nil
-}
-
-func compareMethod(op cmpOp) methodFn {
-	return func(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-		var v starlark.Value
-		if err := starlark.UnpackArgs(fname, args, kwargs, "other", &v); err != nil {
-			return nil, err
-		}
-		return compare(fname, op, t, v)
-	}
 }
 
 // allElements reports whether pred holds for every pair of elements of a
@@ -207,44 +187,25 @@ func allElements(fname string, a, b *Tensor, predF func(x, y float64) bool, pred
 	return ok, nil
 }
 
-// methodEqual is torch.equal: the same shape and equal elements.
-func methodEqual(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	var other *Tensor
-	if err := starlark.UnpackArgs(fname, args, kwargs, "other", &other); err != nil {
-		return nil, err
-	}
+// equal is torch.equal: the same shape and equal elements.
+func equal(fname string, t, other *Tensor) (bool, error) {
 	if err := t.checkLive(fname); err != nil {
-		return nil, err
+		return false, err
 	}
 	if err := other.checkLive(fname); err != nil {
-		return nil, err
+		return false, err
 	}
 	if !slices.Equal(t.shape, other.shape) {
-		return starlark.False, nil
+		return false, nil
 	}
-	ok, err := allElements(fname, t, other, func(x, y float64) bool { return x == y }, func(x, y int64) bool { return x == y })
-	return starlark.Bool(ok), err
+	return allElements(fname, t, other, func(x, y float64) bool { return x == y }, func(x, y int64) bool { return x == y })
 }
 
-// methodAllclose is torch.allclose: |t - other| <= atol + rtol·|other|
-// for every element (broadcasting), NaNs equal only with equal_nan.
-func methodAllclose(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	var other *Tensor
-	var rtolV, atolV starlark.Value
-	equalNaN := false
-	if err := starlark.UnpackArgs(fname, args, kwargs, "other", &other, "rtol?", &rtolV, "atol?", &atolV, "equal_nan?", &equalNaN); err != nil {
-		return nil, err
-	}
-	rtol, err := floatArg(fname, "rtol", rtolV, 1e-5)
-	if err != nil {
-		return nil, err
-	}
-	atol, err := floatArg(fname, "atol", atolV, 1e-8)
-	if err != nil {
-		return nil, err
-	}
+// allclose is torch.allclose: |t - other| <= atol + rtol·|other| for
+// every element (broadcasting), NaNs equal only with equalNaN.
+func allclose(fname string, t, other *Tensor, rtol, atol float64, equalNaN bool) (bool, error) {
 	if rtol < 0 || atol < 0 {
-		return nil, fmt.Errorf("%s: rtol and atol must be non-negative, got rtol=%g atol=%g", fname, rtol, atol)
+		return false, errorf(fname, "rtol and atol must be non-negative, got rtol=%g atol=%g", rtol, atol)
 	}
 	close := func(x, y float64) bool {
 		switch {
@@ -255,32 +216,82 @@ func methodAllclose(_ *starlark.Thread, fname string, t *Tensor, args starlark.T
 		}
 		return math.Abs(x-y) <= atol+rtol*math.Abs(y)
 	}
-	ok, err := allElements(fname, t, other, close, func(x, y int64) bool { return close(float64(x), float64(y)) })
-	return starlark.Bool(ok), err
+	return allElements(fname, t, other, close, func(x, y int64) bool { return close(float64(x), float64(y)) })
 }
 
-// floatArg converts an int or float argument (def when absent).
-func floatArg(fname, param string, v starlark.Value, def float64) (float64, error) {
-	if v == nil {
-		return def, nil
+// The comparison ops, public API. Eq ... Ge return a new bool tensor of
+// the broadcast shape; other is a tensor or a Scalar.
+
+// CompareOp is an elementwise comparison.
+type CompareOp = cmpOp
+
+// The comparisons.
+const (
+	CmpEq = cmpEq
+	CmpNe = cmpNe
+	CmpLt = cmpLt
+	CmpLe = cmpLe
+	CmpGt = cmpGt
+	CmpGe = cmpGe
+)
+
+// Compare is t op other as a bool tensor.
+func Compare(op CompareOp, t *Tensor, other Operand) (*Tensor, error) {
+	fname := "tensor." + cmpNames[op]
+	o := operandOf(other)
+	if anyOnGPU(t, o.t) {
+		return stagedTensor(contextOf(t, o.t), fname, []*Tensor{t, o.t}, func(s *staging) (*Tensor, error) {
+			return compare(fname, op, s.shadowOf(t), s.shadowOp(o))
+		})
 	}
-	if _, isBool := v.(starlark.Bool); !isBool {
-		if f, ok := starlark.AsFloat(v); ok {
-			return f, nil
-		}
-	}
-	return 0, fmt.Errorf("%s: for parameter %s: got %s, want float", fname, param, v.Type())
+	return compare(fname, op, t, o)
 }
 
-// CompareSameType implements == and != as identity (PyTorch's elementwise
-// == cannot return a tensor in Starlark); ordering comparisons fail with a
-// pointer to the elementwise methods.
-func (t *Tensor) CompareSameType(op syntax.Token, y starlark.Value, depth int) (bool, error) {
-	switch op {
-	case syntax.EQL:
-		return t == y, nil
-	case syntax.NEQ:
-		return t != y, nil
+// Eq is torch.eq: t == other elementwise.
+func Eq(t *Tensor, other Operand) (*Tensor, error) { return Compare(CmpEq, t, other) }
+
+// Ne is torch.ne.
+func Ne(t *Tensor, other Operand) (*Tensor, error) { return Compare(CmpNe, t, other) }
+
+// Lt is torch.lt.
+func Lt(t *Tensor, other Operand) (*Tensor, error) { return Compare(CmpLt, t, other) }
+
+// Le is torch.le.
+func Le(t *Tensor, other Operand) (*Tensor, error) { return Compare(CmpLe, t, other) }
+
+// Gt is torch.gt.
+func Gt(t *Tensor, other Operand) (*Tensor, error) { return Compare(CmpGt, t, other) }
+
+// Ge is torch.ge.
+func Ge(t *Tensor, other Operand) (*Tensor, error) { return Compare(CmpGe, t, other) }
+
+// Equal is torch.equal: the same shape and equal elements (reads values).
+func Equal(a, b *Tensor) (bool, error) {
+	const fname = "tensor.equal"
+	if anyOnGPU(a, b) {
+		var r bool
+		err := staged(contextOf(a, b), fname, []*Tensor{a, b}, func(s *staging) error {
+			var err error
+			r, err = equal(fname, s.shadowOf(a), s.shadowOf(b))
+			return err
+		})
+		return r, err
 	}
-	return false, fmt.Errorf("tensor %s tensor: not supported: use t.lt(other), t.le, t.gt, t.ge, t.eq, t.ne for elementwise comparisons, or t.equal(other)", op)
+	return equal(fname, a, b)
+}
+
+// Allclose is torch.allclose: |a - b| <= atol + rtol·|b| for every
+// element (broadcasting); NaNs are equal only with equalNaN.
+func Allclose(a, b *Tensor, rtol, atol float64, equalNaN bool) (bool, error) {
+	const fname = "tensor.allclose"
+	if anyOnGPU(a, b) {
+		var r bool
+		err := staged(contextOf(a, b), fname, []*Tensor{a, b}, func(s *staging) error {
+			var err error
+			r, err = allclose(fname, s.shadowOf(a), s.shadowOf(b), rtol, atol, equalNaN)
+			return err
+		})
+		return r, err
+	}
+	return allclose(fname, a, b, rtol, atol, equalNaN)
 }

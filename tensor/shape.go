@@ -1,11 +1,8 @@
 package tensor
 
 import (
-	"fmt"
 	"runtime"
 	"slices"
-
-	"go.starlark.net/starlark"
 )
 
 // Views and copies: view, reshape, transpose, permute, squeeze, ..., to,
@@ -16,40 +13,12 @@ import (
 func wrapDim(fname string, dim, ndim int) (int, error) {
 	n := max(ndim, 1)
 	if dim < -n || dim >= n {
-		return 0, fmt.Errorf("%s: dimension out of range (expected to be in range of [%d, %d], but got %d)", fname, -n, n-1, dim)
+		return 0, errorf(fname, "dimension out of range (expected to be in range of [%d, %d], but got %d)", -n, n-1, dim)
 	}
 	if dim < 0 {
 		dim += n
 	}
 	return dim, nil
-}
-
-// intsArg reads a list of ints given as one list/tuple or as varargs.
-func intsArg(fname, param string, args starlark.Tuple, allowNegative bool) ([]int, error) {
-	var elems []starlark.Value = args
-	if len(args) == 1 {
-		switch v := args[0].(type) {
-		case starlark.Tuple:
-			elems = v
-		case *starlark.List:
-			elems = nil
-			for i := range v.Len() {
-				elems = append(elems, v.Index(i))
-			}
-		}
-	}
-	out := make([]int, len(elems))
-	for i, x := range elems {
-		var n int
-		if err := starlark.AsInt(x, &n); err != nil {
-			return nil, fmt.Errorf("%s: for parameter %s: element %d: got %s, want int", fname, param, i, x.Type())
-		}
-		if n < 0 && !allowNegative {
-			return nil, fmt.Errorf("%s: for parameter %s: negative dimension %d", fname, param, n)
-		}
-		out[i] = n
-	}
-	return out, nil
 }
 
 // inferShape resolves a single -1 in shape for a tensor of n elements.
@@ -61,25 +30,25 @@ func inferShape(fname string, shape []int, n int) ([]int, error) {
 		switch {
 		case s == -1:
 			if infer >= 0 {
-				return nil, fmt.Errorf("%s: only one dimension can be inferred", fname)
+				return nil, errorf(fname, "only one dimension can be inferred")
 			}
 			infer = i
 		case s < 0:
-			return nil, fmt.Errorf("%s: invalid shape dimension %d", fname, s)
+			return nil, errorf(fname, "invalid shape dimension %d", s)
 		default:
 			if s > 0 && prod > maxBytes/s {
-				return nil, fmt.Errorf("%s: shape '%s' is invalid for input of size %d", fname, fmtShape(shape), n)
+				return nil, errorf(fname, "shape '%s' is invalid for input of size %d", fmtShape(shape), n)
 			}
 			prod *= s
 		}
 	}
 	if infer >= 0 {
 		if prod == 0 || n%prod != 0 {
-			return nil, fmt.Errorf("%s: shape '%s' is invalid for input of size %d", fname, fmtShape(shape), n)
+			return nil, errorf(fname, "shape '%s' is invalid for input of size %d", fmtShape(shape), n)
 		}
 		shape[infer] = n / prod
 	} else if prod != n {
-		return nil, fmt.Errorf("%s: shape '%s' is invalid for input of size %d", fname, fmtShape(shape), n)
+		return nil, errorf(fname, "shape '%s' is invalid for input of size %d", fmtShape(shape), n)
 	}
 	return shape, nil
 }
@@ -138,7 +107,7 @@ func viewAs(fname string, t *Tensor, shapeIn []int, copyOK bool) (*Tensor, error
 		return t.viewOf(shape, st, t.offset), nil
 	}
 	if !copyOK {
-		return nil, fmt.Errorf("%s: view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous subspaces); use reshape instead", fname)
+		return nil, errorf(fname, "view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous subspaces); use reshape instead")
 	}
 	c, err := copyTo(fname, t, t.mem.Device(), t.dtype)
 	if err != nil {
@@ -183,7 +152,7 @@ func permuted(fname string, t *Tensor, dims []int) (*Tensor, error) {
 		return nil, err
 	}
 	if len(dims) != len(t.shape) {
-		return nil, fmt.Errorf("%s: number of dims don't match in permute (tensor has %d, got %d)", fname, len(t.shape), len(dims))
+		return nil, errorf(fname, "number of dims don't match in permute (tensor has %d, got %d)", len(t.shape), len(dims))
 	}
 	seen := make([]bool, len(dims))
 	shape, strides := make([]int, len(dims)), make([]int, len(dims))
@@ -193,7 +162,7 @@ func permuted(fname string, t *Tensor, dims []int) (*Tensor, error) {
 			return nil, err
 		}
 		if seen[w] {
-			return nil, fmt.Errorf("%s: repeated dim in permute", fname)
+			return nil, errorf(fname, "repeated dim in permute")
 		}
 		seen[w] = true
 		shape[i], strides[i] = t.shape[w], t.strides[w]
@@ -207,14 +176,14 @@ func expanded(fname string, t *Tensor, sizes []int) (*Tensor, error) {
 		return nil, err
 	}
 	if len(sizes) < len(t.shape) {
-		return nil, fmt.Errorf("%s: the number of sizes provided (%d) must be greater or equal to the number of dimensions in the tensor (%d)", fname, len(sizes), len(t.shape))
+		return nil, errorf(fname, "the number of sizes provided (%d) must be greater or equal to the number of dimensions in the tensor (%d)", len(sizes), len(t.shape))
 	}
 	k := len(sizes) - len(t.shape)
 	shape, strides := make([]int, len(sizes)), make([]int, len(sizes))
 	for i, s := range sizes {
 		if i < k {
 			if s < 0 {
-				return nil, fmt.Errorf("%s: the expanded size of the tensor (%d) isn't allowed in a leading, non-existing dimension %d", fname, s, i)
+				return nil, errorf(fname, "the expanded size of the tensor (%d) isn't allowed in a leading, non-existing dimension %d", s, i)
 			}
 			shape[i] = s
 			continue
@@ -226,8 +195,8 @@ func expanded(fname string, t *Tensor, sizes []int) (*Tensor, error) {
 		case old == 1 && s >= 0:
 			shape[i] = s
 		default:
-			return nil, fmt.Errorf("%s: the expanded size of the tensor (%d) must match the existing size (%d) at non-singleton dimension %d; target sizes: %s; tensor sizes: %s",
-				fname, s, old, i, fmtShape(sizes), fmtShape(t.shape))
+			return nil, errorf(fname, "the expanded size of the tensor (%d) must match the existing size (%d) at non-singleton dimension %d; target sizes: %s; tensor sizes: %s",
+				s, old, i, fmtShape(sizes), fmtShape(t.shape))
 		}
 	}
 	if _, err := checkSize(fname, shape, t.dtype); err != nil {
@@ -243,7 +212,7 @@ func narrowed(fname string, t *Tensor, dim, start, length int) (*Tensor, error) 
 		return nil, err
 	}
 	if len(t.shape) == 0 {
-		return nil, fmt.Errorf("%s: narrow() cannot be applied to a 0-dim tensor", fname)
+		return nil, errorf(fname, "narrow() cannot be applied to a 0-dim tensor")
 	}
 	d, err := wrapDim(fname, dim, len(t.shape))
 	if err != nil {
@@ -251,16 +220,16 @@ func narrowed(fname string, t *Tensor, dim, start, length int) (*Tensor, error) 
 	}
 	size := t.shape[d]
 	if start < -size || start > size {
-		return nil, fmt.Errorf("%s: start out of range (expected to be in range of [%d, %d], but got %d)", fname, -size, size, start)
+		return nil, errorf(fname, "start out of range (expected to be in range of [%d, %d], but got %d)", -size, size, start)
 	}
 	if start < 0 {
 		start += size
 	}
 	if length < 0 {
-		return nil, fmt.Errorf("%s: narrow(): length must be non-negative, got %d", fname, length)
+		return nil, errorf(fname, "narrow(): length must be non-negative, got %d", length)
 	}
 	if start > size-length {
-		return nil, fmt.Errorf("%s: start (%d) + length (%d) exceeds dimension size (%d)", fname, start, length, size)
+		return nil, errorf(fname, "start (%d) + length (%d) exceeds dimension size (%d)", start, length, size)
 	}
 	shape := slices.Clone(t.shape)
 	shape[d] = length
@@ -274,7 +243,7 @@ func selected(fname string, t *Tensor, dim, index int) (*Tensor, error) {
 		return nil, err
 	}
 	if len(t.shape) == 0 {
-		return nil, fmt.Errorf("%s: select() cannot be applied to a 0-dim tensor", fname)
+		return nil, errorf(fname, "select() cannot be applied to a 0-dim tensor")
 	}
 	d, err := wrapDim(fname, dim, len(t.shape))
 	if err != nil {
@@ -282,7 +251,7 @@ func selected(fname string, t *Tensor, dim, index int) (*Tensor, error) {
 	}
 	size := t.shape[d]
 	if index < -size || index >= size {
-		return nil, fmt.Errorf("%s: index %d out of range for tensor of size %s at dimension %d", fname, index, fmtShape(t.shape), d)
+		return nil, errorf(fname, "index %d out of range for tensor of size %s at dimension %d", index, fmtShape(t.shape), d)
 	}
 	if index < 0 {
 		index += size
@@ -302,10 +271,10 @@ func copyTo(fname string, src *Tensor, device string, dt DType) (*Tensor, error)
 	if err := src.checkLive(fname); err != nil {
 		return nil, err
 	}
-	if src.Numel() > 0 && !src.hasData() && !deviceIsMeta(src.env, device) {
-		return nil, noDataError(src.env, fname, src.mem.Device())
+	if src.Numel() > 0 && !src.hasData() && !deviceIsMeta(src.ctx, device) {
+		return nil, noDataError(src.ctx, fname, src.mem.Device())
 	}
-	out, err := newTensor(src.env, fname, device, dt, src.shape)
+	out, err := newTensor(src.ctx, fname, device, dt, src.shape)
 	if err != nil {
 		return nil, err
 	}
@@ -318,49 +287,6 @@ func copyTo(fname string, src *Tensor, device string, dt DType) (*Tensor, error)
 	}
 	runtime.KeepAlive(src)
 	return out, nil
-}
-
-// tensorList reads a list or tuple of tensors (at least one).
-func tensorList(fname string, v starlark.Value) ([]*Tensor, error) {
-	var elems []starlark.Value
-	switch v := v.(type) {
-	case starlark.Tuple:
-		elems = v
-	case *starlark.List:
-		for i := range v.Len() {
-			elems = append(elems, v.Index(i))
-		}
-	default:
-		return nil, fmt.Errorf("%s: for parameter tensors: got %s, want list or tuple of tensors", fname, v.Type())
-	}
-	if len(elems) == 0 {
-		return nil, fmt.Errorf("%s: expected a non-empty list of tensors", fname)
-	}
-	ts := make([]*Tensor, len(elems))
-	for i, x := range elems {
-		t, ok := x.(*Tensor)
-		if !ok {
-			return nil, fmt.Errorf("%s: for parameter tensors: element %d: got %s, want tensor", fname, i, x.Type())
-		}
-		if err := t.checkLive(fname); err != nil {
-			return nil, err
-		}
-		ts[i] = t
-	}
-	return ts, nil
-}
-
-func cat(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	var tv starlark.Value
-	dim := 0
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "tensors", &tv, "dim?", &dim); err != nil {
-		return nil, err
-	}
-	ts, err := tensorList(b.Name(), tv)
-	if err != nil {
-		return nil, err
-	}
-	return concat(b.Name(), ts, dim)
 }
 
 // concat is cat: inputs promote to a common dtype and must be on one
@@ -377,7 +303,7 @@ func concat(fname string, all []*Tensor, dim int) (*Tensor, error) {
 	}
 	ref := ts[0]
 	if len(ref.shape) == 0 {
-		return nil, fmt.Errorf("%s: zero-dimensional tensor (at position 0) cannot be concatenated", fname)
+		return nil, errorf(fname, "zero-dimensional tensor (at position 0) cannot be concatenated")
 	}
 	d, err := wrapDim(fname, dim, len(ref.shape))
 	if err != nil {
@@ -392,7 +318,7 @@ func concat(fname string, all []*Tensor, dim int) (*Tensor, error) {
 		if device == "" {
 			device = t.mem.Device()
 		} else if t.mem.Device() != device {
-			return nil, fmt.Errorf("%s: expected all tensors to be on the same device, but found at least two devices, %s and %s", fname, device, t.mem.Device())
+			return nil, errorf(fname, "expected all tensors to be on the same device, but found at least two devices, %s and %s", device, t.mem.Device())
 		}
 	}
 	common := promote(ops...)
@@ -400,19 +326,19 @@ func concat(fname string, all []*Tensor, dim int) (*Tensor, error) {
 	shape[d] = 0
 	for i, t := range ts {
 		if len(t.shape) != len(ref.shape) {
-			return nil, fmt.Errorf("%s: tensors must have same number of dimensions: got %d and %d", fname, len(ref.shape), len(t.shape))
+			return nil, errorf(fname, "tensors must have same number of dimensions: got %d and %d", len(ref.shape), len(t.shape))
 		}
 		for j := range t.shape {
 			if j != d && t.shape[j] != ref.shape[j] {
-				return nil, fmt.Errorf("%s: sizes of tensors must match except in dimension %d; expected size %d but got size %d for tensor number %d in the list", fname, d, ref.shape[j], t.shape[j], i)
+				return nil, errorf(fname, "sizes of tensors must match except in dimension %d; expected size %d but got size %d for tensor number %d in the list", d, ref.shape[j], t.shape[j], i)
 			}
 		}
 		if shape[d] > maxBytes-t.shape[d] {
-			return nil, fmt.Errorf("%s: the result's dimension %d has more than 2^62 elements", fname, d)
+			return nil, errorf(fname, "the result's dimension %d has more than 2^62 elements", d)
 		}
 		shape[d] += t.shape[d]
 	}
-	out, err := newTensor(ref.env, fname, device, common, shape)
+	out, err := newTensor(ref.ctx, fname, device, common, shape)
 	if err != nil {
 		return nil, err
 	}
@@ -428,33 +354,6 @@ func concat(fname string, all []*Tensor, dim int) (*Tensor, error) {
 	}
 	runtime.KeepAlive(all)
 	return out, nil
-}
-
-func stack(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	fname := b.Name()
-	var tv starlark.Value
-	dim := 0
-	if err := starlark.UnpackArgs(fname, args, kwargs, "tensors", &tv, "dim?", &dim); err != nil {
-		return nil, err
-	}
-	ts, err := tensorList(fname, tv)
-	if err != nil {
-		return nil, err
-	}
-	for i, t := range ts {
-		if !slices.Equal(t.shape, ts[0].shape) {
-			return nil, fmt.Errorf("%s: stack expects each tensor to be equal size, but got %s at entry 0 and %s at entry %d", fname, fmtShape(ts[0].shape), fmtShape(t.shape), i)
-		}
-	}
-	d, err := wrapDim(fname, dim, len(ts[0].shape)+1)
-	if err != nil {
-		return nil, err
-	}
-	us := make([]*Tensor, len(ts))
-	for i, t := range ts {
-		us[i] = unsqueezed(t, d)
-	}
-	return concat(fname, us, d)
 }
 
 // unsqueezed is the view of t with a size-1 dimension inserted at d

@@ -1,13 +1,10 @@
 package tensor
 
 import (
-	"fmt"
 	"math"
 	"runtime"
 	"slices"
 	"unsafe"
-
-	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/backend/cuda"
 )
@@ -52,112 +49,6 @@ func nativeInput(t *Tensor) (*cuda.Device, cuda.DType, bool) {
 	}
 	cdt, ok := cudaDType(t.dtype)
 	return dev, cdt, ok
-}
-
-type nativeMethod func(fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, bool, error)
-
-// gpuNativeMethods are the methods with a GPU path, tried before staging.
-var gpuNativeMethods = map[string]nativeMethod{
-	"add": nativeBinaryMethod(opAdd), "sub": nativeBinaryMethod(opSub),
-	"mul": nativeBinaryMethod(opMul), "div": nativeBinaryMethod(opDiv),
-	"add_": nativeInplaceMethod(opAdd), "sub_": nativeInplaceMethod(opSub),
-	"mul_": nativeInplaceMethod(opMul), "div_": nativeInplaceMethod(opDiv),
-	"relu": nativeUnaryMethod(uRelu), "neg": nativeUnaryMethod(uNeg),
-	"abs": nativeUnaryMethod(uAbs), "sqrt": nativeUnaryMethod(uSqrt),
-	"zero_": func(fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, bool, error) {
-		if len(args)+len(kwargs) > 0 {
-			return nil, false, nil
-		}
-		return nativeFill(fname, t, 0)
-	},
-	"fill_": func(fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, bool, error) {
-		v, ok := oneArg(args, kwargs, "value")
-		if !ok {
-			return nil, false, nil
-		}
-		o, err := asOperand(v)
-		if err != nil || o.t != nil {
-			return nil, false, nil
-		}
-		return nativeFill(fname, t, encodeValue(t.dtype, o))
-	},
-	"copy_": func(fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, bool, error) {
-		v, ok := oneArg(args, kwargs, "src", "non_blocking")
-		src, isT := v.(*Tensor)
-		if !ok || !isT {
-			return nil, false, nil
-		}
-		return nativeCopyInto(fname, t, src)
-	},
-	"sum": func(fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, bool, error) {
-		if len(args)+len(kwargs) > 0 {
-			return nil, false, nil
-		}
-		return nativeSum(fname, t)
-	},
-	"matmul": func(fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, bool, error) {
-		v, ok := oneArg(args, kwargs, "other")
-		b, isT := v.(*Tensor)
-		if !ok || !isT {
-			return nil, false, nil
-		}
-		return nativeMatmul(fname, t, b)
-	},
-}
-
-// oneArg returns the single argument of a call f(x) or f(name=x); other
-// keywords listed in ignore are allowed (and ignored).
-func oneArg(args starlark.Tuple, kwargs []starlark.Tuple, name string, ignore ...string) (starlark.Value, bool) {
-	var v starlark.Value
-	if len(args) == 1 {
-		v = args[0]
-	} else if len(args) > 1 {
-		return nil, false
-	}
-	for _, kv := range kwargs {
-		k := string(kv[0].(starlark.String))
-		switch {
-		case k == name && v == nil:
-			v = kv[1]
-		case slices.Contains(ignore, k):
-		default:
-			return nil, false
-		}
-	}
-	return v, v != nil
-}
-
-func nativeBinaryMethod(op binOp) nativeMethod {
-	return func(fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, bool, error) {
-		v, ok := oneArg(args, kwargs, "other")
-		if !ok {
-			return nil, false, nil
-		}
-		o, err := asOperand(v)
-		if err != nil {
-			return nil, false, nil
-		}
-		return nativeBinary(op, operand{t: t}, o)
-	}
-}
-
-func nativeInplaceMethod(op binOp) nativeMethod {
-	return func(fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, bool, error) {
-		v, ok := oneArg(args, kwargs, "other")
-		if !ok {
-			return nil, false, nil
-		}
-		return nativeInplace(fname, op, t, v)
-	}
-}
-
-func nativeUnaryMethod(op unaryOp) nativeMethod {
-	return func(fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, bool, error) {
-		if len(args)+len(kwargs) > 0 {
-			return nil, false, nil
-		}
-		return nativeUnary(fname, op, t)
-	}
 }
 
 // kernelOperand describes a binary operand for a result of shape: a
@@ -205,11 +96,11 @@ func allOnes(s []int) bool {
 	return true
 }
 
-var cudaBinOps = [...]cuda.BinaryOp{opAdd: cuda.Add, opSub: cuda.Sub, opMul: cuda.Mul, opDiv: cuda.Div}
+var cudaBinOps = [...]cuda.BinaryOp{OpAdd: cuda.Add, OpSub: cuda.Sub, OpMul: cuda.Mul, OpDiv: cuda.Div}
 
 // nativeBinary computes x op y (+ - * /) on the GPU.
-func nativeBinary(op binOp, x, y operand) (starlark.Value, bool, error) {
-	if op > opDiv || x.zeroDim || y.zeroDim {
+func nativeBinary(op BinaryOp, x, y operand) (*Tensor, bool, error) {
+	if op > OpDiv || x.zeroDim || y.zeroDim {
 		return nil, false, nil
 	}
 	var dev *cuda.Device
@@ -238,27 +129,23 @@ func nativeBinary(op binOp, x, y operand) (starlark.Value, bool, error) {
 		return nil, false, nil
 	}
 	fname := binOpNames[op]
-	out, err := newTensor(ref.env, fname, ref.mem.Device(), ref.dtype, shape)
+	out, err := newTensor(ref.ctx, fname, ref.mem.Device(), ref.dtype, shape)
 	if err != nil {
 		return nil, true, err
 	}
 	if err := dev.Binary(cudaBinOps[op], cdt, devPtr(out), a, b, uint64(out.Numel())); err != nil {
-		return nil, true, fmt.Errorf("%s: %w", fname, err)
+		return nil, true, errorf(fname, "%w", err)
 	}
 	return out, true, nil
 }
 
 // nativeInplace computes self op= other on the GPU.
-func nativeInplace(fname string, op binOp, self *Tensor, otherV starlark.Value) (starlark.Value, bool, error) {
-	if op > opDiv {
+func nativeInplace(fname string, op BinaryOp, self *Tensor, other operand) (*Tensor, bool, error) {
+	if op > OpDiv {
 		return nil, false, nil
 	}
 	dev, cdt, ok := nativeInput(self)
 	if !ok {
-		return nil, false, nil
-	}
-	other, err := asOperand(otherV)
-	if err != nil {
 		return nil, false, nil
 	}
 	if o := other.t; o != nil {
@@ -282,15 +169,15 @@ func nativeInplace(fname string, op binOp, self *Tensor, otherV starlark.Value) 
 	}
 	p := devPtr(self)
 	if err := dev.Binary(cudaBinOps[op], cdt, p, cuda.Operand{Ptr: p, Div: 1}, b, uint64(self.Numel())); err != nil {
-		return nil, true, fmt.Errorf("%s: %w", fname, err)
+		return nil, true, errorf(fname, "%w", err)
 	}
 	return self, true, nil
 }
 
-var cudaUnaryOps = map[unaryOp]cuda.UnaryOp{uNeg: cuda.Neg, uAbs: cuda.Abs, uRelu: cuda.Relu, uSqrt: cuda.Sqrt}
+var cudaUnaryOps = map[UnaryOp]cuda.UnaryOp{OpNeg: cuda.Neg, OpAbs: cuda.Abs, OpRelu: cuda.Relu, OpSqrt: cuda.Sqrt}
 
 // nativeUnary computes op(t) (neg, abs, relu, sqrt) on the GPU.
-func nativeUnary(fname string, op unaryOp, t *Tensor) (starlark.Value, bool, error) {
+func nativeUnary(fname string, op UnaryOp, t *Tensor) (*Tensor, bool, error) {
 	cop, ok := cudaUnaryOps[op]
 	if !ok {
 		return nil, false, nil
@@ -299,25 +186,25 @@ func nativeUnary(fname string, op unaryOp, t *Tensor) (starlark.Value, bool, err
 	if !ok || !kernelsOK(dev) {
 		return nil, false, nil
 	}
-	out, err := newTensor(t.env, fname, t.mem.Device(), t.dtype, t.shape)
+	out, err := newTensor(t.ctx, fname, t.mem.Device(), t.dtype, t.shape)
 	if err != nil {
 		return nil, true, err
 	}
 	if err := dev.Unary(cop, cdt, devPtr(out), devPtr(t), uint64(t.Numel())); err != nil {
-		return nil, true, fmt.Errorf("%s: %w", fname, err)
+		return nil, true, errorf(fname, "%w", err)
 	}
 	return out, true, nil
 }
 
 // nativeFill stores pattern (dt's bytes) into every element of a
 // contiguous GPU tensor of any dtype.
-func nativeFill(fname string, t *Tensor, pattern uint64) (starlark.Value, bool, error) {
+func nativeFill(fname string, t *Tensor, pattern uint64) (*Tensor, bool, error) {
 	dev := onGPU(t)
 	if dev == nil || t.mem.Err() != nil || !t.isContiguous() || t.Numel() == 0 {
 		return nil, false, nil
 	}
 	if err := fillDevice(dev, t, pattern); err != nil {
-		return nil, true, fmt.Errorf("%s: %w", fname, err)
+		return nil, true, errorf(fname, "%w", err)
 	}
 	return t, true, nil
 }
@@ -370,23 +257,23 @@ func gpuInit(t *Tensor, mode fillMode, fill bool, pattern, seed, offset uint64) 
 }
 
 // nativeSum is t.sum() over every element of a float GPU tensor.
-func nativeSum(fname string, t *Tensor) (starlark.Value, bool, error) {
+func nativeSum(fname string, t *Tensor) (*Tensor, bool, error) {
 	dev, cdt, ok := nativeInput(t)
 	if !ok || !kernelsOK(dev) {
 		return nil, false, nil
 	}
 	s, err := dev.Sum(cdt, devPtr(t), uint64(t.Numel()))
 	if err != nil {
-		return nil, true, fmt.Errorf("%s: %w", fname, err)
+		return nil, true, errorf(fname, "%w", err)
 	}
-	out, err := newTensor(t.env, fname, t.mem.Device(), t.dtype, nil)
+	out, err := newTensor(t.ctx, fname, t.mem.Device(), t.dtype, nil)
 	if err != nil {
 		return nil, true, err
 	}
 	var buf uint64
 	storeF64[t.dtype](unsafe.Pointer(&buf), s)
 	if err := dev.CopyHtoD(devPtr(out), unsafe.Pointer(&buf), uint64(t.dtype.Size())); err != nil {
-		return nil, true, fmt.Errorf("%s: %w", fname, err)
+		return nil, true, errorf(fname, "%w", err)
 	}
 	return out, true, nil
 }
@@ -414,7 +301,7 @@ func blasOperand(t *Tensor) (ptr uintptr, ld int, trans, ok bool) {
 
 // nativeMatmul is a @ b for 2-D float32 GPU tensors, through cuBLAS: the
 // row-major product C = A·B is computed as the column-major Cᵀ = Bᵀ·Aᵀ.
-func nativeMatmul(fname string, a, b *Tensor) (starlark.Value, bool, error) {
+func nativeMatmul(fname string, a, b *Tensor) (*Tensor, bool, error) {
 	if len(a.shape) != 2 || len(b.shape) != 2 || a.dtype != Float32 || b.dtype != Float32 || a.shape[1] != b.shape[0] {
 		return nil, false, nil
 	}
@@ -436,12 +323,12 @@ func nativeMatmul(fname string, a, b *Tensor) (starlark.Value, bool, error) {
 			return nil, false, nil // cuBLAS takes C ints: the staged path computes it
 		}
 	}
-	out, err := newTensor(a.env, fname, a.mem.Device(), Float32, []int{n, m})
+	out, err := newTensor(a.ctx, fname, a.mem.Device(), Float32, []int{n, m})
 	if err != nil {
 		return nil, true, err
 	}
 	if err := da.Sgemm(tb, ta, m, n, k, pb, ldb, pa, lda, devPtr(out), m); err != nil {
-		return nil, true, fmt.Errorf("%s: %w", fname, err)
+		return nil, true, errorf(fname, "%w", err)
 	}
 	runtime.KeepAlive(a)
 	runtime.KeepAlive(b)

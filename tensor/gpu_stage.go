@@ -5,12 +5,10 @@ import (
 	"hash/maphash"
 	"unsafe"
 
-	"go.starlark.net/starlark"
 	"golang.org/x/sys/unix"
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/cuda"
-	"github.com/memsh/memsh/env"
 )
 
 // Staging runs the CPU implementation of an operation on tensors of a real
@@ -18,10 +16,10 @@ import (
 // every operation without a GPU kernel.
 //
 // A staging has its own backend.Manager (the stage manager) and a shadow
-// Env that uses it. Each GPU tensor argument is replaced by a shadow tensor
+// Context that uses it (sharing the real Context's generator). Each GPU tensor argument is replaced by a shadow tensor
 // over a host scratch copy of the part of its storage the arguments touch
 // (one copy per storage, so views of one storage still overlap); other
-// tensors keep their memory and get the shadow Env. The operation then runs
+// tensors keep their memory and get the shadow Context. The operation then runs
 // unchanged. Its allocations go to the stage manager, whose allocators pair
 // each one with a real allocation made through the Session's Manager at the
 // same moment — so figures, peaks, events and out-of-memory errors are those
@@ -33,8 +31,8 @@ import (
 // every paired allocation no result adopted. Host scratch is anonymous mmap,
 // outside the Go heap, freed at once; it shows in host RSS while it lives.
 type staging struct {
-	real      *env.Env
-	shadow    *env.Env
+	real      *Context
+	shadow    *Context
 	mgr       *backend.Manager // the stage manager
 	gpus      map[backend.Allocator]*stageGPU
 	blocks    map[uintptr]*stageBlock       // stage allocations with memory, by block address
@@ -52,6 +50,7 @@ type stageBlock struct {
 	scratch []byte          // host scratch (nil for host allocations, which are real memory)
 	real    *backend.Memory // paired real allocation; nil for staged inputs
 	adopted bool            // a result took real: do not release it
+	st      *Storage        // the Storage of the results over real
 }
 
 // stagedIn is a GPU storage copied to the host.
@@ -65,9 +64,11 @@ type stagedIn struct {
 	// copying its bytes in)
 	force bool
 	mem   *backend.Memory
+	st    *Storage // the shadow storage over mem
+	orig  *Storage // the real tensor's storage
 }
 
-func newStaging(e *env.Env) *staging {
+func newStaging(e *Context) *staging {
 	s := &staging{
 		real: e, gpus: map[backend.Allocator]*stageGPU{}, blocks: map[uintptr]*stageBlock{},
 		inputs: map[*backend.Memory]*stagedIn{}, byStage: map[*backend.Memory]*stagedIn{},
@@ -82,9 +83,7 @@ func newStaging(e *env.Env) *staging {
 		gpus[i] = a
 	}
 	s.mgr = backend.NewManager(backend.Config{GPUs: gpus, Host: &stageHost{s: s, real: m.Host()}, Peak: backend.PeakLazy, Pacing: 1 << 62})
-	sh := *e
-	sh.Manager = s.mgr
-	s.shadow = &sh
+	s.shadow = e.withManager(s.mgr)
 	return s
 }
 
@@ -99,6 +98,7 @@ func (s *staging) stageTensors(ts []*Tensor) error {
 		dev    *cuda.Device
 		lo, hi int // element span; lo > hi when no element is touched
 		size   int
+		st     *Storage
 	}
 	groups := map[*backend.Memory]*group{}
 	var order []*backend.Memory
@@ -112,7 +112,7 @@ func (s *staging) stageTensors(ts []*Tensor) error {
 		}
 		g := groups[t.mem]
 		if g == nil {
-			g = &group{dev: dev, lo: 1, hi: 0, size: t.dtype.Size()}
+			g = &group{dev: dev, lo: 1, hi: 0, size: t.dtype.Size(), st: t.st}
 			groups[t.mem] = g
 			order = append(order, t.mem)
 		}
@@ -144,7 +144,7 @@ func (s *staging) stageTensors(ts []*Tensor) error {
 		if err != nil {
 			return err
 		}
-		in := &stagedIn{real: m, dev: g.dev, lo: lo, n: n, mem: sm}
+		in := &stagedIn{real: m, dev: g.dev, lo: lo, n: n, mem: sm, orig: g.st}
 		if n > 0 {
 			if err := g.dev.CopyDtoH(sm.Pointer(), m.Ptr()+uintptr(lo), n); err != nil {
 				return err
@@ -157,9 +157,9 @@ func (s *staging) stageTensors(ts []*Tensor) error {
 		if t == nil || s.shadowFor[t] != nil {
 			continue
 		}
-		sh := &Tensor{env: s.shadow, mem: t.mem, dtype: t.dtype, shape: t.shape, strides: t.strides, offset: t.offset, view: t.view}
+		sh := &Tensor{ctx: s.shadow, st: t.st, mem: t.mem, dtype: t.dtype, shape: t.shape, strides: t.strides, offset: t.offset, view: t.view}
 		if in := s.inputs[t.mem]; in != nil {
-			sh.mem = in.mem
+			sh.st, sh.mem = s.stageStorage(in), in.mem
 			if t.Numel() > 0 {
 				sh.offset = t.offset - int(in.lo)/t.dtype.Size()
 			} else {
@@ -197,11 +197,20 @@ func (s *staging) stageOutput(t *Tensor) error {
 	if err != nil {
 		return err
 	}
-	in := &stagedIn{real: t.mem, dev: dev, n: t.mem.Size(), mem: sm, force: true}
+	in := &stagedIn{real: t.mem, dev: dev, n: t.mem.Size(), mem: sm, force: true, orig: t.st}
 	s.inputs[t.mem], s.byStage[sm] = in, in
-	sh := &Tensor{env: s.shadow, mem: sm, dtype: t.dtype, shape: t.shape, strides: t.strides, offset: t.offset, view: t.view}
+	sh := &Tensor{ctx: s.shadow, st: s.stageStorage(in), mem: sm, dtype: t.dtype, shape: t.shape, strides: t.strides, offset: t.offset, view: t.view}
 	s.shadows[sh], s.shadowFor[t] = t, sh
 	return nil
+}
+
+// stageStorage returns the one shadow Storage of a staged storage (views
+// of one storage share it).
+func (s *staging) stageStorage(in *stagedIn) *Storage {
+	if in.st == nil {
+		in.st = newStorage(in.mem)
+	}
+	return in.st
 }
 
 // stagePrinted makes the shadow of t for printing a summary: scratch for
@@ -245,9 +254,9 @@ func (s *staging) stagePrinted(t *Tensor) error {
 	if err := walk(0, t.offset); err != nil {
 		return err
 	}
-	in := &stagedIn{real: t.mem, dev: dev, lo: uint64(lo * size), mem: sm} // n 0: never written back
+	in := &stagedIn{real: t.mem, dev: dev, lo: uint64(lo * size), mem: sm, orig: t.st} // n 0: never written back
 	s.inputs[t.mem], s.byStage[sm] = in, in
-	sh := &Tensor{env: s.shadow, mem: sm, dtype: t.dtype, shape: t.shape, strides: t.strides, offset: t.offset - lo, view: t.view}
+	sh := &Tensor{ctx: s.shadow, st: s.stageStorage(in), mem: sm, dtype: t.dtype, shape: t.shape, strides: t.strides, offset: t.offset - lo, view: t.view}
 	s.shadows[sh], s.shadowFor[t] = t, sh
 	return nil
 }
@@ -265,64 +274,24 @@ func (s *staging) writeBack() error {
 	return nil
 }
 
-// mapValue maps a result back to real memory: tensors, and tuples, lists
-// and max/min pairs of them; other values are returned unchanged.
-func (s *staging) mapValue(v starlark.Value) (starlark.Value, error) {
-	switch v := v.(type) {
-	case *Tensor:
-		return s.mapTensor(v)
-	case starlark.Tuple:
-		out := make(starlark.Tuple, len(v))
-		for i, x := range v {
-			m, err := s.mapValue(x)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = m
-		}
-		return out, nil
-	case *starlark.List:
-		out := make([]starlark.Value, v.Len())
-		for i := range out {
-			m, err := s.mapValue(v.Index(i))
-			if err != nil {
-				return nil, err
-			}
-			out[i] = m
-		}
-		return starlark.NewList(out), nil
-	case *valuesIndices:
-		vals, err := s.mapTensor(v.values)
-		if err != nil {
-			return nil, err
-		}
-		idx, err := s.mapTensor(v.indices)
-		if err != nil {
-			return nil, err
-		}
-		return &valuesIndices{kind: v.kind, values: vals, indices: idx}, nil
-	}
-	return v, nil
-}
-
 // mapTensor maps one result tensor back to real memory.
 func (s *staging) mapTensor(r *Tensor) (*Tensor, error) {
 	if orig, ok := s.shadows[r]; ok {
 		return orig, nil
 	}
-	out := &Tensor{env: s.real, mem: r.mem, dtype: r.dtype, shape: r.shape, strides: r.strides, offset: r.offset, view: r.view}
+	out := &Tensor{ctx: s.real, st: r.st, mem: r.mem, dtype: r.dtype, shape: r.shape, strides: r.strides, offset: r.offset, view: r.view}
 	switch {
 	case s.reals[r.mem]:
-		// A view of an argument that kept its memory.
+		// A view of an argument that kept its memory (and Storage).
 	case s.byStage[r.mem] != nil:
 		in := s.byStage[r.mem]
-		out.mem, out.offset = in.real, r.offset+int(in.lo)/r.dtype.Size()
+		out.st, out.mem, out.offset = in.orig, in.real, r.offset+int(in.lo)/r.dtype.Size()
 	case r.mem.Size() == 0:
 		m, err := s.real.Manager.Alloc(r.mem.Device(), 0)
 		if err != nil {
 			return nil, err
 		}
-		out.mem = m
+		out.st, out.mem = newStorage(m), m
 	default:
 		b := s.blocks[r.mem.Ptr()]
 		if b == nil || b.real == nil {
@@ -335,7 +304,10 @@ func (s *staging) mapTensor(r *Tensor) (*Tensor, error) {
 			}
 		}
 		b.adopted = true
-		out.mem = b.real
+		if b.st == nil {
+			b.st = newStorage(b.real)
+		}
+		out.st, out.mem = b.st, b.real
 	}
 	return out, nil
 }

@@ -1,0 +1,90 @@
+package tensor
+
+import "github.com/memsh/memsh/backend"
+
+// A Context is what the engine needs from a Session: the Manager that owns
+// every tensor's memory, the random generator's state and the default
+// device. Tensors keep a pointer to the Context they were made in; every
+// op's results share it. A Context is not safe for concurrent use (a
+// Session runs one thread).
+type Context struct {
+	// Manager owns the memory of every tensor made in this Context.
+	Manager *backend.Manager
+	// DefaultDevice is the device creation functions use when given ""
+	// ("cpu" when empty).
+	DefaultDevice string
+
+	rng *rngState // shared with staging contexts
+}
+
+// rngState is the Philox generator's state: the key and the counter of
+// the next value.
+type rngState struct {
+	seed   uint64
+	offset uint64
+}
+
+// DefaultSeed is PyTorch's default CPU seed.
+const DefaultSeed = 67280421310721
+
+// NewContext returns a Context over m with the default seed and the "cpu"
+// default device.
+func NewContext(m *backend.Manager) *Context {
+	return &Context{Manager: m, DefaultDevice: "cpu", rng: &rngState{seed: DefaultSeed}}
+}
+
+// ManualSeed reseeds the generator (torch.manual_seed): the counter goes
+// back to 0.
+func (c *Context) ManualSeed(seed uint64) { c.rng.seed, c.rng.offset = seed, 0 }
+
+// InitialSeed returns the current seed (torch.initial_seed).
+func (c *Context) InitialSeed() uint64 { return c.rng.seed }
+
+// RNGOffset returns the generator's counter: the number of values drawn
+// since the last ManualSeed.
+func (c *Context) RNGOffset() uint64 { return c.rng.offset }
+
+// draw reserves n values of the generator and returns the seed and the
+// counter of the first.
+func (c *Context) draw(n int) (seed, offset uint64) {
+	seed, offset = c.rng.seed, c.rng.offset
+	c.rng.offset += uint64(n)
+	return seed, offset
+}
+
+// Device returns the canonical name of device ("cuda" → "cuda:0"); ""
+// means the default device.
+func (c *Context) Device(device string) (string, error) {
+	if device == "" {
+		device = c.defaultDevice()
+	}
+	return c.Manager.Canonical(device)
+}
+
+func (c *Context) defaultDevice() string {
+	if c.DefaultDevice == "" {
+		return "cpu"
+	}
+	return c.DefaultDevice
+}
+
+// SetDefaultDevice checks device and makes it the default ("" is "cpu").
+// The name is kept as given (get_default_device returns it unchanged).
+func (c *Context) SetDefaultDevice(device string) error {
+	if device == "" {
+		device = "cpu"
+	}
+	if _, err := c.Manager.Canonical(device); err != nil {
+		return err
+	}
+	c.DefaultDevice = device
+	return nil
+}
+
+// withManager returns a Context sharing c's generator and default device
+// but allocating through m (staging, gpu_stage.go).
+func (c *Context) withManager(m *backend.Manager) *Context {
+	sh := *c
+	sh.Manager = m
+	return &sh
+}
