@@ -14,6 +14,10 @@ type Context struct {
 	// ("cpu" when empty).
 	DefaultDevice string
 
+	// GradDisabled turns autograd's graph recording off (torch.no_grad);
+	// package tensor/autograd reads and sets it.
+	GradDisabled bool
+
 	rng *rngState // shared with staging contexts
 }
 

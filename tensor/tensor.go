@@ -31,6 +31,8 @@ type Tensor struct {
 	// value for the tensor here, so that one engine tensor always yields
 	// the same value). The engine never reads it.
 	Binding any
+
+	ag *AutogradMeta // autograd state (autograd_meta.go), nil if none
 }
 
 // newTensorOn makes a tensor over mem with a new Storage.

@@ -1,0 +1,201 @@
+package nn
+
+import (
+	"fmt"
+
+	"go.starlark.net/starlark"
+
+	startensor "github.com/memsh/memsh/starlib/tensor"
+	"github.com/memsh/memsh/tensor"
+	"github.com/memsh/memsh/tensor/optim"
+)
+
+type moduleMethod func(thread *starlark.Thread, fname string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)
+
+var moduleMethods map[string]moduleMethod
+
+func init() {
+	moduleMethods = map[string]moduleMethod{
+		"parameters":       tensorsMethod(kindParam, false),
+		"named_parameters": tensorsMethod(kindParam, true),
+		"buffers":          tensorsMethod(kindBuffer, false),
+		"named_buffers":    tensorsMethod(kindBuffer, true),
+		"children":         childrenMethod(false),
+		"named_children":   childrenMethod(true),
+		"modules":          modulesMethod(false),
+		"named_modules":    modulesMethod(true),
+		"train":            methodTrain,
+		"eval": func(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			if err := starlark.UnpackArgs(f, args, kwargs); err != nil {
+				return nil, err
+			}
+			return setTraining(m, false), nil
+		},
+		"to":              methodTo,
+		"zero_grad":       methodZeroGrad,
+		"register_buffer": methodRegisterBuffer,
+		"forward": func(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			return m.CallInternal(thread, args, kwargs)
+		},
+	}
+}
+
+// tensorsMethod is parameters()/named_parameters()/buffers()/named_buffers():
+// a list of tensors, or of (name, tensor) tuples with PyTorch's dotted names.
+func tensorsMethod(kind entryKind, named bool) moduleMethod {
+	return func(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		prefix, recurse := "", true
+		if named {
+			if err := starlark.UnpackArgs(f, args, kwargs, "prefix?", &prefix, "recurse?", &recurse); err != nil {
+				return nil, err
+			}
+			if prefix != "" {
+				prefix += "."
+			}
+		} else if err := starlark.UnpackArgs(f, args, kwargs, "recurse?", &recurse); err != nil {
+			return nil, err
+		}
+		names, ts := m.namedTensors(kind, prefix, recurse)
+		out := make([]starlark.Value, len(ts))
+		for i, t := range ts {
+			if named {
+				out[i] = starlark.Tuple{starlark.String(names[i]), t}
+			} else {
+				out[i] = t
+			}
+		}
+		return starlark.NewList(out), nil
+	}
+}
+
+func childrenMethod(named bool) moduleMethod {
+	return func(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		if err := starlark.UnpackArgs(f, args, kwargs); err != nil {
+			return nil, err
+		}
+		var out []starlark.Value
+		seen := map[*Module]bool{}
+		for _, n := range m.names {
+			if m.kinds[n] != kindModule {
+				continue
+			}
+			c := m.entries[n].(*Module)
+			if seen[c] {
+				continue
+			}
+			seen[c] = true
+			if named {
+				out = append(out, starlark.Tuple{starlark.String(n), c})
+			} else {
+				out = append(out, c)
+			}
+		}
+		return starlark.NewList(out), nil
+	}
+}
+
+func modulesMethod(named bool) moduleMethod {
+	return func(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		if err := starlark.UnpackArgs(f, args, kwargs); err != nil {
+			return nil, err
+		}
+		names, mods := m.modulesPreorder("")
+		out := make([]starlark.Value, len(mods))
+		for i, c := range mods {
+			if named {
+				out[i] = starlark.Tuple{starlark.String(names[i]), c}
+			} else {
+				out[i] = c
+			}
+		}
+		return starlark.NewList(out), nil
+	}
+}
+
+func methodTrain(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	mode := true
+	if err := starlark.UnpackArgs(f, args, kwargs, "mode?", &mode); err != nil {
+		return nil, err
+	}
+	return setTraining(m, mode), nil
+}
+
+func setTraining(m *Module, mode bool) *Module {
+	_, mods := m.modulesPreorder("")
+	for _, c := range mods {
+		c.training = mode
+	}
+	return m
+}
+
+// methodTo is Module.to(device=None, dtype=None): every parameter and
+// buffer is converted in place (the same tensor objects, so optimizers and
+// tied weights follow); gradients move with their parameters; only
+// floating-point tensors change dtype.
+func methodTo(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var devV, dtV starlark.Value = starlark.None, starlark.None
+	if err := starlark.UnpackArgs(f, args, kwargs, "device?", &devV, "dtype?", &dtV); err != nil {
+		return nil, err
+	}
+	device, dt, err := deviceDType(thread, f, devV, dtV)
+	if err != nil {
+		return nil, err
+	}
+	for _, kind := range []entryKind{kindParam, kindBuffer} {
+		_, ts := m.namedTensors(kind, "", true)
+		for _, t := range ts {
+			if err := convertInPlace(t.Engine(), device, dt); err != nil {
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// convertInPlace replaces t's data with a converted copy (param.data = ...).
+func convertInPlace(t *tensor.Tensor, device string, dt tensor.DType) error {
+	target := dt
+	if target == 0 || !t.DType().IsFloat() {
+		target = t.DType()
+	}
+	c, err := tensor.To(t, device, target, false)
+	if err != nil {
+		return err
+	}
+	if c != t {
+		t.SetData(c)
+	}
+	if g := t.Autograd(); g != nil && g.Grad != nil {
+		gc, err := tensor.To(g.Grad, device, target, false)
+		if err != nil {
+			return err
+		}
+		g.Grad = gc
+	}
+	return nil
+}
+
+func methodZeroGrad(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	setToNone := true
+	if err := starlark.UnpackArgs(f, args, kwargs, "set_to_none?", &setToNone); err != nil {
+		return nil, err
+	}
+	return starlark.None, optim.ZeroGrad(m.Parameters(), setToNone)
+}
+
+func methodRegisterBuffer(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var name string
+	var v starlark.Value
+	if err := starlark.UnpackArgs(f, args, kwargs, "name", &name, "tensor", &v); err != nil {
+		return nil, err
+	}
+	switch v := v.(type) {
+	case *startensor.Tensor:
+		m.set(name, v, kindBuffer)
+	case starlark.NoneType:
+		m.set(name, v, kindBuffer)
+	default:
+		return nil, fmt.Errorf("%s: cannot assign '%s' object to buffer '%s' (torch Tensor or None required)", f, v.Type(), name)
+	}
+	return starlark.None, nil
+}

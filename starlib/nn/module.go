@@ -1,0 +1,319 @@
+package nn
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/env/refpath"
+	startensor "github.com/memsh/memsh/starlib/tensor"
+	"github.com/memsh/memsh/tensor"
+	"github.com/memsh/memsh/tensor/autograd"
+)
+
+// A Module is the Starlark value of an nn.Module: an ordered set of
+// entries — parameters, buffers, child modules and plain attributes —
+// reachable as attributes, a training flag, and a forward function (a
+// built-in layer's, or the user's for Module(forward, ...)). Calling the
+// module calls forward.
+type Module struct {
+	typ      string // PyTorch's class name: "Linear", "Sequential", "Module"
+	names    []string
+	entries  map[string]starlark.Value
+	kinds    map[string]entryKind
+	training bool
+	frozen   bool
+	// forward is a built-in layer's forward; userForward a user's.
+	forward     func(thread *starlark.Thread, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)
+	userForward starlark.Callable
+	extra       func(m *Module) string // the repr's arguments ("in_features=4, ...")
+	// indexed: Sequential and ModuleList entries are named "0", "1", ...
+	indexed bool
+}
+
+type entryKind int
+
+const (
+	kindAttr entryKind = iota
+	kindParam
+	kindBuffer
+	kindModule
+)
+
+var (
+	_ starlark.HasAttrs    = (*Module)(nil)
+	_ starlark.HasSetField = (*Module)(nil)
+	_ starlark.Callable    = (*Module)(nil)
+	_ starlark.Indexable   = (*Module)(nil)
+	_ starlark.Iterable    = (*Module)(nil)
+	_ refpath.Referrer     = (*Module)(nil)
+)
+
+func newModule(typ string) *Module {
+	return &Module{typ: typ, entries: map[string]starlark.Value{}, kinds: map[string]entryKind{}, training: true}
+}
+
+func (m *Module) String() string {
+	var b strings.Builder
+	m.repr(&b, "")
+	return b.String()
+}
+
+func (m *Module) repr(b *strings.Builder, indent string) {
+	b.WriteString(m.typ + "(")
+	if m.extra != nil {
+		b.WriteString(m.extra(m))
+	}
+	var kids []string
+	for _, n := range m.names {
+		if m.kinds[n] == kindModule {
+			kids = append(kids, n)
+		}
+	}
+	if len(kids) > 0 {
+		b.WriteString("\n")
+		for _, n := range kids {
+			b.WriteString(indent + "  (" + n + "): ")
+			m.entries[n].(*Module).repr(b, indent+"  ")
+			b.WriteString("\n")
+		}
+		b.WriteString(indent)
+	}
+	b.WriteString(")")
+}
+
+func (m *Module) Type() string          { return "nn.Module" }
+func (m *Module) Freeze()               { m.frozen = true }
+func (m *Module) Truth() starlark.Bool  { return true }
+func (m *Module) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable: %s", m.typ) }
+func (m *Module) Name() string          { return m.typ }
+
+// set adds or replaces an entry of the given kind (keeping its position).
+func (m *Module) set(name string, v starlark.Value, k entryKind) {
+	if _, ok := m.entries[name]; !ok {
+		m.names = append(m.names, name)
+	}
+	m.entries[name] = v
+	m.kinds[name] = k
+}
+
+// param registers a parameter (a tensor that requires grad).
+func (m *Module) param(name string, t *tensor.Tensor) {
+	if t == nil {
+		m.set(name, starlark.None, kindParam)
+		return
+	}
+	m.set(name, startensor.Wrap(t), kindParam)
+}
+
+func (m *Module) buffer(name string, t *tensor.Tensor) {
+	if t == nil {
+		m.set(name, starlark.None, kindBuffer)
+		return
+	}
+	m.set(name, startensor.Wrap(t), kindBuffer)
+}
+
+func (m *Module) child(name string, c *Module) { m.set(name, c, kindModule) }
+
+// tensorOf returns the engine tensor of entry name, or nil.
+func (m *Module) tensorOf(name string) *tensor.Tensor {
+	if t, ok := m.entries[name].(*startensor.Tensor); ok {
+		return t.Engine()
+	}
+	return nil
+}
+
+func (m *Module) Attr(name string) (starlark.Value, error) {
+	if v, ok := m.entries[name]; ok {
+		return v, nil
+	}
+	switch name {
+	case "training":
+		return starlark.Bool(m.training), nil
+	}
+	if mth, ok := moduleMethods[name]; ok {
+		return starlark.NewBuiltin(m.typ+"."+name, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			return mth(thread, b.Name(), m, args, kwargs)
+		}), nil
+	}
+	return nil, nil
+}
+
+func (m *Module) AttrNames() []string {
+	names := slices.Clone(m.names)
+	names = append(names, "training")
+	for k := range moduleMethods {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// SetField assigns an attribute as nn.Module.__setattr__ does: a module
+// becomes a child, a Parameter a parameter (sharing it: b.weight = a.weight
+// ties the two), a tensor assigned to a registered buffer stays a buffer,
+// None clears a parameter or buffer, anything else a plain attribute.
+func (m *Module) SetField(name string, v starlark.Value) error {
+	if m.frozen {
+		return fmt.Errorf("cannot set field %s of frozen module", name)
+	}
+	if _, ok := moduleMethods[name]; ok || name == "training" {
+		return fmt.Errorf("cannot assign to %s.%s", m.typ, name)
+	}
+	switch v := v.(type) {
+	case *Module:
+		m.set(name, v, kindModule)
+		return nil
+	case *startensor.Tensor:
+		if isParameter(v.Engine()) {
+			m.set(name, v, kindParam)
+			return nil
+		}
+		switch m.kinds[name] {
+		case kindParam:
+			return fmt.Errorf("cannot assign 'tensor' as parameter '%s' (nn.Parameter or None expected)", name)
+		case kindBuffer:
+			m.set(name, v, kindBuffer)
+			return nil
+		}
+	case starlark.NoneType:
+		if k, ok := m.kinds[name]; ok && (k == kindParam || k == kindBuffer) {
+			m.entries[name] = starlark.None
+			return nil
+		}
+	}
+	m.set(name, v, kindAttr)
+	return nil
+}
+
+// CallInternal runs forward.
+func (m *Module) CallInternal(thread *starlark.Thread, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if m.userForward != nil {
+		return starlark.Call(thread, m.userForward, append(starlark.Tuple{m}, args...), kwargs)
+	}
+	if m.forward == nil {
+		return nil, fmt.Errorf("%s: Module [%s] is missing the required \"forward\" function", m.typ, m.typ)
+	}
+	return m.forward(thread, m, args, kwargs)
+}
+
+// Index, Len and Iterate serve Sequential and ModuleList.
+func (m *Module) Len() int {
+	if !m.indexed {
+		return 0
+	}
+	return len(m.names)
+}
+
+func (m *Module) Index(i int) starlark.Value { return m.entries[m.names[i]] }
+
+func (m *Module) Iterate() starlark.Iterator {
+	var vs []starlark.Value
+	if m.indexed {
+		for _, n := range m.names {
+			vs = append(vs, m.entries[n])
+		}
+	}
+	return starlark.NewList(vs).Iterate()
+}
+
+// Edges implements refpath.Referrer: every entry, as ".name".
+func (m *Module) Edges(edge func(suffix string, v starlark.Value)) {
+	for _, n := range m.names {
+		edge("."+n, m.entries[n])
+	}
+}
+
+// namedParams walks the module tree as nn.Module._named_members: own
+// entries of the kind first, then children in order (pre-order), each
+// tensor once (shared parameters are listed under their first name).
+func (m *Module) namedTensors(kind entryKind, prefix string, recurse bool) (names []string, ts []*startensor.Tensor) {
+	seenT := map[*tensor.Tensor]bool{}
+	seenM := map[*Module]bool{}
+	var walk func(mod *Module, prefix string)
+	walk = func(mod *Module, prefix string) {
+		if seenM[mod] {
+			return
+		}
+		seenM[mod] = true
+		for _, n := range mod.names {
+			if mod.kinds[n] != kind {
+				continue
+			}
+			t, ok := mod.entries[n].(*startensor.Tensor)
+			if !ok || seenT[t.Engine()] {
+				continue
+			}
+			seenT[t.Engine()] = true
+			names = append(names, prefix+n)
+			ts = append(ts, t)
+		}
+		if !recurse {
+			return
+		}
+		for _, n := range mod.names {
+			if mod.kinds[n] == kindModule {
+				walk(mod.entries[n].(*Module), prefix+n+".")
+			}
+		}
+	}
+	walk(m, prefix)
+	return names, ts
+}
+
+// modulesPreorder lists (name, module) in nn.Module.named_modules order.
+func (m *Module) modulesPreorder(prefix string) (names []string, mods []*Module) {
+	seen := map[*Module]bool{}
+	var walk func(mod *Module, prefix string)
+	walk = func(mod *Module, prefix string) {
+		if seen[mod] {
+			return
+		}
+		seen[mod] = true
+		names = append(names, prefix)
+		mods = append(mods, mod)
+		for _, n := range mod.names {
+			if mod.kinds[n] == kindModule {
+				p := n
+				if prefix != "" {
+					p = prefix + "." + n
+				}
+				walk(mod.entries[n].(*Module), p)
+			}
+		}
+	}
+	walk(m, prefix)
+	return names, mods
+}
+
+// Parameters returns the module's parameters (engine tensors), each once.
+func (m *Module) Parameters() []*tensor.Tensor {
+	_, ts := m.namedTensors(kindParam, "", true)
+	out := make([]*tensor.Tensor, len(ts))
+	for i, t := range ts {
+		out[i] = t.Engine()
+	}
+	return out
+}
+
+// isParameter reports whether t was made by nn.Parameter or a layer.
+func isParameter(t *tensor.Tensor) bool {
+	if m := t.Autograd(); m != nil {
+		return m.IsParameter
+	}
+	return false
+}
+
+// newParameter marks t as a parameter that requires grad (nn.Parameter).
+func newParameter(t *tensor.Tensor, requiresGrad bool) (*tensor.Tensor, error) {
+	if requiresGrad {
+		if err := autograd.SetRequiresGrad(t, true); err != nil {
+			return nil, err
+		}
+	}
+	t.AutogradMeta().IsParameter = true
+	return t, nil
+}

@@ -1,0 +1,51 @@
+// Package nn is the Starlark binding of memsh's neural-network layers
+// (PyTorch's torch.nn): Module values with PyTorch's constructors,
+// parameter names and default initialisations, and the nn.functional
+// sub-module. The layers' arithmetic is the tensor engine's autograd ops
+// (tensor/autograd); this package only unpacks arguments, holds the module
+// tree and calls them.
+//
+// Members of nn (each file registers its own in init):
+//
+//	Linear(in_features, out_features, bias=True, device=None, dtype=None)
+//	Embedding(num_embeddings, embedding_dim, padding_idx=None, device=None, dtype=None)
+//	LayerNorm(normalized_shape, eps=1e-05, elementwise_affine=True, bias=True, device=None, dtype=None)
+//	RMSNorm(normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None)
+//	Dropout(p=0.5)  ReLU()  GELU(approximate="none")  SiLU()  Tanh()  Sigmoid()
+//	Conv2d(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True, device=None, dtype=None)
+//	BatchNorm2d(num_features, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True, device=None, dtype=None)
+//	MaxPool2d(kernel_size, stride=None, padding=0, dilation=1)
+//	Flatten(start_dim=1, end_dim=-1)
+//	Sequential(*modules)  ModuleList(modules=None)
+//	Parameter(data, requires_grad=True)
+//	Module(forward, **children)
+//	functional: the functional forms (see functional.go)
+//
+// Module methods: parameters(), named_parameters(prefix="", recurse=True),
+// buffers(), named_buffers(), children(), named_children(), modules(),
+// named_modules(), train(mode=True), eval(), to(device=None, dtype=None),
+// zero_grad(set_to_none=True), register_buffer(name, tensor), forward(...).
+package nn
+
+import (
+	"go.starlark.net/starlark"
+	"go.starlark.net/starlarkstruct"
+)
+
+// Module is the nn module.
+var Module = &starlarkstruct.Module{Name: "nn", Members: starlark.StringDict{}}
+
+// Functional is nn.functional.
+var Functional = &starlarkstruct.Module{Name: "nn.functional", Members: starlark.StringDict{}}
+
+func init() { Module.Members["functional"] = Functional }
+
+type builtinFn = func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)
+
+// register adds nn.<name>.
+func register(name string, fn builtinFn) { Module.Members[name] = starlark.NewBuiltin("nn."+name, fn) }
+
+// registerF adds nn.functional.<name>.
+func registerF(name string, fn builtinFn) {
+	Functional.Members[name] = starlark.NewBuiltin("nn.functional."+name, fn)
+}

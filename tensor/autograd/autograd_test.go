@@ -1,0 +1,129 @@
+package autograd_test
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend/host"
+	"github.com/memsh/memsh/backend/sim"
+	"github.com/memsh/memsh/tensor"
+	"github.com/memsh/memsh/tensor/autograd"
+	tnn "github.com/memsh/memsh/tensor/nn"
+)
+
+type fixture struct {
+	t   *testing.T
+	gpu *backend.CachingAllocator
+	mgr *backend.Manager
+	ctx *tensor.Context
+}
+
+func newFixture(t *testing.T, meta bool) *fixture {
+	dev := sim.New(sim.Spec{Count: 1, Total: 1 << 30, Meta: meta})[0]
+	f := &fixture{t: t, gpu: backend.NewCachingAllocator(dev, 0)}
+	f.mgr = backend.NewManager(backend.Config{GPUs: []backend.Allocator{f.gpu}, Host: host.NewAllocator()})
+	t.Cleanup(f.mgr.Close)
+	f.ctx = tensor.NewContext(f.mgr)
+	return f
+}
+
+// allocated reclaims garbage and returns the GPU's allocated bytes.
+func (f *fixture) allocated() uint64 {
+	runtime.GC()
+	f.mgr.Reclaim()
+	return f.gpu.Allocated()
+}
+
+func round512(n int) uint64 {
+	if n == 0 {
+		return 0
+	}
+	return uint64((n + 511) / 512 * 512)
+}
+
+func mustT(t *testing.T) func(v *tensor.Tensor, err error) *tensor.Tensor {
+	return func(v *tensor.Tensor, err error) *tensor.Tensor {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+// TestMLPClosedForms checks a Linear-ReLU-Linear step's memory against
+// closed forms: parameters, saved activations after forward, gradients
+// after backward (saved tensors all freed), Adam state after the first
+// step, and nothing but parameters after zero_grad.
+func TestMLPClosedForms(t *testing.T) {
+	for _, meta := range []bool{false, true} {
+		f := newFixture(t, meta)
+		c := f.ctx
+		must := mustT(t)
+		const B, In, H, Out = 64, 512, 1024, 10
+		w1, b1 := must2(t)(tnn.NewLinearParams(c, In, H, true, "cuda:0", tensor.Float32))
+		w2, b2 := must2(t)(tnn.NewLinearParams(c, H, Out, true, "cuda:0", tensor.Float32))
+		params := round512(H*In*4) + round512(H*4) + round512(Out*H*4) + round512(Out*4)
+		if got := f.allocated(); got != params {
+			t.Fatalf("params: %d, want %d", got, params)
+		}
+		x := must(tensor.Randn(c, []int{B, In}, tensor.Float32, "cuda:0"))
+		base := params + round512(B*In*4)
+		h := must(autograd.Linear(x, w1, b1))
+		r := must(autograd.Relu(h))
+		h = nil
+		y := must(autograd.Linear(r, w2, b2))
+		r = nil
+		loss := must(autograd.Sum(y, nil, false))
+		y = nil
+		// Saved: relu's result (mat1 of the second addmm too), the output of
+		// the second linear is freed (only loss holds its graph), the loss.
+		if got, want := f.allocated(), base+round512(B*H*4)+round512(4); got != want {
+			t.Errorf("meta=%v after forward: %d, want %d", meta, got, want)
+		}
+		if name := autograd.GradFn(loss).Name(); name != "SumBackward0" {
+			t.Errorf("grad_fn %q", name)
+		}
+		if err := autograd.Backward([]*tensor.Tensor{loss}, nil, false); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := f.allocated(), base+params+round512(4); got != want {
+			t.Errorf("meta=%v after backward: %d, want %d (params %d)", meta, got, want, params)
+		}
+		for _, p := range []*tensor.Tensor{w1, b1, w2, b2} {
+			g := autograd.Grad(p)
+			if g == nil || !equalInts(g.Shape(), p.Shape()) {
+				t.Fatalf("grad of %v: %v", p.Shape(), g)
+			}
+		}
+		err := autograd.Backward([]*tensor.Tensor{loss}, nil, false)
+		if err == nil || !strings.Contains(err.Error(), "Trying to backward through the graph a second time") {
+			t.Errorf("second backward: %v", err)
+		}
+		runtime.KeepAlive(x)
+	}
+}
+
+func must2(t *testing.T) func(a, b *tensor.Tensor, err error) (*tensor.Tensor, *tensor.Tensor) {
+	return func(a, b *tensor.Tensor, err error) (*tensor.Tensor, *tensor.Tensor) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, b
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,428 @@
+package autograd
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"weak"
+
+	"github.com/memsh/memsh/tensor"
+)
+
+type weakTensor = weak.Pointer[tensor.Tensor]
+
+func makeWeak(t *tensor.Tensor) weakTensor { return weak.Make(t) }
+
+// Backward computes the gradients of roots with respect to the leaves of
+// their graph and accumulates them in the leaves' .grad
+// (torch.autograd.backward). grads gives the gradient of each root; a nil
+// entry is ones for a one-element root, as PyTorch's implicit gradient.
+// Unless retainGraph, every node run releases its saved tensors.
+//
+// Memory follows PyTorch's engine: the implicit gradient is a tensor held
+// for the whole call; nodes run in decreasing sequence number (leaves'
+// AccumulateGrad as soon as ready); a node's incoming gradients are dropped
+// after it ran and its outputs were reduced to its inputs' shapes, then its
+// saved tensors; gradients meeting at one input are added in place when
+// the buffer holds the only reference to the first, out of place
+// otherwise; AccumulateGrad steals a gradient nobody else holds and copies
+// one that is shared.
+func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
+	if len(roots) == 0 {
+		return errors.New("backward: no tensors")
+	}
+	ctx := roots[0].Context()
+	e := &engine{refs: map[*tensor.Tensor]int{}, srefs: map[*tensor.Storage]int{}, buffers: map[*Node][]*tensor.Tensor{}, deps: map[*Node]int{}}
+	rootEdges := make([]Edge, len(roots))
+	rootGrads := make([]*tensor.Tensor, len(roots))
+	for i, r := range roots {
+		if !RequiresGrad(r) {
+			return fmt.Errorf("element %d of tensors does not require grad and does not have a grad_fn", i)
+		}
+		var g *tensor.Tensor
+		if i < len(grads) {
+			g = grads[i]
+		}
+		if g == nil {
+			if r.Numel() != 1 {
+				return errors.New("grad can be implicitly created only for scalar outputs")
+			}
+			var err error
+			if g, err = onesLike(r); err != nil {
+				return err
+			}
+		} else if !sameShape(g.Shape(), r.Shape()) {
+			return fmt.Errorf("Mismatch in shape: grad_output[%d] has a shape of %s and output[%d] has a shape of %s.", i, sizeString(g.Shape()), i, sizeString(r.Shape()))
+		}
+		rootEdges[i] = gradEdge(r)
+		rootGrads[i] = g
+		// The caller holds the root gradients for the whole call (Python's
+		// grad_tensors tuple).
+		e.pin(g)
+	}
+	prev := SetGradEnabled(ctx, false)
+	defer SetGradEnabled(ctx, prev)
+
+	e.countDependencies(rootEdges)
+	for i, edge := range rootEdges {
+		if err := e.add(edge, rootGrads[i]); err != nil {
+			return err
+		}
+	}
+	for _, edge := range rootEdges {
+		if e.deps[edge.Node] == 0 && !e.queued[edge.Node] {
+			e.push(edge.Node)
+		}
+	}
+	for e.ready.Len() > 0 {
+		n := heap.Pop(&e.ready).(readyItem).n
+		if err := e.evaluate(n, retainGraph); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type engine struct {
+	deps    map[*Node]int
+	buffers map[*Node][]*tensor.Tensor
+	queued  map[*Node]bool
+	ready   readyQueue
+	order   uint64
+	// refs counts the holders of each gradient the engine tracks: input
+	// buffer slots, and the caller for root gradients (a use_count). srefs
+	// counts tracked tensors alive per storage (a storage use_count).
+	refs  map[*tensor.Tensor]int
+	srefs map[*tensor.Storage]int
+}
+
+func (e *engine) hold(t *tensor.Tensor) {
+	if e.refs[t] == 0 {
+		e.srefs[t.Storage()]++
+	}
+	e.refs[t]++
+}
+
+func (e *engine) drop(t *tensor.Tensor) {
+	if t == nil {
+		return
+	}
+	e.refs[t]--
+	if e.refs[t] <= 0 {
+		delete(e.refs, t)
+		if e.srefs[t.Storage()]--; e.srefs[t.Storage()] <= 0 {
+			delete(e.srefs, t.Storage())
+		}
+	}
+}
+
+func (e *engine) pin(t *tensor.Tensor) { e.hold(t) }
+
+// exclusive reports whether the engine's reference (count n) is the only
+// one to t and to its storage (PyTorch's can_accumulate_inplace use counts).
+func (e *engine) exclusive(t *tensor.Tensor, n int) bool {
+	return e.refs[t] <= n && e.srefs[t.Storage()] <= 1
+}
+
+// countDependencies counts, for every node reachable from the roots, the
+// edges that lead to it.
+func (e *engine) countDependencies(roots []Edge) {
+	e.queued = map[*Node]bool{}
+	seen := map[*Node]bool{}
+	var stack []*Node
+	for _, r := range roots {
+		if r.Node != nil && !seen[r.Node] {
+			seen[r.Node] = true
+			stack = append(stack, r.Node)
+		}
+	}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, next := range n.next {
+			if next.Node == nil {
+				continue
+			}
+			e.deps[next.Node]++
+			if !seen[next.Node] {
+				seen[next.Node] = true
+				stack = append(stack, next.Node)
+			}
+		}
+	}
+}
+
+// add puts gradient g into the input buffer of edge's node, accumulating
+// as PyTorch's InputBuffer::add does.
+func (e *engine) add(edge Edge, g *tensor.Tensor) error {
+	if edge.Node == nil || g == nil {
+		return nil
+	}
+	buf := e.buffers[edge.Node]
+	if buf == nil {
+		buf = make([]*tensor.Tensor, max(edge.Node.nOutputs, edge.Input+1))
+		e.buffers[edge.Node] = buf
+	}
+	old := buf[edge.Input]
+	if old == nil {
+		buf[edge.Input] = g
+		e.hold(g)
+		return nil
+	}
+	if e.exclusive(old, 1) && old.IsNonOverlappingAndDense() {
+		if err := addInPlace(old, g); err != nil {
+			return err
+		}
+		return nil
+	}
+	sum, err := add(old, g)
+	if err != nil {
+		return err
+	}
+	e.drop(old)
+	buf[edge.Input] = sum
+	e.hold(sum)
+	return nil
+}
+
+func (e *engine) push(n *Node) {
+	e.order++
+	e.queued[n] = true
+	heap.Push(&e.ready, readyItem{n, e.order})
+}
+
+// evaluate runs node n (Engine::evaluate_function).
+func (e *engine) evaluate(n *Node, retainGraph bool) error {
+	grads := e.buffers[n]
+	delete(e.buffers, n)
+	if grads == nil {
+		grads = make([]*tensor.Tensor, max(n.nOutputs, 1))
+	}
+	// retain_grad() hooks see the incoming gradient first.
+	for i, w := range n.retained {
+		if i < len(grads) && grads[i] != nil {
+			if t := w.Value(); t != nil {
+				if err := retainGradHook(t, grads[i]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	// The gradients leave the buffer: the node's argument list holds them
+	// until it returns.
+	for _, g := range grads {
+		e.drop(g)
+	}
+	e.holdArgs(grads)
+	outs, err := n.apply(n, grads)
+	if err != nil {
+		return err
+	}
+	for i := range outs {
+		if outs[i] == nil || i >= len(n.input) {
+			continue
+		}
+		if outs[i], err = validate(n, i, outs[i]); err != nil {
+			return err
+		}
+	}
+	e.dropArgs(grads)
+	clear(grads)
+	if !retainGraph {
+		n.release()
+	}
+	for i, edge := range n.next {
+		if edge.Node == nil {
+			continue
+		}
+		var g *tensor.Tensor
+		if i < len(outs) {
+			g = outs[i]
+			outs[i] = nil
+		}
+		if err := e.add(edge, g); err != nil {
+			return err
+		}
+		if e.deps[edge.Node]--; e.deps[edge.Node] == 0 && !e.queued[edge.Node] {
+			e.push(edge.Node)
+		}
+	}
+	return nil
+}
+
+// holdArgs and dropArgs count the node's argument list as a holder of its
+// incoming gradients while it runs (AccumulateGrad steals only what nobody
+// else holds).
+func (e *engine) holdArgs(grads []*tensor.Tensor) {
+	for _, g := range grads {
+		if g != nil {
+			e.hold(g)
+		}
+	}
+	argRefs = e
+}
+
+func (e *engine) dropArgs(grads []*tensor.Tensor) {
+	for _, g := range grads {
+		e.drop(g)
+	}
+	argRefs = nil
+}
+
+// argRefs is the engine running the current node, for AccumulateGrad's
+// use-count check. Backward runs on the Session's one thread.
+var argRefs *engine
+
+// validate makes output i of n match the input it is the gradient of
+// (validate_outputs): broadcast gradients are summed to the input's shape,
+// and cast to its dtype.
+func validate(n *Node, i int, g *tensor.Tensor) (*tensor.Tensor, error) {
+	in := n.input[i]
+	if in.shape == nil {
+		return g, nil
+	}
+	var err error
+	if !sameShape(g.Shape(), in.shape) {
+		if g, err = sumTo(g, in.shape); err != nil {
+			return nil, fmt.Errorf("Function %s returned an invalid gradient at index %d - got %s but expected shape compatible with %s", n.name, i, sizeString(g.Shape()), sizeString(in.shape))
+		}
+	}
+	if g.DType() != in.dtype {
+		if g, err = toDType(g, "", in.dtype); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// sumTo reduces g to shape as at::sum_to: leading dimensions and dimensions
+// where shape is 1 are summed (one allocation), then viewed as shape.
+func sumTo(g *tensor.Tensor, shape []int) (*tensor.Tensor, error) {
+	gs := g.Shape()
+	lead := len(gs) - len(shape)
+	if lead < 0 {
+		return nil, errors.New("sum_to: bad shape")
+	}
+	var dims []int
+	for d := range lead {
+		dims = append(dims, d)
+	}
+	for i, s := range shape {
+		if s == 1 && gs[lead+i] != 1 {
+			dims = append(dims, lead+i)
+		} else if s != gs[lead+i] {
+			return nil, errors.New("sum_to: bad shape")
+		}
+	}
+	var err error
+	if len(dims) > 0 {
+		if g, err = sum(g, dims, true); err != nil {
+			return nil, err
+		}
+	}
+	if lead > 0 {
+		return view(g, shape)
+	}
+	return g, nil
+}
+
+// accumulateGrad is AccumulateGrad's apply: store or add a leaf's gradient.
+func accumulateGrad(n *Node, grads []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	g := grads[0]
+	if g == nil {
+		return nil, nil
+	}
+	v := n.variable
+	m := metaFor(v)
+	if m.Grad == nil {
+		if argRefs != nil && argRefs.exclusiveArg(g) && obeysLayout(g, v) {
+			m.Grad = g
+		} else {
+			c, err := tensor.EmptyStridedLike(v)
+			if err != nil {
+				return nil, err
+			}
+			if err := copyInto(c, g); err != nil {
+				return nil, err
+			}
+			m.Grad = c
+		}
+		return nil, nil
+	}
+	return nil, addInPlace(m.Grad, g)
+}
+
+// exclusiveArg: the node's argument list is the only holder of g.
+func (e *engine) exclusiveArg(g *tensor.Tensor) bool { return e.refs[g] <= 1 }
+
+// obeysLayout is PyTorch's obeys_layout_contract: a gradient may become
+// .grad as it is when its strides are the variable's (for a dense
+// variable) or it is contiguous.
+func obeysLayout(g, v *tensor.Tensor) bool {
+	if v.IsNonOverlappingAndDense() {
+		gs, vs := g.Strides(), v.Strides()
+		shape := v.Shape()
+		for i := range vs {
+			if shape[i] != 1 && gs[i] != vs[i] {
+				return false
+			}
+		}
+		return true
+	}
+	return g.IsContiguous()
+}
+
+// retainGradHook stores a copy of g in a non-leaf that called retain_grad.
+func retainGradHook(t, g *tensor.Tensor) error {
+	m := metaFor(t)
+	if m.Grad == nil {
+		c, err := clone(g)
+		if err != nil {
+			return err
+		}
+		m.Grad = c
+		return nil
+	}
+	s, err := add(m.Grad, g)
+	if err != nil {
+		return err
+	}
+	m.Grad = s
+	return nil
+}
+
+func sizeString(s []int) string {
+	out := "torch.Size(["
+	for i, d := range s {
+		if i > 0 {
+			out += ", "
+		}
+		out += fmt.Sprint(d)
+	}
+	return out + "])"
+}
+
+type readyItem struct {
+	n     *Node
+	order uint64
+}
+
+// readyQueue is the engine's ready queue: the highest sequence number
+// first; among equal ones, first come first.
+type readyQueue []readyItem
+
+func (q readyQueue) Len() int { return len(q) }
+func (q readyQueue) Less(i, j int) bool {
+	if q[i].n.seq != q[j].n.seq {
+		return q[i].n.seq > q[j].n.seq
+	}
+	return q[i].order < q[j].order
+}
+func (q readyQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *readyQueue) Push(x any)   { *q = append(*q, x.(readyItem)) }
+func (q *readyQueue) Pop() any {
+	old := *q
+	it := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return it
+}

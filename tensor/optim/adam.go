@@ -1,0 +1,253 @@
+package optim
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/memsh/memsh/tensor"
+	"github.com/memsh/memsh/tensor/autograd"
+)
+
+// Adam is torch.optim.Adam, and torch.optim.AdamW when Decoupled.
+//
+// Memory (PyTorch 2.x on CUDA): at the first step, exp_avg and exp_avg_sq
+// (and max_exp_avg_sq with AMSGrad) are zeros of each parameter's size,
+// made parameter by parameter in order; "step" is a host scalar. The
+// foreach path (_multi_tensor_adam) makes one parameter-sized temporary
+// list (the square roots of the second moments) during the update, plus,
+// for Adam with weight_decay, the list grads + wd·params, freed before the
+// square roots are taken. The per-parameter loop (_single_tensor_adam)
+// makes, for each parameter, sqrt(exp_avg_sq) and its quotient by the bias
+// correction (the previous parameter's denominator still alive until it is
+// replaced, as Python rebinds `denom`).
+type Adam struct {
+	params                       []*tensor.Tensor
+	LR, Beta1, Beta2, Eps, WDecay float64
+	AMSGrad, Decoupled, Foreach  bool
+	state                        map[*tensor.Tensor]*adamState
+}
+
+type adamState struct {
+	step                       float64
+	expAvg, expAvgSq, maxExpSq *tensor.Tensor
+}
+
+// NewAdam checks the hyper-parameters as PyTorch does and returns an Adam
+// (decoupled: AdamW).
+func NewAdam(params []*tensor.Tensor, lr, beta1, beta2, eps, weightDecay float64, amsgrad, decoupled, foreach bool) (*Adam, error) {
+	name := "Adam"
+	if decoupled {
+		name = "AdamW"
+	}
+	if err := checkNonNeg(name, "learning rate", lr); err != nil {
+		return nil, err
+	}
+	if err := checkNonNeg(name, "epsilon value", eps); err != nil {
+		return nil, err
+	}
+	if beta1 < 0 || beta1 >= 1 {
+		return nil, fmt.Errorf("%s: Invalid beta parameter at index 0: %v", name, beta1)
+	}
+	if beta2 < 0 || beta2 >= 1 {
+		return nil, fmt.Errorf("%s: Invalid beta parameter at index 1: %v", name, beta2)
+	}
+	if err := checkNonNeg(name, "weight_decay value", weightDecay); err != nil {
+		return nil, err
+	}
+	if err := checkParams(name, params); err != nil {
+		return nil, err
+	}
+	return &Adam{params: params, LR: lr, Beta1: beta1, Beta2: beta2, Eps: eps, WDecay: weightDecay,
+		AMSGrad: amsgrad, Decoupled: decoupled, Foreach: foreach, state: map[*tensor.Tensor]*adamState{}}, nil
+}
+
+func (o *Adam) Name() string {
+	if o.Decoupled {
+		return "AdamW"
+	}
+	return "Adam"
+}
+
+func (o *Adam) Params() []*tensor.Tensor { return o.params }
+
+// State: "step" (float, host), "exp_avg", "exp_avg_sq" and with AMSGrad
+// "max_exp_avg_sq".
+func (o *Adam) State(p *tensor.Tensor) map[string]any {
+	s := o.state[p]
+	if s == nil {
+		return nil
+	}
+	m := map[string]any{"step": s.step, "exp_avg": s.expAvg, "exp_avg_sq": s.expAvgSq}
+	if s.maxExpSq != nil {
+		m["max_exp_avg_sq"] = s.maxExpSq
+	}
+	return m
+}
+
+// initState is Adam._init_group: state for every parameter with a
+// gradient that has none yet, in parameter order.
+func (o *Adam) initState(idx []int) error {
+	for _, i := range idx {
+		p := o.params[i]
+		if o.state[p] != nil {
+			continue
+		}
+		s := &adamState{}
+		var err error
+		if s.expAvg, err = tensor.ZerosLike(p, p.DType(), p.Device()); err != nil {
+			return err
+		}
+		if s.expAvgSq, err = tensor.ZerosLike(p, p.DType(), p.Device()); err != nil {
+			return err
+		}
+		if o.AMSGrad {
+			if s.maxExpSq, err = tensor.ZerosLike(p, p.DType(), p.Device()); err != nil {
+				return err
+			}
+		}
+		o.state[p] = s
+	}
+	return nil
+}
+
+// Step performs one Adam/AdamW update.
+func (o *Adam) Step() error {
+	return noGrad(o.params, func() error {
+		idx := withGrads(o.params)
+		if err := o.initState(idx); err != nil {
+			return err
+		}
+		if o.Foreach {
+			return o.stepForeach(idx)
+		}
+		return o.stepLoop(idx)
+	})
+}
+
+// stepLoop is _single_tensor_adam.
+func (o *Adam) stepLoop(idx []int) error {
+	var denom *tensor.Tensor // the previous parameter's, alive until replaced
+	for _, i := range idx {
+		p := o.params[i]
+		g := autograd.Grad(p)
+		s := o.state[p]
+		s.step++
+		var err error
+		if o.WDecay != 0 {
+			if o.Decoupled {
+				if err := tensor.MulScalar_(p, 1-o.LR*o.WDecay); err != nil {
+					return err
+				}
+			} else if g, err = tensor.AddScaled(g, p, o.WDecay); err != nil {
+				return err
+			}
+		}
+		if err := tensor.Lerp_(s.expAvg, g, 1-o.Beta1); err != nil {
+			return err
+		}
+		if err := tensor.MulScalar_(s.expAvgSq, o.Beta2); err != nil {
+			return err
+		}
+		if err := tensor.Addcmul_(s.expAvgSq, g, g, 1-o.Beta2); err != nil {
+			return err
+		}
+		bc1 := 1 - math.Pow(o.Beta1, s.step)
+		bc2 := 1 - math.Pow(o.Beta2, s.step)
+		stepSize := o.LR / bc1
+		sq := s.expAvgSq
+		if o.AMSGrad {
+			if err := tensor.Maximum_(s.maxExpSq, s.expAvgSq); err != nil {
+				return err
+			}
+			sq = s.maxExpSq
+		}
+		r, err := tensor.Sqrt(sq)
+		if err != nil {
+			return err
+		}
+		d, err := tensor.DivScalar(r, math.Sqrt(bc2))
+		if err != nil {
+			return err
+		}
+		r = nil
+		if err := tensor.AddScalar_(d, o.Eps); err != nil {
+			return err
+		}
+		denom = d
+		if err := tensor.Addcdiv_(p, s.expAvg, denom, -stepSize); err != nil {
+			return err
+		}
+	}
+	_ = denom
+	return nil
+}
+
+// stepForeach is _multi_tensor_adam.
+func (o *Adam) stepForeach(idx []int) error {
+	for _, grp := range group(sub(o.params, idx)) {
+		ps := make([]*tensor.Tensor, len(grp))
+		gs := make([]*tensor.Tensor, len(grp))
+		ss := make([]*adamState, len(grp))
+		for k, j := range grp {
+			ps[k] = o.params[idx[j]]
+			gs[k] = autograd.Grad(ps[k])
+			ss[k] = o.state[ps[k]]
+			ss[k].step++
+		}
+		var err error
+		if o.WDecay != 0 {
+			if o.Decoupled {
+				for _, p := range ps {
+					if err := tensor.MulScalar_(p, 1-o.LR*o.WDecay); err != nil {
+						return err
+					}
+				}
+			} else if gs, err = foreachAddScaled(gs, ps, o.WDecay); err != nil {
+				return err
+			}
+		}
+		for k, s := range ss {
+			if err := tensor.Lerp_(s.expAvg, gs[k], 1-o.Beta1); err != nil {
+				return err
+			}
+		}
+		for _, s := range ss {
+			if err := tensor.MulScalar_(s.expAvgSq, o.Beta2); err != nil {
+				return err
+			}
+		}
+		for k, s := range ss {
+			if err := tensor.Addcmul_(s.expAvgSq, gs[k], gs[k], 1-o.Beta2); err != nil {
+				return err
+			}
+		}
+		gs = nil // `del device_grads`
+		roots := make([]*tensor.Tensor, len(ss))
+		for k, s := range ss {
+			sq := s.expAvgSq
+			if o.AMSGrad {
+				if err := tensor.Maximum_(s.maxExpSq, s.expAvgSq); err != nil {
+					return err
+				}
+				sq = s.maxExpSq
+			}
+			if roots[k], err = tensor.Sqrt(sq); err != nil {
+				return err
+			}
+		}
+		for k, s := range ss {
+			bc1 := 1 - math.Pow(o.Beta1, s.step)
+			bc2 := 1 - math.Pow(o.Beta2, s.step)
+			if err := tensor.DivScalar_(roots[k], math.Sqrt(bc2)); err != nil {
+				return err
+			}
+			if err := tensor.AddScalar_(roots[k], o.Eps); err != nil {
+				return err
+			}
+			if err := tensor.Addcdiv_(ps[k], s.expAvg, roots[k], -(o.LR / bc1)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

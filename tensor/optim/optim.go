@@ -1,0 +1,120 @@
+// Package optim holds memsh's optimizers — SGD, Adam and AdamW — with the
+// update rules and the device memory of PyTorch 2.x on CUDA: state is
+// created at the first Step (momentum buffers, first and second moments),
+// step counters are host scalars (not device memory), and the foreach
+// (multi-tensor) implementation, the default, makes the temporaries of
+// torch/optim's _multi_tensor_* functions while the per-parameter loop
+// (foreach=False) makes those of _single_tensor_*.
+//
+// Optimizers run with autograd's grad mode off and know nothing of
+// Starlark; starlib/optim binds them.
+package optim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/memsh/memsh/tensor"
+	"github.com/memsh/memsh/tensor/autograd"
+)
+
+// Optimizer is what every optimizer offers.
+type Optimizer interface {
+	// Name is PyTorch's class name ("Adam").
+	Name() string
+	// Params returns the optimized tensors, in order.
+	Params() []*tensor.Tensor
+	// Step performs one update with the parameters' current .grad
+	// (parameters without a gradient are skipped).
+	Step() error
+	// State returns the per-parameter state: name → value (tensors on the
+	// parameter's device, or float64 host scalars such as "step").
+	State(p *tensor.Tensor) map[string]any
+}
+
+// ZeroGrad clears the gradients of params (Optimizer.zero_grad): with
+// setToNone (PyTorch's default) .grad becomes None and its memory is
+// released; otherwise it is zeroed in place.
+func ZeroGrad(params []*tensor.Tensor, setToNone bool) error {
+	for _, p := range params {
+		g := autograd.Grad(p)
+		if g == nil {
+			continue
+		}
+		if setToNone {
+			if err := autograd.SetGrad(p, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := g.Fill_(tensor.Float(0)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkParams(name string, params []*tensor.Tensor) error {
+	if len(params) == 0 {
+		return fmt.Errorf("%s: optimizer got an empty parameter list", name)
+	}
+	seen := map[*tensor.Tensor]bool{}
+	for _, p := range params {
+		if seen[p] {
+			return fmt.Errorf("%s: some parameters appear more than once; in future this will cause an error", name)
+		}
+		seen[p] = true
+		if !autograd.IsLeaf(p) {
+			return fmt.Errorf("%s: can't optimize a non-leaf Tensor", name)
+		}
+	}
+	return nil
+}
+
+func checkNonNeg(name, what string, v float64) error {
+	if v < 0 || math.IsNaN(v) {
+		return fmt.Errorf("%s: Invalid %s: %v", name, what, v)
+	}
+	return nil
+}
+
+// group splits params by (device, dtype) in first-seen order, as
+// Optimizer._group_tensors_by_device_and_dtype.
+func group(params []*tensor.Tensor) [][]int {
+	type key struct {
+		dev string
+		dt  tensor.DType
+	}
+	idx := map[key]int{}
+	var out [][]int
+	for i, p := range params {
+		k := key{p.Device(), p.DType()}
+		j, ok := idx[k]
+		if !ok {
+			j = len(out)
+			idx[k] = j
+			out = append(out, nil)
+		}
+		out[j] = append(out[j], i)
+	}
+	return out
+}
+
+// withGrads returns the indices of the parameters that have a gradient.
+func withGrads(params []*tensor.Tensor) []int {
+	var out []int
+	for i, p := range params {
+		if autograd.Grad(p) != nil {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+var errSparse = errors.New("sparse gradients are not supported")
+
+// noGrad runs f with grad mode off in the params' context.
+func noGrad(params []*tensor.Tensor, f func() error) error {
+	return autograd.NoGrad(params[0].Context(), f)
+}
