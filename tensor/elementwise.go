@@ -9,7 +9,6 @@ import (
 // Elementwise operations: + - * / // % (out of place and in place),
 // unary functions, fill and copy.
 
-
 // A Scalar is a number operand, PyTorch's wrapped number: it takes part
 // in type promotion only by its category (bool < integer < floating
 // point), so t + 1 keeps t's integer dtype and a float16 tensor times 2.5
@@ -218,7 +217,6 @@ func argOf(o operand, shape []int, common DType) binArg {
 	}
 	return binArg{s: layoutOf(o.t, shape), dt: o.t.dtype}
 }
-
 
 // binaryOut computes x op y into dst (the out= parameter), or into a new
 // tensor when dst is nil. dst must have the broadcast shape, be on the

@@ -11,7 +11,6 @@ import (
 // have the same dtype and device; the result ([..., n, m], contiguous) is
 // the only allocation.
 
-
 // matmulOut is matmul into dst (the out= parameter) when dst is not nil:
 // dst must be contiguous, of the result's shape, dtype and device, and
 // not overlap a or b; then nothing is allocated.

@@ -44,9 +44,11 @@ func init() {
 		"data_ptr": noArgs(func(_ string, t *Tensor) (starlark.Value, error) {
 			return starlark.MakeUint64(t.t.DataPtr()), nil
 		}),
-		"size":       methodSize,
-		"to":         methodTo,
-		"cpu":        noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(tensor.To(t.t, "cpu", t.t.DType(), false)) }),
+		"size": methodSize,
+		"to":   methodTo,
+		"cpu": noArgs(func(f string, t *Tensor) (starlark.Value, error) {
+			return resultAs(f)(tensor.To(t.t, "cpu", t.t.DType(), false))
+		}),
 		"cuda":       methodCuda,
 		"float":      castTo(tensor.Float32),
 		"double":     castTo(tensor.Float64),
