@@ -23,7 +23,7 @@ func init() {
 	register("Flatten", newFlatten)
 	register("Identity", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		m := newModule("Identity")
-		m.forward = func(thread *starlark.Thread, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		m.forward = func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			var x starlark.Value
 			if err := starlark.UnpackPositionalArgs("Identity", args, kwargs, 1, &x); err != nil {
 				return nil, err
@@ -49,19 +49,19 @@ func deviceDType(thread *starlark.Thread, fname string, devV, dtV starlark.Value
 	if devV != nil && devV != starlark.None {
 		s, ok := starlark.AsString(devV)
 		if !ok {
-			return "", 0, fmt.Errorf("%s: device: got %s, want str", fname, devV.Type())
+			return "", tensor.Undefined, fmt.Errorf("%s: device: got %s, want str", fname, devV.Type())
 		}
 		device = s
 	}
-	var dt tensor.DType
+	dt := tensor.Undefined
 	if dtV != nil && dtV != starlark.None {
 		s, ok := starlark.AsString(dtV)
 		if !ok {
-			return "", 0, fmt.Errorf("%s: dtype: got %s, want str", fname, dtV.Type())
+			return "", tensor.Undefined, fmt.Errorf("%s: dtype: got %s, want str", fname, dtV.Type())
 		}
 		d, ok := tensor.ParseDType(strings.TrimPrefix(s, "torch."))
 		if !ok {
-			return "", 0, fmt.Errorf("%s: dtype: unknown dtype %q", fname, s)
+			return "", tensor.Undefined, fmt.Errorf("%s: dtype: unknown dtype %q", fname, s)
 		}
 		dt = d
 	}
@@ -73,20 +73,20 @@ func deviceDType(thread *starlark.Thread, fname string, devV, dtV starlark.Value
 func factory(thread *starlark.Thread, fname string, devV, dtV starlark.Value) (*tensor.Context, string, tensor.DType, error) {
 	c, err := ctxOf(thread, fname)
 	if err != nil {
-		return nil, "", 0, err
+		return nil, "", tensor.Undefined, err
 	}
 	device, dt, err := deviceDType(thread, fname, devV, dtV)
 	if err != nil {
-		return nil, "", 0, err
+		return nil, "", tensor.Undefined, err
 	}
 	if device, err = c.Device(device); err != nil {
-		return nil, "", 0, fmt.Errorf("%s: %w", fname, err)
+		return nil, "", tensor.Undefined, fmt.Errorf("%s: %w", fname, err)
 	}
-	if dt == 0 {
+	if dt == tensor.Undefined {
 		dt = tensor.Float32
 	}
 	if !dt.IsFloat() {
-		return nil, "", 0, fmt.Errorf("%s: only Tensors of floating point dtype can require gradients", fname)
+		return nil, "", tensor.Undefined, fmt.Errorf("%s: only Tensors of floating point dtype can require gradients", fname)
 	}
 	return c, device, dt, nil
 }
@@ -149,10 +149,10 @@ func newLinear(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 	m.param("bias", bs)
 	m.set("in_features", starlark.MakeInt(in), kindAttr)
 	m.set("out_features", starlark.MakeInt(out), kindAttr)
-	m.extra = func(m *Module) string {
+	m.extra = func(m *Layer) string {
 		return fmt.Sprintf("in_features=%d, out_features=%d, bias=%s", in, out, pyBool(m.tensorOf("bias") != nil))
 	}
-	m.forward = func(thread *starlark.Thread, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	m.forward = func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var x starlark.Value
 		if err := starlark.UnpackPositionalArgs("Linear", args, kwargs, 1, &x); err != nil {
 			return nil, err
@@ -182,19 +182,19 @@ func newSequential(thread *starlark.Thread, b *starlark.Builtin, args starlark.T
 	m := newModule("Sequential")
 	m.indexed = true
 	for i, a := range args {
-		c, ok := a.(*Module)
+		c, ok := a.(*Layer)
 		if !ok {
 			return nil, fmt.Errorf("%s: %s is not a Module subclass", b.Name(), a.Type())
 		}
 		m.child(fmt.Sprint(i), c)
 	}
-	m.forward = func(thread *starlark.Thread, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	m.forward = func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var x starlark.Value
 		if err := starlark.UnpackPositionalArgs("Sequential", args, kwargs, 1, &x); err != nil {
 			return nil, err
 		}
 		for _, n := range m.names {
-			c, ok := m.entries[n].(*Module)
+			c, ok := m.entries[n].(*Layer)
 			if !ok {
 				continue
 			}
@@ -226,7 +226,7 @@ func newModuleList(thread *starlark.Thread, b *starlark.Builtin, args starlark.T
 		defer iter.Done()
 		var v starlark.Value
 		for i := 0; iter.Next(&v); i++ {
-			c, ok := v.(*Module)
+			c, ok := v.(*Layer)
 			if !ok {
 				return nil, fmt.Errorf("%s: %s is not a Module subclass", b.Name(), v.Type())
 			}
@@ -279,7 +279,7 @@ func newUserModule(thread *starlark.Thread, b *starlark.Builtin, args starlark.T
 	for _, kv := range kwargs {
 		name := string(kv[0].(starlark.String))
 		switch v := kv[1].(type) {
-		case *Module:
+		case *Layer:
 			m.child(name, v)
 		case *startensor.Tensor:
 			if isParameter(v.Engine()) {
@@ -301,8 +301,8 @@ func newFlatten(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 		return nil, err
 	}
 	m := newModule("Flatten")
-	m.extra = func(*Module) string { return fmt.Sprintf("start_dim=%d, end_dim=%d", start, end) }
-	m.forward = func(thread *starlark.Thread, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	m.extra = func(*Layer) string { return fmt.Sprintf("start_dim=%d, end_dim=%d", start, end) }
+	m.forward = func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var x starlark.Value
 		if err := starlark.UnpackPositionalArgs("Flatten", args, kwargs, 1, &x); err != nil {
 			return nil, err
@@ -323,7 +323,7 @@ func activation(name, fname string, f func(*tensor.Tensor) (*tensor.Tensor, erro
 			return nil, err
 		}
 		m := newModule(name)
-		m.forward = func(thread *starlark.Thread, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		m.forward = func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			var x starlark.Value
 			if err := starlark.UnpackPositionalArgs(name, args, kwargs, 1, &x); err != nil {
 				return nil, err

@@ -10,7 +10,7 @@ import (
 	"github.com/memsh/memsh/tensor/optim"
 )
 
-type moduleMethod func(thread *starlark.Thread, fname string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)
+type moduleMethod func(thread *starlark.Thread, fname string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)
 
 var moduleMethods map[string]moduleMethod
 
@@ -25,7 +25,7 @@ func init() {
 		"modules":          modulesMethod(false),
 		"named_modules":    modulesMethod(true),
 		"train":            methodTrain,
-		"eval": func(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		"eval": func(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			if err := starlark.UnpackArgs(f, args, kwargs); err != nil {
 				return nil, err
 			}
@@ -34,7 +34,7 @@ func init() {
 		"to":              methodTo,
 		"zero_grad":       methodZeroGrad,
 		"register_buffer": methodRegisterBuffer,
-		"forward": func(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		"forward": func(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			return m.CallInternal(thread, args, kwargs)
 		},
 	}
@@ -43,7 +43,7 @@ func init() {
 // tensorsMethod is parameters()/named_parameters()/buffers()/named_buffers():
 // a list of tensors, or of (name, tensor) tuples with PyTorch's dotted names.
 func tensorsMethod(kind entryKind, named bool) moduleMethod {
-	return func(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	return func(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		prefix, recurse := "", true
 		if named {
 			if err := starlark.UnpackArgs(f, args, kwargs, "prefix?", &prefix, "recurse?", &recurse); err != nil {
@@ -69,17 +69,17 @@ func tensorsMethod(kind entryKind, named bool) moduleMethod {
 }
 
 func childrenMethod(named bool) moduleMethod {
-	return func(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	return func(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		if err := starlark.UnpackArgs(f, args, kwargs); err != nil {
 			return nil, err
 		}
 		var out []starlark.Value
-		seen := map[*Module]bool{}
+		seen := map[*Layer]bool{}
 		for _, n := range m.names {
 			if m.kinds[n] != kindModule {
 				continue
 			}
-			c := m.entries[n].(*Module)
+			c := m.entries[n].(*Layer)
 			if seen[c] {
 				continue
 			}
@@ -95,7 +95,7 @@ func childrenMethod(named bool) moduleMethod {
 }
 
 func modulesMethod(named bool) moduleMethod {
-	return func(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	return func(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		if err := starlark.UnpackArgs(f, args, kwargs); err != nil {
 			return nil, err
 		}
@@ -112,7 +112,7 @@ func modulesMethod(named bool) moduleMethod {
 	}
 }
 
-func methodTrain(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+func methodTrain(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	mode := true
 	if err := starlark.UnpackArgs(f, args, kwargs, "mode?", &mode); err != nil {
 		return nil, err
@@ -120,7 +120,7 @@ func methodTrain(thread *starlark.Thread, f string, m *Module, args starlark.Tup
 	return setTraining(m, mode), nil
 }
 
-func setTraining(m *Module, mode bool) *Module {
+func setTraining(m *Layer, mode bool) *Layer {
 	_, mods := m.modulesPreorder("")
 	for _, c := range mods {
 		c.training = mode
@@ -132,7 +132,7 @@ func setTraining(m *Module, mode bool) *Module {
 // buffer is converted in place (the same tensor objects, so optimizers and
 // tied weights follow); gradients move with their parameters; only
 // floating-point tensors change dtype.
-func methodTo(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+func methodTo(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var devV, dtV starlark.Value = starlark.None, starlark.None
 	if err := starlark.UnpackArgs(f, args, kwargs, "device?", &devV, "dtype?", &dtV); err != nil {
 		return nil, err
@@ -155,7 +155,7 @@ func methodTo(thread *starlark.Thread, f string, m *Module, args starlark.Tuple,
 // convertInPlace replaces t's data with a converted copy (param.data = ...).
 func convertInPlace(t *tensor.Tensor, device string, dt tensor.DType) error {
 	target := dt
-	if target == 0 || !t.DType().IsFloat() {
+	if target == tensor.Undefined || !t.DType().IsFloat() {
 		target = t.DType()
 	}
 	c, err := tensor.To(t, device, target, false)
@@ -175,7 +175,7 @@ func convertInPlace(t *tensor.Tensor, device string, dt tensor.DType) error {
 	return nil
 }
 
-func methodZeroGrad(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+func methodZeroGrad(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	setToNone := true
 	if err := starlark.UnpackArgs(f, args, kwargs, "set_to_none?", &setToNone); err != nil {
 		return nil, err
@@ -183,7 +183,7 @@ func methodZeroGrad(thread *starlark.Thread, f string, m *Module, args starlark.
 	return starlark.None, optim.ZeroGrad(m.Parameters(), setToNone)
 }
 
-func methodRegisterBuffer(thread *starlark.Thread, f string, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+func methodRegisterBuffer(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var name string
 	var v starlark.Value
 	if err := starlark.UnpackArgs(f, args, kwargs, "name", &name, "tensor", &v); err != nil {

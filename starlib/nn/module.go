@@ -13,12 +13,12 @@ import (
 	"github.com/memsh/memsh/tensor/autograd"
 )
 
-// A Module is the Starlark value of an nn.Module: an ordered set of
+// A Layer is the Starlark value of an nn.Module (type "nn.Module"): an ordered set of
 // entries — parameters, buffers, child modules and plain attributes —
 // reachable as attributes, a training flag, and a forward function (a
 // built-in layer's, or the user's for Module(forward, ...)). Calling the
 // module calls forward.
-type Module struct {
+type Layer struct {
 	typ      string // PyTorch's class name: "Linear", "Sequential", "Module"
 	names    []string
 	entries  map[string]starlark.Value
@@ -26,9 +26,9 @@ type Module struct {
 	training bool
 	frozen   bool
 	// forward is a built-in layer's forward; userForward a user's.
-	forward     func(thread *starlark.Thread, m *Module, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)
+	forward     func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)
 	userForward starlark.Callable
-	extra       func(m *Module) string // the repr's arguments ("in_features=4, ...")
+	extra       func(m *Layer) string // the repr's arguments ("in_features=4, ...")
 	// indexed: Sequential and ModuleList entries are named "0", "1", ...
 	indexed bool
 }
@@ -43,25 +43,25 @@ const (
 )
 
 var (
-	_ starlark.HasAttrs    = (*Module)(nil)
-	_ starlark.HasSetField = (*Module)(nil)
-	_ starlark.Callable    = (*Module)(nil)
-	_ starlark.Indexable   = (*Module)(nil)
-	_ starlark.Iterable    = (*Module)(nil)
-	_ refpath.Referrer     = (*Module)(nil)
+	_ starlark.HasAttrs    = (*Layer)(nil)
+	_ starlark.HasSetField = (*Layer)(nil)
+	_ starlark.Callable    = (*Layer)(nil)
+	_ starlark.Indexable   = (*Layer)(nil)
+	_ starlark.Iterable    = (*Layer)(nil)
+	_ refpath.Referrer     = (*Layer)(nil)
 )
 
-func newModule(typ string) *Module {
-	return &Module{typ: typ, entries: map[string]starlark.Value{}, kinds: map[string]entryKind{}, training: true}
+func newModule(typ string) *Layer {
+	return &Layer{typ: typ, entries: map[string]starlark.Value{}, kinds: map[string]entryKind{}, training: true}
 }
 
-func (m *Module) String() string {
+func (m *Layer) String() string {
 	var b strings.Builder
 	m.repr(&b, "")
 	return b.String()
 }
 
-func (m *Module) repr(b *strings.Builder, indent string) {
+func (m *Layer) repr(b *strings.Builder, indent string) {
 	b.WriteString(m.typ + "(")
 	if m.extra != nil {
 		b.WriteString(m.extra(m))
@@ -76,7 +76,7 @@ func (m *Module) repr(b *strings.Builder, indent string) {
 		b.WriteString("\n")
 		for _, n := range kids {
 			b.WriteString(indent + "  (" + n + "): ")
-			m.entries[n].(*Module).repr(b, indent+"  ")
+			m.entries[n].(*Layer).repr(b, indent+"  ")
 			b.WriteString("\n")
 		}
 		b.WriteString(indent)
@@ -84,14 +84,14 @@ func (m *Module) repr(b *strings.Builder, indent string) {
 	b.WriteString(")")
 }
 
-func (m *Module) Type() string          { return "nn.Module" }
-func (m *Module) Freeze()               { m.frozen = true }
-func (m *Module) Truth() starlark.Bool  { return true }
-func (m *Module) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable: %s", m.typ) }
-func (m *Module) Name() string          { return m.typ }
+func (m *Layer) Type() string          { return "nn.Module" }
+func (m *Layer) Freeze()               { m.frozen = true }
+func (m *Layer) Truth() starlark.Bool  { return true }
+func (m *Layer) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable: %s", m.typ) }
+func (m *Layer) Name() string          { return m.typ }
 
 // set adds or replaces an entry of the given kind (keeping its position).
-func (m *Module) set(name string, v starlark.Value, k entryKind) {
+func (m *Layer) set(name string, v starlark.Value, k entryKind) {
 	if _, ok := m.entries[name]; !ok {
 		m.names = append(m.names, name)
 	}
@@ -100,7 +100,7 @@ func (m *Module) set(name string, v starlark.Value, k entryKind) {
 }
 
 // param registers a parameter (a tensor that requires grad).
-func (m *Module) param(name string, t *tensor.Tensor) {
+func (m *Layer) param(name string, t *tensor.Tensor) {
 	if t == nil {
 		m.set(name, starlark.None, kindParam)
 		return
@@ -108,7 +108,7 @@ func (m *Module) param(name string, t *tensor.Tensor) {
 	m.set(name, startensor.Wrap(t), kindParam)
 }
 
-func (m *Module) buffer(name string, t *tensor.Tensor) {
+func (m *Layer) buffer(name string, t *tensor.Tensor) {
 	if t == nil {
 		m.set(name, starlark.None, kindBuffer)
 		return
@@ -116,17 +116,17 @@ func (m *Module) buffer(name string, t *tensor.Tensor) {
 	m.set(name, startensor.Wrap(t), kindBuffer)
 }
 
-func (m *Module) child(name string, c *Module) { m.set(name, c, kindModule) }
+func (m *Layer) child(name string, c *Layer) { m.set(name, c, kindModule) }
 
 // tensorOf returns the engine tensor of entry name, or nil.
-func (m *Module) tensorOf(name string) *tensor.Tensor {
+func (m *Layer) tensorOf(name string) *tensor.Tensor {
 	if t, ok := m.entries[name].(*startensor.Tensor); ok {
 		return t.Engine()
 	}
 	return nil
 }
 
-func (m *Module) Attr(name string) (starlark.Value, error) {
+func (m *Layer) Attr(name string) (starlark.Value, error) {
 	if v, ok := m.entries[name]; ok {
 		return v, nil
 	}
@@ -142,7 +142,7 @@ func (m *Module) Attr(name string) (starlark.Value, error) {
 	return nil, nil
 }
 
-func (m *Module) AttrNames() []string {
+func (m *Layer) AttrNames() []string {
 	names := slices.Clone(m.names)
 	names = append(names, "training")
 	for k := range moduleMethods {
@@ -156,7 +156,7 @@ func (m *Module) AttrNames() []string {
 // becomes a child, a Parameter a parameter (sharing it: b.weight = a.weight
 // ties the two), a tensor assigned to a registered buffer stays a buffer,
 // None clears a parameter or buffer, anything else a plain attribute.
-func (m *Module) SetField(name string, v starlark.Value) error {
+func (m *Layer) SetField(name string, v starlark.Value) error {
 	if m.frozen {
 		return fmt.Errorf("cannot set field %s of frozen module", name)
 	}
@@ -164,7 +164,7 @@ func (m *Module) SetField(name string, v starlark.Value) error {
 		return fmt.Errorf("cannot assign to %s.%s", m.typ, name)
 	}
 	switch v := v.(type) {
-	case *Module:
+	case *Layer:
 		m.set(name, v, kindModule)
 		return nil
 	case *startensor.Tensor:
@@ -190,7 +190,7 @@ func (m *Module) SetField(name string, v starlark.Value) error {
 }
 
 // CallInternal runs forward.
-func (m *Module) CallInternal(thread *starlark.Thread, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+func (m *Layer) CallInternal(thread *starlark.Thread, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	if m.userForward != nil {
 		return starlark.Call(thread, m.userForward, append(starlark.Tuple{m}, args...), kwargs)
 	}
@@ -201,16 +201,16 @@ func (m *Module) CallInternal(thread *starlark.Thread, args starlark.Tuple, kwar
 }
 
 // Index, Len and Iterate serve Sequential and ModuleList.
-func (m *Module) Len() int {
+func (m *Layer) Len() int {
 	if !m.indexed {
 		return 0
 	}
 	return len(m.names)
 }
 
-func (m *Module) Index(i int) starlark.Value { return m.entries[m.names[i]] }
+func (m *Layer) Index(i int) starlark.Value { return m.entries[m.names[i]] }
 
-func (m *Module) Iterate() starlark.Iterator {
+func (m *Layer) Iterate() starlark.Iterator {
 	var vs []starlark.Value
 	if m.indexed {
 		for _, n := range m.names {
@@ -220,8 +220,8 @@ func (m *Module) Iterate() starlark.Iterator {
 	return starlark.NewList(vs).Iterate()
 }
 
-// Edges implements refpath.Referrer: every entry, as ".name".
-func (m *Module) Edges(edge func(suffix string, v starlark.Value)) {
+// References implements refpath.Referrer: every entry, as ".name".
+func (m *Layer) References(edge func(suffix string, v starlark.Value)) {
 	for _, n := range m.names {
 		edge("."+n, m.entries[n])
 	}
@@ -230,11 +230,11 @@ func (m *Module) Edges(edge func(suffix string, v starlark.Value)) {
 // namedParams walks the module tree as nn.Module._named_members: own
 // entries of the kind first, then children in order (pre-order), each
 // tensor once (shared parameters are listed under their first name).
-func (m *Module) namedTensors(kind entryKind, prefix string, recurse bool) (names []string, ts []*startensor.Tensor) {
+func (m *Layer) namedTensors(kind entryKind, prefix string, recurse bool) (names []string, ts []*startensor.Tensor) {
 	seenT := map[*tensor.Tensor]bool{}
-	seenM := map[*Module]bool{}
-	var walk func(mod *Module, prefix string)
-	walk = func(mod *Module, prefix string) {
+	seenM := map[*Layer]bool{}
+	var walk func(mod *Layer, prefix string)
+	walk = func(mod *Layer, prefix string) {
 		if seenM[mod] {
 			return
 		}
@@ -256,7 +256,7 @@ func (m *Module) namedTensors(kind entryKind, prefix string, recurse bool) (name
 		}
 		for _, n := range mod.names {
 			if mod.kinds[n] == kindModule {
-				walk(mod.entries[n].(*Module), prefix+n+".")
+				walk(mod.entries[n].(*Layer), prefix+n+".")
 			}
 		}
 	}
@@ -265,10 +265,10 @@ func (m *Module) namedTensors(kind entryKind, prefix string, recurse bool) (name
 }
 
 // modulesPreorder lists (name, module) in nn.Module.named_modules order.
-func (m *Module) modulesPreorder(prefix string) (names []string, mods []*Module) {
-	seen := map[*Module]bool{}
-	var walk func(mod *Module, prefix string)
-	walk = func(mod *Module, prefix string) {
+func (m *Layer) modulesPreorder(prefix string) (names []string, mods []*Layer) {
+	seen := map[*Layer]bool{}
+	var walk func(mod *Layer, prefix string)
+	walk = func(mod *Layer, prefix string) {
 		if seen[mod] {
 			return
 		}
@@ -281,7 +281,7 @@ func (m *Module) modulesPreorder(prefix string) (names []string, mods []*Module)
 				if prefix != "" {
 					p = prefix + "." + n
 				}
-				walk(mod.entries[n].(*Module), p)
+				walk(mod.entries[n].(*Layer), p)
 			}
 		}
 	}
@@ -290,7 +290,7 @@ func (m *Module) modulesPreorder(prefix string) (names []string, mods []*Module)
 }
 
 // Parameters returns the module's parameters (engine tensors), each once.
-func (m *Module) Parameters() []*tensor.Tensor {
+func (m *Layer) Parameters() []*tensor.Tensor {
 	_, ts := m.namedTensors(kindParam, "", true)
 	out := make([]*tensor.Tensor, len(ts))
 	for i, t := range ts {
@@ -314,6 +314,6 @@ func newParameter(t *tensor.Tensor, requiresGrad bool) (*tensor.Tensor, error) {
 			return nil, err
 		}
 	}
-	t.AutogradMeta().IsParameter = true
+	t.EnsureAutograd().IsParameter = true
 	return t, nil
 }

@@ -76,7 +76,7 @@ func TestMLPClosedForms(t *testing.T) {
 		h = nil
 		y := must(autograd.Linear(r, w2, b2))
 		r = nil
-		loss := must(autograd.Sum(y, nil, false))
+		loss := must(autograd.Sum(y, nil, false, tensor.Undefined))
 		y = nil
 		// Saved: relu's result (mat1 of the second addmm too), the output of
 		// the second linear is freed (only loss holds its graph), the loss.

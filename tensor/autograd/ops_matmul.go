@@ -185,6 +185,9 @@ func Bmm(a, b *tensor.Tensor) (*tensor.Tensor, error) {
 // shape, reshaped to 3-D (a copy when the batch dimensions cannot be
 // merged) and multiplied with bmm.
 func Matmul(a, b *tensor.Tensor) (*tensor.Tensor, error) {
+	if !recording(a, b) {
+		return tensor.Matmul(a, b)
+	}
 	da, db := a.Dim(), b.Dim()
 	if da == 0 || db == 0 {
 		return nil, fmt.Errorf("both arguments to matmul need to be at least 1D, but they are %dD and %dD", da, db)
@@ -210,12 +213,12 @@ func Matmul(a, b *tensor.Tensor) (*tensor.Tensor, error) {
 			return nil, err
 		}
 		if db == 1 {
-			if r, err = Squeeze(r, -1); err != nil {
+			if r, err = Squeeze(r, []int{-1}); err != nil {
 				return nil, err
 			}
 		}
 		if da == 1 {
-			if r, err = Squeeze(r, 0); err != nil {
+			if r, err = Squeeze(r, []int{0}); err != nil {
 				return nil, err
 			}
 		}

@@ -4,17 +4,18 @@ import (
 	"github.com/memsh/memsh/tensor"
 )
 
-// Sum reduces over dims (all when dims is nil): SumBackward0 for a full
+// Sum reduces over dims (all when dims is empty), in dtype dt (0: the
+// input's, integers summed as int64): SumBackward0 for a full
 // sum, SumBackward1 over dims; nothing saved; the gradient is the incoming
 // one expanded back (a view).
-func Sum(a *tensor.Tensor, dims []int, keepdim bool) (*tensor.Tensor, error) {
+func Sum(a *tensor.Tensor, dims []int, keepdim bool, dt tensor.DType) (*tensor.Tensor, error) {
 	name := "SumBackward1"
-	if dims == nil {
+	if len(dims) == 0 {
 		name = "SumBackward0"
 	}
 	in := a.Shape()
 	n := newNode(name, a)
-	out, err := sum(a, dims, keepdim)
+	out, err := tensor.Sum(a, dims, keepdim, dt)
 	if err != nil || n == nil {
 		return out, err
 	}
@@ -27,16 +28,16 @@ func Sum(a *tensor.Tensor, dims []int, keepdim bool) (*tensor.Tensor, error) {
 	return out, nil
 }
 
-// Mean averages over dims (all when nil): MeanBackward0 / MeanBackward1;
+// Mean averages over dims (all when empty): MeanBackward0 / MeanBackward1;
 // the gradient grad.expand(sizes) / count is one allocation.
-func Mean(a *tensor.Tensor, dims []int, keepdim bool) (*tensor.Tensor, error) {
+func Mean(a *tensor.Tensor, dims []int, keepdim bool, dt tensor.DType) (*tensor.Tensor, error) {
 	name := "MeanBackward1"
-	if dims == nil {
+	if len(dims) == 0 {
 		name = "MeanBackward0"
 	}
 	in := a.Shape()
 	n := newNode(name, a)
-	out, err := mean(a, dims, keepdim)
+	out, err := tensor.Mean(a, dims, keepdim, dt)
 	if err != nil || n == nil {
 		return out, err
 	}
@@ -63,7 +64,7 @@ func Mean(a *tensor.Tensor, dims []int, keepdim bool) (*tensor.Tensor, error) {
 func reducedDims(dims []int, ndim int) []bool {
 	red := make([]bool, ndim)
 	for d := range red {
-		red[d] = dims == nil
+		red[d] = len(dims) == 0
 	}
 	for _, d := range dims {
 		if d < 0 {

@@ -1,18 +1,29 @@
 package autograd
 
 import (
+	"fmt"
+
 	"github.com/memsh/memsh/tensor"
 )
 
 // View and layout ops. Views share their input's storage and save nothing;
 // their backward reshapes or transposes the gradient (a view when it can).
 
-// viewOp records a view-producing op whose backward maps the gradient back.
-func viewOp(name string, a *tensor.Tensor, fwd func() (*tensor.Tensor, error), back func(g *tensor.Tensor) (*tensor.Tensor, error)) (*tensor.Tensor, error) {
-	n := newNode(name, a)
+// viewOp runs a view or layout op (which saves nothing) and, when its
+// input needs a gradient, records its node after the fact — the op's
+// errors and allocations are the engine's own. A result that is the input
+// itself (nothing to do) gets no node.
+func viewOp(name string, a *tensor.Tensor, fwd func() (*tensor.Tensor, error), back func(g *tensor.Tensor) (*tensor.Tensor, error), nameAfter ...*string) (*tensor.Tensor, error) {
 	out, err := fwd()
-	if err != nil || n == nil {
+	if err != nil || out == a {
 		return out, err
+	}
+	if len(nameAfter) > 0 {
+		name = *nameAfter[0]
+	}
+	n := newNode(name, a)
+	if n == nil {
+		return out, nil
 	}
 	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		r, err := back(g[0])
@@ -30,19 +41,23 @@ func View(a *tensor.Tensor, shape []int) (*tensor.Tensor, error) {
 }
 
 // Reshape is Tensor.reshape: a view when the strides allow one
-// (ViewBackward0), else a contiguous copy viewed as shape (CloneBackward0
-// and UnsafeViewBackward0), as ATen's reshape.
+// (ViewBackward0), else a contiguous copy viewed as shape — ATen's
+// _unsafe_view of a clone (UnsafeViewBackward0; the clone's node passes
+// the gradient through, so it is folded into this one).
 func Reshape(a *tensor.Tensor, shape []int) (*tensor.Tensor, error) {
-	if canView(a, shape) {
-		return View(a, shape)
-	}
-	c, err := Clone(a)
-	if err != nil {
-		return nil, err
-	}
-	in := c.Shape()
-	return viewOp("UnsafeViewBackward0", c, func() (*tensor.Tensor, error) { return view(c, shape) },
-		func(g *tensor.Tensor) (*tensor.Tensor, error) { return reshape(g, in) })
+	in := a.Shape()
+	st := a.Storage()
+	var name string
+	return viewOp("", a, func() (*tensor.Tensor, error) {
+		out, err := tensor.Reshape(a, shape)
+		if err == nil && out != a {
+			name = "ViewBackward0"
+			if out.Storage() != st {
+				name = "UnsafeViewBackward0"
+			}
+		}
+		return out, err
+	}, func(g *tensor.Tensor) (*tensor.Tensor, error) { return reshape(g, in) }, &name)
 }
 
 // Transpose is Tensor.transpose (TransposeBackward0).
@@ -95,10 +110,18 @@ func Unsqueeze(a *tensor.Tensor, dim int) (*tensor.Tensor, error) {
 		func(g *tensor.Tensor) (*tensor.Tensor, error) { return view(g, in) })
 }
 
-// Squeeze is Tensor.squeeze(dim) (SqueezeBackward1).
-func Squeeze(a *tensor.Tensor, dim int) (*tensor.Tensor, error) {
+// Squeeze is Tensor.squeeze(dims) (nil: every size-1 dim;
+// SqueezeBackward0/1/2: the gradient reshaped back).
+func Squeeze(a *tensor.Tensor, dims []int) (*tensor.Tensor, error) {
 	in := a.Shape()
-	return viewOp("SqueezeBackward1", a, func() (*tensor.Tensor, error) { return squeeze(a, dim) },
+	name := "SqueezeBackward0"
+	switch {
+	case len(dims) == 1:
+		name = "SqueezeBackward1"
+	case len(dims) > 1:
+		name = "SqueezeBackward2"
+	}
+	return viewOp(name, a, func() (*tensor.Tensor, error) { return tensor.Squeeze(a, dims) },
 		func(g *tensor.Tensor) (*tensor.Tensor, error) { return reshape(g, in) })
 }
 
@@ -120,9 +143,19 @@ func Contiguous(a *tensor.Tensor) (*tensor.Tensor, error) {
 // nothing changes, as Tensor.to; else _to_copy (ToCopyBackward0: the
 // gradient converted back). A result of a non-floating dtype is outside
 // the graph.
-func To(a *tensor.Tensor, device string, dt tensor.DType) (*tensor.Tensor, error) {
+func To(a *tensor.Tensor, device string, dt tensor.DType, copy bool) (*tensor.Tensor, error) {
 	inDT, inDev := a.DType(), a.Device()
-	if dt == 0 {
+	if copy {
+		if !RequiresGrad(a) || !GradEnabled(a.Context()) {
+			return tensor.To(a, device, dt, true)
+		}
+		if dt == tensor.Undefined {
+			dt = inDT
+		}
+		return viewOp("ToCopyBackward0", a, func() (*tensor.Tensor, error) { return tensor.To(a, device, dt, true) },
+			func(g *tensor.Tensor) (*tensor.Tensor, error) { return toDType(g, inDev, inDT) })
+	}
+	if dt == tensor.Undefined {
 		dt = inDT
 	}
 	if device != "" {
@@ -142,4 +175,36 @@ func To(a *tensor.Tensor, device string, dt tensor.DType) (*tensor.Tensor, error
 	}
 	return viewOp("ToCopyBackward0", a, func() (*tensor.Tensor, error) { return toDType(a, device, dt) },
 		func(g *tensor.Tensor) (*tensor.Tensor, error) { return toDType(g, inDev, inDT) })
+}
+
+// Flatten is torch.flatten(a, start, end): a reshape merging dims start..end
+// (a itself when there is nothing to merge).
+func Flatten(a *tensor.Tensor, start, end int) (*tensor.Tensor, error) {
+	shape := a.Shape()
+	nd := len(shape)
+	if nd == 0 {
+		return Reshape(a, []int{1})
+	}
+	s, e := start, end
+	if s < 0 {
+		s += nd
+	}
+	if e < 0 {
+		e += nd
+	}
+	if s < 0 || s >= nd || e < 0 || e >= nd {
+		return nil, fmt.Errorf("Dimension out of range (expected to be in range of [%d, %d], but got %d)", -nd, nd-1, start)
+	}
+	if s > e {
+		return nil, fmt.Errorf("flatten() has invalid args: start_dim cannot come after end_dim")
+	}
+	if s == e {
+		return a, nil
+	}
+	merged := 1
+	for _, d := range shape[s : e+1] {
+		merged *= d
+	}
+	out := append(append(append([]int{}, shape[:s]...), merged), shape[e+1:]...)
+	return Reshape(a, out)
 }

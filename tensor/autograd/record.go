@@ -72,3 +72,15 @@ func rebase(n *Node, t *tensor.Tensor) {
 	}
 	n.setOutputs(t)
 }
+
+// recording reports whether an op over ts would record a node: grad mode
+// is on and one of them requires grad. Composite ops take their engine
+// fast path otherwise.
+func recording(ts ...*tensor.Tensor) bool {
+	for _, t := range ts {
+		if t != nil && RequiresGrad(t) {
+			return GradEnabled(t.Context())
+		}
+	}
+	return false
+}
