@@ -78,23 +78,23 @@ class Recorder:
         evs = []
         order = 0
 
-        def walk(e, ops):
+        def walk(e, ops, ridx):
             nonlocal order
             if _is_alloc(e):
-                evs.append((e.start_time_ns, order, e, list(ops)))
+                evs.append((e.start_time_ns, order, e, list(ops), ridx))
                 order += 1
             else:
                 ops = ops + [e.name]
             for c in e.children:
-                walk(c, ops)
+                walk(c, ops, ridx)
 
-        for root in prof.profiler.kineto_results.experimental_event_tree():
-            walk(root, [])
+        for ridx, root in enumerate(prof.profiler.kineto_results.experimental_event_tree()):
+            walk(root, [], ridx)
         evs.sort(key=lambda x: (x[0], x[1]))
         start_cpu, start_cuda = self.cpu_total, self.cuda_total
         peak_cpu, peak_cuda = start_cpu, start_cuda
         out = []
-        for i, (_, _, e, ops) in enumerate(evs):
+        for i, (_, _, e, ops, ridx) in enumerate(evs):
             f = e.extra_fields
             raw = f.alloc_size
             # Exactness: the allocator's total moves by exactly this event.
@@ -112,14 +112,9 @@ class Recorder:
                 host = host_rule(raw, ops, name) if host_rule else None
                 if host is None:
                     host = default_host_rule(raw, ops, name)
-                if (host is None and raw == 4 and op == "aten::empty_strided" and out
-                        and out[-1]["ev"] == "alloc" and out[-1].get("host") == "wrapped_scalar"):
-                    # CPU TensorIterator copies a double wrapped scalar to the
-                    # common dtype (float32); CUDA kernels read CPU scalars
-                    # directly and make no such copy.
-                    host = "scalar_cast"
+
                 r = rounded(raw)
-                self.live[f.ptr] = (aid, r, raw, host, len(self.phases), op)
+                self.live[f.ptr] = (aid, r, raw, host, len(self.phases), op, ridx, ev)
             else:
                 rec = self.live.pop(f.ptr, None)
                 if rec is None:
@@ -127,6 +122,10 @@ class Recorder:
                 else:
                     aid, r, _, host = rec[0], rec[1], rec[2], rec[3]
                     assert rec[2] == -raw
+                    if rec[4] == len(self.phases) and rec[6] == ridx and ops:
+                        # Allocated and freed inside one top-level op (or one
+                        # backward node): a temporary / workspace of that op.
+                        rec[7]["transient"] = True
                 r = -r
             self.cpu_total += r
             if not host:
@@ -134,6 +133,8 @@ class Recorder:
             peak_cpu = max(peak_cpu, self.cpu_total)
             peak_cuda = max(peak_cuda, self.cuda_total)
             ev.update({"id": aid, "bytes": r, "raw": raw, "op": op, "top": top})
+            if os.environ.get("TORCHREF_CHAIN") and abs(raw) <= 8:
+                ev["chain"] = ops
             if host:
                 ev["host"] = host
             ev["total"] = self.cpu_total
@@ -185,21 +186,34 @@ def default_host_rule(raw, ops, phase):
       by Python's argument parser for a Tensor overload (x * 0.5) or inside
       an op's Scalar overload (div_(n), add_(1)). On CUDA these stay CPU
       tensors. (No case here has a genuine 8-byte device tensor.)
-    - "scalar_cast": the 4-byte float32 copy of such a scalar that CPU's
-      TensorIterator makes right after it (empty_strided); CUDA makes none.
     - "profiler": the handle tensors of the record_function that
       Optimizer.step and Optimizer.zero_grad open while a profiler runs
       (a 4-byte aten::zeros just before it and a 288-byte aten::empty inside
       it); they exist only under the profiler.
-    - "optimizer_scalar": 0-dim tensors (<= 8 bytes) made in the optimizer
-      step: the per-parameter `step` counters (torch.tensor(0.) on the host
-      even for CUDA parameters when capturable=False) and scalars derived
-      from them.
+    - "scalar_cast": the 4-byte float32 copy of such a scalar that CPU's
+      TensorIterator makes to reach the common dtype (aten::to ->
+      aten::_to_copy -> aten::empty_strided inside the op); a CUDA kernel
+      reads a CPU scalar directly and makes no copy.
+    - "rng_state": torch.get_rng_state()'s 5056-byte CPU ByteTensor that
+      checkpoint(preserve_rng_state=True) stashes (on CUDA it also stashes
+      the CUDA generator state, again as a CPU tensor).
+    - "optimizer_step_counter": Adam/AdamW's per-parameter `step`,
+      torch.tensor(0.) made in the first step: a host tensor even for CUDA
+      parameters when capturable=False (1.13 and 2.x alike).
+    - "optimizer_scalar": any other 0-dim tensor (<= 8 bytes) made in the
+      optimizer step (the slow-path foreach ops on the host step counters).
     """
     if ops == ["aten::zeros", "aten::empty"] and raw == 4 and phase in ("step", "zero_grad"):
         return "profiler"
     if len(ops) == 2 and ops[0].startswith("Optimizer.") and ops[1] == "aten::empty" and raw == 288:
         return "profiler"
+    if raw == 5056:
+        return "rng_state"
+    if raw == 4 and ops[-3:] == ["aten::to", "aten::_to_copy", "aten::empty_strided"]:
+        return "scalar_cast"
+    if phase == "step" and raw == 4 and len(ops) == 2 and ops[0].startswith("Optimizer.step#") \
+            and ops[1] == "aten::empty":
+        return "optimizer_step_counter"
     if raw == 8 or (not ops and raw <= 8):
         return "wrapped_scalar"
     if phase == "step" and raw <= 8:
