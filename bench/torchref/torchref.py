@@ -419,8 +419,11 @@ def run_model(case, device):
     if device == "cuda":
         rec.cuda_baseline()
 
+    st_out_raw = [None]
+
     def fwd():
         st["out"] = model(x)
+        st_out_raw[0] = tbytes(st["out"])
 
     def loss():
         st["loss"] = loss_fn(st["out"], y)
@@ -454,6 +457,7 @@ def run_model(case, device):
         "params": params,
         "buffers": buffers,
         "inputs": [tensor_info("x", x), tensor_info("y", y)],
+        "out_raw": st_out_raw[0],
         "phases": rec.phases,
     }
     return res, rec
@@ -605,8 +609,19 @@ def ph(res, step, name):
 
 
 def check_model(res):
-    """Closed forms for the three plain-MLP cases (figures as on CUDA)."""
+    """Closed forms: every model, then the three plain-MLP cases (figures as on CUDA)."""
     case = res["case"]
+    P0 = res["param_bytes"]
+    out_loss = rounded(res["out_raw"]) + rounded(4)
+    # Step 1 starts empty; after its backward: one grad per parameter + logits + loss.
+    assert ph(res, 1, "forward")["start"] == 0
+    assert ph(res, 1, "backward")["end"] == P0 + out_loss, (case, ph(res, 1, "backward")["end"])
+    # Steady state: step 2 ends where step 1 ended.
+    assert ph(res, 2, "release")["end"] == ph(res, 1, "release")["end"]
+    if case == "gpt2_tiny":
+        s1 = ph(res, 1, "step")
+        # AdamW state 2P; 1.13 foreach peak adds the sqrt list and the denom list (2P more).
+        assert s1["end"] - s1["start"] == 2 * P0 and s1["peak"] - s1["start"] == 4 * P0
     if not case.startswith("mlp_") or case == "mlp_dropout":
         return
     P = MLP_PARAM_BYTES
