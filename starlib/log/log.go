@@ -206,6 +206,9 @@ func Last(e *env.Env) *Record { return stateOf(e).last }
 func start(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var compact bool
 	var seedV, perfV starlark.Value = starlark.None, starlark.None
+	if len(args) > 1 { // seed and perf are keyword-only
+		return nil, fmt.Errorf("%s: got %d arguments, want at most 1", b.Name(), len(args))
+	}
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "compact?", &compact, "seed?", &seedV, "perf?", &perfV); err != nil {
 		return nil, err
 	}
