@@ -28,7 +28,7 @@ import (
 //	cuda, tensor, gpu      modules
 //	sweep                  module: max_fit and grid, each point a trial
 //	host, log, courtesy    modules (host figures, per-statement logger, courtesy)
-//	memtrace, profile, profiled, profile_report, report
+//	memtrace, profile, profiled, profile_report, profile_every, report
 //	                       the measurement toolkit (packages memtrace,
 //	                       profile, report)
 //	gc()                   reclaim now; returns the bytes freed
@@ -47,6 +47,7 @@ func Predeclared() starlark.StringDict {
 		"profile":        profile.Builtins["profile"],
 		"profiled":       profile.Builtins["profiled"],
 		"profile_report": profile.Builtins["profile_report"],
+		"profile_every":  profile.Builtins["profile_every"],
 		"report":         report.Builtin,
 		"courtesy":       courtesy.Module,
 		"fmt_bytes":      starlark.NewBuiltin("fmt_bytes", fmtBytes),
