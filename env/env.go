@@ -33,6 +33,14 @@ type Env struct {
 	// given (tensor.set_default_device). "cpu" as in PyTorch.
 	DefaultDevice string
 
+	// Seed, when set, reseeds the session's random generators as
+	// tensor.manual_seed(seed) does (the Philox key, counter back to 0).
+	// The module that owns the generator installs it (the tensor module);
+	// the per-input logger's seed option (ipygpulogger's cl_set_seed,
+	// log.start(seed=N), the REPL's :log seed N) calls it before every
+	// input. Nil until installed: there is then nothing to reseed.
+	Seed func(seed int64)
+
 	// Modules may keep per-session state here, keyed by module name.
 	Values map[string]any
 }
