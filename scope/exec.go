@@ -12,6 +12,7 @@ import (
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
 
+	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/env"
 )
 
@@ -190,6 +191,9 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, names []string, fil
 	globals = nil
 	s.applyPending()
 	s.statementEvent(env.StatementEvent{Pos: pos, End: end, Err: err, First: first, Last: last || err != nil})
+	if err != nil && backend.IsOOM(err) {
+		s.markOOM(err)
+	}
 	if err != nil {
 		// A failed statement's temporaries are garbage now: reclaim them
 		// so the Session stays usable with memory back where it was.

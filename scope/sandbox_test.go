@@ -289,3 +289,53 @@ func TestPythonHints(t *testing.T) {
 		t.Errorf("**kwargs: %v", err)
 	}
 }
+
+// A script that stops on an error with an experiment open finishes it with
+// the error's status; an experiment whose block hit an OOM finishes "oom".
+func TestFinishOpenStatus(t *testing.T) {
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var events []env.FinishEvent
+	s.OnFinish(func(e env.FinishEvent) { events = append(events, e) })
+
+	err = s.Exec("oom.star", "e = experiment('big')\nk = tensor.ones([4], device='cuda')\nt = tensor.zeros([1 << 30], device='cuda')\n")
+	if err == nil {
+		t.Fatal("no OOM")
+	}
+	s.FinishOpen(err)
+	err = s.Exec("err.star", "o = experiment('outer', quiet=True)\ni = experiment('inner', quiet=True)\nx = 1 // 0\n")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	s.FinishOpen(err)
+	// In a REPL the session goes on after an OOM; the block's finish says so.
+	_ = s.Exec("<stdin-1>", "r = experiment('repl', quiet=True)\nbig = tensor.zeros([1 << 30], device='cuda')")
+	if err := s.Exec("<stdin-2>", "r.finish()"); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Experiments()) != 0 {
+		t.Errorf("open: %v", s.Experiments())
+	}
+	want := []struct{ name, status, err string }{
+		{"big", "oom", "CUDA out of memory"},
+		{"inner", "error", "floored division by zero"},
+		{"outer", "error", "floored division by zero"},
+		{"repl", "oom", "CUDA out of memory"},
+	}
+	if len(events) != len(want) {
+		t.Fatalf("%d events: %+v", len(events), events)
+	}
+	for i, w := range want {
+		e := events[i]
+		if e.Name != w.name || e.Status != w.status || !strings.Contains(e.Error, w.err) {
+			t.Errorf("event %d: %s %s %q, want %+v", i, e.Name, e.Status, e.Error, w)
+		}
+	}
+	if !strings.Contains(out.String(), "(status oom: CUDA out of memory") || s.Get("k") != nil {
+		t.Errorf("report / deletion after FinishOpen:\n%s", out.String())
+	}
+}
