@@ -21,6 +21,7 @@ func (s *Session) sessionBuiltins() starlark.StringDict {
 		"experiment": starlark.NewBuiltin("experiment", experimentBuiltin),
 		"trial":      starlark.NewBuiltin("trial", trialBuiltin),
 		"globals":    starlark.NewBuiltin("globals", globalsBuiltin),
+		"help":       starlark.NewBuiltin("help", helpBuiltin),
 	}
 }
 
@@ -216,6 +217,27 @@ func sortedKeys(m map[string]starlark.Value) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// Help is what help() prints: the main builtins in one screen. The REPL's
+// :help prints it with the colon commands.
+const Help = `memsh: Starlark with memory experiments.
+  experiment(name)       open an experiment block; e.finish() reports and cleans up
+  trial(fn, *args)       run fn in a block; OOM is data
+  tensor.zeros(shape, dtype="float32", device="cuda")   (the default device is "cpu")
+  cuda.memory_allocated(), cuda.memory_stats(), gc(), globals(), fmt_bytes(n)
+  load("lib.star", "name")   a Starlark file from the script's directory (or --load-path)
+  a += b                 in place on tensors, as in PyTorch`
+
+// help() prints Help.
+func helpBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackArgs("help", args, kwargs); err != nil {
+		return nil, err
+	}
+	if thread.Print != nil {
+		thread.Print(thread, Help)
+	}
+	return starlark.None, nil
 }
 
 // globals() returns a new dict of the user globals (memsh's builtins are

@@ -41,7 +41,7 @@ var keywordHints = map[string]string{
 	"try":      "Starlark has no 'try'/'except'; run the code as trial(fn, ...): an error or out-of-memory becomes its status and error",
 	"except":   "Starlark has no 'try'/'except'; run the code as trial(fn, ...): an error or out-of-memory becomes its status and error",
 	"finally":  "Starlark has no 'try'/'finally'; run the code as trial(fn, ...), which always finishes its block",
-	"class":    "Starlark has no classes; use struct(...) or a dict for records, and def for behaviour",
+	"class":    "Starlark has no classes; use a dict for records and def for behaviour",
 	"import":   importHint,
 	"from":     importHint,
 	"global":   "Starlark has no 'global' statement: top-level names are globals (assign them at top level), and a function cannot rebind a global; return the value instead",

@@ -257,7 +257,7 @@ func TestPythonHints(t *testing.T) {
 		{"x = 1\ndel x", "t.star:2:1: Starlark has no 'del' statement; rebind x = None, or create it inside an experiment() block"},
 		{"with open('f') as g:\n    pass", "no 'with' statement; use e = experiment(...) ... e.finish()"},
 		{"try:\n    x = 1\nexcept E:\n    pass", "no 'try'/'except'; run the code as trial(fn, ...)"},
-		{"class A:\n    pass", "no classes; use struct(...)"},
+		{"class A:\n    pass", "no classes; use a dict"},
 		{"import torch", "memsh modules are predeclared, no import needed: "},
 		{"from torch import nn", "memsh modules are predeclared"},
 		{"def f():\n    global x\n    x = 1", "no 'global' statement"},
