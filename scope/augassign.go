@@ -13,7 +13,7 @@ import (
 // is free of side effects (a name, x.attr, x[i] with plain subscripts), at
 // top level or in any function, becomes
 //
-//	if ·inplace(a):
+//	if a in ·inplace:      # an operator, not a call: cheap for n += 1
 //	    a = ·+=(a, b)      # a.InPlaceBinary(+, b): a stays bound to itself
 //	else:
 //	    a += b             # Starlark's meaning
@@ -44,12 +44,7 @@ func augName(op syntax.Token) string { return "·" + op.String() + "=" }
 
 // augBuiltins are the predeclared builtins the rewrite calls.
 func augBuiltins() starlark.StringDict {
-	d := starlark.StringDict{
-		inPlaceName: starlark.NewBuiltin("inplace", func(_ *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
-			_, ok := args[0].(env.InPlaceOperand)
-			return starlark.Bool(ok), nil
-		}),
-	}
+	d := starlark.StringDict{inPlaceName: inPlaceSet{}}
 	for _, op := range augOps {
 		d[augName(op)] = starlark.NewBuiltin(op.String()+"=", func(_ *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
 			x, y := args[0], args[1]
@@ -63,6 +58,20 @@ func augBuiltins() starlark.StringDict {
 		})
 	}
 	return d
+}
+
+// inPlaceSet serves inPlaceName: `x in ·inplace` reports whether x is an
+// env.InPlaceOperand.
+type inPlaceSet struct{}
+
+func (inPlaceSet) String() string        { return "<in-place operands>" }
+func (inPlaceSet) Type() string          { return "in_place_operands" }
+func (inPlaceSet) Freeze()               {}
+func (inPlaceSet) Truth() starlark.Bool  { return true }
+func (inPlaceSet) Hash() (uint32, error) { return 0, nil }
+func (inPlaceSet) Has(x starlark.Value) (bool, error) {
+	_, ok := x.(env.InPlaceOperand)
+	return ok, nil
 }
 
 // rewriteAugmented rewrites the augmented assignments of stmts, and of the
@@ -95,7 +104,7 @@ func inPlaceIf(st *syntax.AssignStmt, op syntax.Token) syntax.Stmt {
 	}
 	return &syntax.IfStmt{
 		If:   start,
-		Cond: call(inPlaceName, cloneExpr(st.LHS)),
+		Cond: &syntax.BinaryExpr{X: cloneExpr(st.LHS), OpPos: pos, Op: syntax.IN, Y: &syntax.Ident{NamePos: pos, Name: inPlaceName}},
 		True: []syntax.Stmt{&syntax.AssignStmt{OpPos: pos, Op: syntax.EQ, LHS: cloneExpr(st.LHS),
 			RHS: call(augName(op), cloneExpr(st.LHS), st.RHS)}},
 		ElsePos: pos,
