@@ -126,3 +126,16 @@ func NoArgs(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	}
 	return Of(thread, b.Name())
 }
+
+// InPlaceOperand is implemented by values whose augmented assignments
+// update them in place, as PyTorch's tensors do: for such an x, memsh runs
+// `x += y` (and -=, *=, /=, //=, %=, &=, |=, ^=, <<=, >>=) as
+// x.InPlaceBinary(syntax.PLUS, y) and binds the target to its result,
+// instead of Starlark's `x = x + y`, which would allocate a new value. op
+// is the binary operator (syntax.PLUS for +=). The method returns the
+// receiver itself; returning (nil, nil) declines, and the ordinary binary
+// operator applies. Other values keep Starlark's meaning.
+type InPlaceOperand interface {
+	starlark.Value
+	InPlaceBinary(op syntax.Token, y starlark.Value) (starlark.Value, error)
+}

@@ -63,7 +63,7 @@ func WriteCompact(w io.Writer, r *Record) {
 }
 
 func where(pos string) string {
-	if pos == "" || strings.HasPrefix(pos, "<stdin>:") {
+	if pos == "" || strings.HasPrefix(pos, "<stdin") {
 		return ""
 	}
 	return " | " + pos

@@ -15,7 +15,7 @@ import (
 // Record is what the logger measured over one top-level statement (or REPL
 // input).
 type Record struct {
-	// Statement is the statement's position, "file:line" ("<stdin>:1" in
+	// Statement is the statement's position, "file:line" ("<stdin-3>:1" in
 	// the REPL).
 	Statement string
 	// Data holds the wall time and the figures of host RAM and each GPU:
