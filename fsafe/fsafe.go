@@ -135,13 +135,13 @@ func (p *Policy) resolve(path string) (*target, error) {
 		}
 		root, err := os.OpenRoot(filepath.Dir(abs))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %v", path, unwrapPath(err))
 		}
 		return &target{root: root, rel: filepath.Base(abs), name: path}, nil
 	}
 	real, err := evalParent(abs)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %v", path, unwrapPath(err))
 	}
 	for _, r := range p.Roots {
 		ra, err := filepath.Abs(r)
@@ -218,7 +218,7 @@ func (t *target) check(kind Kind, overwrite bool) error {
 		return nil
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %v", t.name, unwrapPath(err))
 	}
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("%s: not a regular file", t.name)
@@ -228,7 +228,7 @@ func (t *target) check(kind Kind, overwrite bool) error {
 	}
 	f, err := t.root.OpenFile(t.rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %v", t.name, unwrapPath(err))
 	}
 	defer f.Close()
 	got, err := sniffOpen(f, t.name)
