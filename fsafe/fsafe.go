@@ -141,6 +141,9 @@ func (p *Policy) resolve(path string) (*target, error) {
 	}
 	real, err := evalParent(abs)
 	if err != nil {
+		if !p.lexicallyInside(abs) {
+			return nil, p.outside(path)
+		}
 		return nil, fmt.Errorf("%s: %v", path, unwrapPath(err))
 	}
 	for _, r := range p.Roots {
@@ -161,7 +164,25 @@ func (p *Policy) resolve(path string) (*target, error) {
 		}
 		return &target{root: root, rel: rel, name: path}, nil
 	}
-	return nil, fmt.Errorf("%s: outside the directories a script may write to (%s)", path, p.describe())
+	return nil, p.outside(path)
+}
+
+func (p *Policy) outside(path string) error {
+	return fmt.Errorf("%s: outside the directories a script may write to (%s)", path, p.describe())
+}
+
+// lexicallyInside reports whether abs is under a root, symlinks aside.
+func (p *Policy) lexicallyInside(abs string) bool {
+	for _, r := range p.Roots {
+		ra, err := filepath.Abs(r)
+		if err != nil {
+			continue
+		}
+		if rel, err := filepath.Rel(ra, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Policy) describe() string {
