@@ -15,7 +15,6 @@ import (
 
 	gplot "gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
@@ -157,7 +156,20 @@ func oomScatter(pts plotter.XYs) (*plotter.Scatter, error) {
 	return s, nil
 }
 
-func seriesColor(i int) color.Color { return plotutil.Color(i) }
+// palette colors series and capacity lines: no red, which marks the
+// points that ran out of memory and nothing else.
+var palette = []color.Color{
+	color.RGBA{R: 31, G: 119, B: 180, A: 255},  // blue
+	color.RGBA{R: 44, G: 160, B: 44, A: 255},   // green
+	color.RGBA{R: 255, G: 127, B: 14, A: 255},  // orange
+	color.RGBA{R: 148, G: 103, B: 189, A: 255}, // purple
+	color.RGBA{R: 23, G: 190, B: 207, A: 255},  // cyan
+	color.RGBA{R: 140, G: 86, B: 75, A: 255},   // brown
+	color.RGBA{R: 127, G: 127, B: 127, A: 255}, // gray
+	color.RGBA{R: 188, G: 189, B: 34, A: 255},  // olive
+}
+
+func seriesColor(i int) color.Color { return palette[i%len(palette)] }
 
 func capacityLabel(device string, total int64) string {
 	return fmt.Sprintf("%s capacity (%s)", device, backend.FormatBytes(total))

@@ -293,3 +293,117 @@ func TestSnapshotSandbox(t *testing.T) {
 		t.Errorf("work dir: %v", ents)
 	}
 }
+
+// An experiment cut by an out-of-memory error is recorded "oom"; one open
+// when the script stops on another error is finished and recorded with
+// that error; one never finished is recorded "ok" at exit.
+func TestCutExperimentsRecorded(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		code, status, errText string
+		rc                    int
+	}{
+		{"e = experiment('big', quiet=True)\nx = cuda.malloc(2 * GiB)", "oom", "out of memory", 1},
+		{"e = experiment('outer', quiet=True)\nf = experiment('inner', quiet=True)\n1 // 0", "error", "division by zero", 1},
+		{"e = experiment('open', quiet=True)\nx = 1", "ok", "", 0},
+	} {
+		out := filepath.Join(dir, tc.status+".jsonl")
+		tr := filepath.Join(dir, tc.status+".json")
+		var stdout, stderr bytes.Buffer
+		rc := run([]string{"--device", "sim:1GiB", "--out", out, "--trace", tr, "-c", tc.code}, strings.NewReader(""), &stdout, &stderr)
+		if rc != tc.rc {
+			t.Errorf("%q: rc %d, want %d (%s)", tc.code, rc, tc.rc, stderr.String())
+		}
+		recs, err := record.ReadFile(out)
+		if err != nil || len(recs) == 0 {
+			t.Fatalf("%q: %d records, %v", tc.code, len(recs), err)
+		}
+		for _, r := range recs {
+			if r.Kind != "experiment" || r.Status != tc.status || !strings.Contains(r.Error, tc.errText) {
+				t.Errorf("%q: record %+v, want status %q and error %q", tc.code, r, tc.status, tc.errText)
+			}
+		}
+		if strings.Contains(tc.code, "inner") && (len(recs) != 2 || recs[0].Name != "inner" || recs[1].Name != "outer") {
+			t.Errorf("nested: %d records", len(recs))
+		}
+		if strings.Contains(stdout.String(), "finished") {
+			t.Errorf("%q: reports printed for experiments finished at exit:\n%s", tc.code, stdout.String())
+		}
+	}
+	// In the REPL the session goes on: the experiment a failed input cut
+	// is recorded "oom" when it is finished later.
+	out := filepath.Join(dir, "repl.jsonl")
+	var stdout, stderr bytes.Buffer
+	in := "e = experiment('r', quiet=True)\nx = cuda.malloc(2 * GiB)\ne.finish()\nf = experiment('fine', quiet=True)\nf.finish()\n"
+	if rc := run([]string{"--device", "sim:1GiB", "--out", out}, strings.NewReader(in), &stdout, &stderr); rc != 0 {
+		t.Fatalf("repl: rc %d: %s", rc, stderr.String())
+	}
+	recs, _ := record.ReadFile(out)
+	if len(recs) != 2 || recs[0].Status != "oom" || recs[1].Status != "ok" {
+		t.Fatalf("repl records: %+v", recs)
+	}
+}
+
+// memsh plot: one panel per sweep, --sweep picks one; outputs replace
+// only files of their kind; merge -o likewise.
+func TestPlotSweepsAndOutputKinds(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "two.jsonl")
+	code := `
+def a(n):
+    x = cuda.malloc(n * 64 * MiB)
+def b(k):
+    x = cuda.malloc(k * 100 * MiB)
+sweep.grid(a, n=[1, 2, 4, 32])
+sweep.max_fit(b, name="kfit")
+`
+	var stdout, stderr bytes.Buffer
+	if rc := run([]string{"--device", "sim:1GiB", "--out", out, "-c", code}, strings.NewReader(""), &stdout, &stderr); rc != 0 {
+		t.Fatalf("rc %d: %s", rc, stderr.String())
+	}
+	svg := filepath.Join(dir, "two.svg")
+	if rc := run([]string{"plot", out, "-o", svg}, nil, &stdout, &stderr); rc != 0 {
+		t.Fatalf("plot: %s", stderr.String())
+	}
+	b, _ := os.ReadFile(svg)
+	if !bytes.Contains(b, []byte(`kfit`)) || !bytes.Contains(b, []byte(`"a"`)) && !bytes.Contains(b, []byte(`&#34;a&#34;`)) {
+		t.Errorf("the chart lacks a panel per sweep")
+	}
+	one := filepath.Join(dir, "one.png")
+	if rc := run([]string{"plot", out, "--sweep", "kfit", "-o", one}, nil, &stdout, &stderr); rc != 0 {
+		t.Fatalf("plot --sweep: %s", stderr.String())
+	}
+	stderr.Reset()
+	if rc := run([]string{"plot", out, "--sweep", "nope", "-o", one}, nil, &stdout, &stderr); rc != 1 || !strings.Contains(stderr.String(), `no sweep "nope" in the records (they hold "a", "kfit")`) {
+		t.Errorf("plot --sweep nope: rc %d, %s", rc, stderr.String())
+	}
+	// Plot over the records file itself (a typo): refused, records intact.
+	before, _ := os.ReadFile(out)
+	stderr.Reset()
+	notes := write(t, filepath.Join(dir, "notes.svg"), "my notes")
+	for _, target := range []string{notes, out + ".png"} {
+		if target != notes {
+			write(t, target, string(before))
+		}
+		if rc := run([]string{"plot", out, "-o", target}, nil, &stdout, &stderr); rc != 1 || !strings.Contains(stderr.String(), "refusing to replace") {
+			t.Errorf("plot -o %s: rc %d, %s", target, rc, stderr.String())
+		}
+	}
+	if after, _ := os.ReadFile(out); !bytes.Equal(before, after) {
+		t.Error("the records changed")
+	}
+	// merge -o: over a records file (an input) fine, over notes refused.
+	stderr.Reset()
+	if rc := run([]string{"merge", out, "-o", out}, nil, &stdout, &stderr); rc != 0 {
+		t.Errorf("merge -o onto its input: %s", stderr.String())
+	}
+	if rc := run([]string{"merge", out, "-o", notes}, nil, &stdout, &stderr); rc != 1 || !strings.Contains(stderr.String(), "not a memsh records (JSONL)") {
+		t.Errorf("merge -o notes: rc %d, %s", rc, stderr.String())
+	}
+	if b, _ := os.ReadFile(notes); string(b) != "my notes" {
+		t.Errorf("notes changed: %q", b)
+	}
+	if ents, _ := filepath.Glob(filepath.Join(dir, ".*memsh-*")); len(ents) != 0 {
+		t.Errorf("temporary files left: %v", ents)
+	}
+}
