@@ -18,6 +18,7 @@ import (
 	"go.starlark.net/syntax"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/fsafe"
 )
 
 const threadKey = "memsh.env"
@@ -28,6 +29,11 @@ type Env struct {
 	Out     io.Writer // where print() and reports go
 	Err     io.Writer // where notices and progress bars go
 	Session Session   // the Session, for modules that observe it
+
+	// Files is where builtins that write files (cuda.dump_snapshot) may
+	// write them: nil means the working directory only; memsh's --out-dir
+	// adds a directory.
+	Files *fsafe.Policy
 
 	// DefaultDevice is the device tensors are created on when none is
 	// given (tensor.set_default_device). "cpu" as in PyTorch.

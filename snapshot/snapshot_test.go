@@ -14,6 +14,7 @@ import (
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/backend/sim"
+	"github.com/memsh/memsh/fsafe"
 	"github.com/memsh/memsh/scope"
 	"github.com/memsh/memsh/snapshot"
 )
@@ -132,6 +133,7 @@ func TestSnapshotLoadsInPython(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	s.Env().Files = &fsafe.Policy{Roots: []string{dir}} // as --out-dir DIR
 	if err := s.Exec("setup", fmt.Sprintf("PATH = %q", pickle)); err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,7 @@ import (
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/fsafe"
 	"github.com/memsh/memsh/record"
 )
 
@@ -363,28 +364,15 @@ func (r *Recorder) WriteTo(w io.Writer) (int64, error) {
 	return cw.n, err
 }
 
-// WriteFile writes the trace to path (through a temporary file renamed
-// into place, so a reader never sees half a trace).
+// WriteFile writes the trace to path through a temporary file synced and
+// renamed into place, so a reader never sees half a trace and a failed
+// write leaves the previous trace whole. An existing file that is not a
+// trace is not replaced.
 func (r *Recorder) WriteFile(path string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".memsh-trace-*")
-	if err != nil {
+	return fsafe.WriteFile(path, fsafe.Trace, func(w io.Writer) error {
+		_, err := r.WriteTo(w)
 		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if _, err := r.WriteTo(tmp); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	})
 }
 
 type countWriter struct {

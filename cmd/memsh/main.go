@@ -43,10 +43,12 @@ var (
 var version = ""
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	stdout := newStdout(os.Stdout)
+	code := run(os.Args[1:], os.Stdin, stdout, os.Stderr)
+	os.Exit(stdout.exit(code, os.Stderr))
 }
 
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 	fs := flag.NewFlagSet("memsh", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	device := fs.String("device", "auto", "GPU backend: auto, cuda, sim[:SPEC] (e.g. sim:16GiB, sim:2x80GiB,ctx=300MiB), or cpu")
@@ -109,6 +111,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer s.Close()
+	defer func() { // after the cleanups: a record lost on the way out fails too
+		if rc == 0 && outputsFailed(s) {
+			rc = 1
+		}
+	}()
 	for _, setup := range setups {
 		cleanup, err := setup(s)
 		if err != nil {
