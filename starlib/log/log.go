@@ -10,6 +10,7 @@ package log
 
 import (
 	"fmt"
+	"io"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
@@ -65,11 +66,18 @@ func stateOf(e *env.Env) *state {
 // statement), or switches its form if it is already on. The statement
 // running now, if any, is measured from here and logged when it ends.
 func Start(e *env.Env, compact bool) error {
-	return startAt(e, compact, syntax.Position{})
+	return startAt(e, compact, syntax.Position{}, nil)
 }
 
-// startAt is Start for the statement at pos.
-func startAt(e *env.Env, compact bool, pos syntax.Position) error {
+// StartTo is Start with the lines written to w instead of the session's
+// output (the CLI's --log writes to stderr or --log-file, so that stdout
+// stays the script's own output).
+func StartTo(e *env.Env, compact bool, w io.Writer) error {
+	return startAt(e, compact, syntax.Position{}, w)
+}
+
+// startAt is Start for the statement at pos, writing to w (nil: e.Out).
+func startAt(e *env.Env, compact bool, pos syntax.Position, w io.Writer) error {
 	if e.Session == nil {
 		return fmt.Errorf("log: no memsh session")
 	}
@@ -80,6 +88,7 @@ func startAt(e *env.Env, compact bool, pos syntax.Position) error {
 	}
 	e.Manager.Reclaim()
 	l := newLogger(e, compact)
+	l.out = w
 	l.remove = e.Session.OnStatement(l.onStatement)
 	s.logger = l
 	l.begin(pos)
@@ -125,7 +134,7 @@ func start(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw
 	if st := thread.CallStack(); len(st) > 0 {
 		pos = st[0].Pos // the top-level statement
 	}
-	if err := startAt(e, compact, pos); err != nil {
+	if err := startAt(e, compact, pos, nil); err != nil {
 		return nil, fmt.Errorf("%s: %v", b.Name(), err)
 	}
 	return starlark.None, nil
