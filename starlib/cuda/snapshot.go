@@ -25,6 +25,15 @@ func history(thread *starlark.Thread, b *starlark.Builtin) (*snapshot.Recorder, 
 	}
 	r := snapshot.New(e.Manager)
 	e.Values[historyKey] = r
+	if e.Session != nil {
+		// Frees are recorded at the end of the statement that made the
+		// garbage at the latest (see package snapshot).
+		e.Session.OnStatement(func(ev env.StatementEvent) {
+			if !ev.Start {
+				r.StatementEnd(ev.Pos)
+			}
+		})
+	}
 	return r, nil
 }
 
@@ -70,10 +79,12 @@ func recordMemoryHistory(thread *starlark.Thread, b *starlark.Builtin, args star
 	return starlark.None, nil
 }
 
-// cuda.dump_snapshot(path), as torch.cuda.memory._dump_snapshot: writes
-// the allocator state of every GPU (segments and their blocks) and the
-// recorded history (device_traces) as a protocol 2 pickle that
-// pytorch.org/memory_viz opens. See package snapshot for the structure.
+// cuda.dump_snapshot(path), as torch.cuda.memory._dump_snapshot: reclaims
+// first, so the segments show the live set a reference-counted run would
+// have (no garbage awaiting a GC), then writes the allocator state of
+// every GPU (segments and their blocks) and the recorded history
+// (device_traces) as a protocol 2 pickle that pytorch.org/memory_viz
+// opens. See package snapshot for the structure.
 func dumpSnapshot(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var path string
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "path", &path); err != nil {
@@ -85,6 +96,9 @@ func dumpSnapshot(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	r, err := history(thread, b)
 	if err != nil {
 		return nil, err
+	}
+	if e, err := env.Of(thread, b.Name()); err == nil {
+		e.Manager.Reclaim()
 	}
 	if err := r.WriteFile(path); err != nil {
 		return nil, fmt.Errorf("%s: %v", b.Name(), err)
