@@ -33,6 +33,7 @@ import (
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/repl"
 	"github.com/memsh/memsh/scope"
+	"github.com/memsh/memsh/starlib"
 )
 
 // A feature adds its own flags and subcommands from a file of its own, in
@@ -97,6 +98,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 0
 		case "devices":
 			return devices(*device, stdout, stderr)
+		case "test":
+			mode, err := backend.ParsePeakMode(*peak)
+			if err != nil {
+				fmt.Fprintln(stderr, "memsh: --peak:", err)
+				return 2
+			}
+			return runTests(rest[1:], scope.Options{Device: *device, Peak: mode, MaxSteps: *maxSteps, Argv: []string{}}, maxPeakOf(fs), stdout, stderr)
 		}
 		if sub, ok := subcommands[rest[0]]; ok {
 			return sub(rest[1:], stdout, stderr)
@@ -137,7 +145,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			printError(stderr, err)
 			return exitCode(err)
 		}
-		return 0
+		return budgetStatus(s)
 	case len(rest) > 0 && rest[0] == "-" || len(rest) == 0 && !*interactive && !isTerminal(stdin):
 		// A script on stdin (memsh -, or a pipe): run as a whole file, like
 		// python -, so blank lines inside a def are fine and a failure
@@ -151,7 +159,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			printError(stderr, err)
 			return exitCode(err)
 		}
-		return 0
+		return budgetStatus(s)
 	case len(rest) > 0:
 		if err := repl.Interruptible(s, func() error { return s.Exec(rest[0], nil) }); err != nil {
 			printError(stderr, err)
@@ -160,10 +168,23 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 		}
 		if !*interactive {
-			return 0
+			return budgetStatus(s)
 		}
 	}
-	return startREPL(s, stdin, stdout, stderr)
+	if rc := startREPL(s, stdin, stdout, stderr); rc != 0 {
+		return rc
+	}
+	return budgetStatus(s)
+}
+
+// budgetStatus is the exit status of a run that succeeded: 3 when a
+// --max-peak or budget() limit was exceeded (each violation was reported
+// on stderr as it happened), else 0.
+func budgetStatus(s *scope.Session) int {
+	if starlib.BudgetExceeded(s.Env()) {
+		return exitBudget
+	}
+	return 0
 }
 
 // usage prints the usage text and the flags to fs's output.
