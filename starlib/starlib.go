@@ -32,6 +32,9 @@ import (
 //	                       the measurement toolkit (packages memtrace,
 //	                       profile, report)
 //	gc()                   reclaim now; returns the bytes freed
+//	budget(bytes, device=None)
+//	                       limit the peak allocated bytes of later
+//	                       statements and blocks (see Budget)
 //	fmt_bytes(n)           "1.50 GiB": IEC units, two decimals
 //	KiB MiB GiB TiB        1024, 1024², 1024³, 1024⁴
 func Predeclared() starlark.StringDict {
@@ -41,6 +44,7 @@ func Predeclared() starlark.StringDict {
 		"tensor":         tensor.Module,
 		"sweep":          sweep.Module,
 		"gc":             starlark.NewBuiltin("gc", gc),
+		"budget":         starlark.NewBuiltin("budget", budgetBuiltin),
 		"host":           host.Module,
 		"log":            memlog.Module,
 		"memtrace":       memtrace.Builtin,

@@ -11,10 +11,14 @@ import (
 )
 
 func (l *Logger) print(r *Record) {
+	w := l.out
+	if w == nil {
+		w = l.env.Out
+	}
 	if l.compact {
-		WriteCompact(l.env.Out, r)
+		WriteCompact(w, r)
 	} else {
-		WriteLines(l.env.Out, r)
+		WriteLines(w, r)
 	}
 }
 

@@ -10,6 +10,7 @@ package log
 
 import (
 	"fmt"
+	"io"
 	"math"
 
 	"go.starlark.net/starlark"
@@ -104,6 +105,16 @@ type Options struct {
 	// nothing, and KeepPerf keeps the counters of a running logger.
 	Perf     []string
 	KeepPerf bool
+	// Out is where the lines go (nil: the session's output). The CLI's
+	// --log writes to stderr or --log-file, so that stdout stays the
+	// script's own output.
+	Out io.Writer
+}
+
+// StartTo is Start with the lines written to w instead of the session's
+// output.
+func StartTo(e *env.Env, compact bool, w io.Writer) error {
+	return StartWith(e, Options{Compact: compact, Out: w})
 }
 
 // StartWith is Start with options. With Perf it fails, without starting
@@ -171,6 +182,7 @@ func startAt(e *env.Env, o Options, pos syntax.Position) error {
 	e.Manager.Reclaim()
 	l := newLogger(e, o.Compact)
 	l.setPerf(perf)
+	l.out = o.Out
 	l.remove = e.Session.OnStatement(l.onStatement)
 	s.logger = l
 	l.begin(pos)

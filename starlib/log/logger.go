@@ -2,6 +2,7 @@ package log
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"go.starlark.net/syntax"
@@ -56,6 +57,7 @@ type Logger struct {
 	env     *env.Env
 	compact bool
 	remove  func()
+	out     io.Writer // where the lines go; nil: env.Out
 
 	hostPeak *bhost.RSSCounter // nil if it could not be opened
 	gpuPeaks []*backend.Peak
