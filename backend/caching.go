@@ -365,7 +365,7 @@ func (a *CachingAllocator) outOfMemory(requested uint64) error {
 		a.st.numOOMs++
 	}
 	free, total, _ := a.dev.MemGetInfo() // zeros if even that fails; the OOM is what matters
-	return &OOMError{
+	e := &OOMError{
 		Device:    a.dev.Name(),
 		Index:     a.index,
 		Requested: requested,
@@ -374,6 +374,15 @@ func (a *CachingAllocator) outOfMemory(requested uint64) error {
 		Allocated: a.Allocated(),
 		Reserved:  a.Reserved(),
 	}
+	switch pm, ok := a.dev.(ProcessMemory); {
+	case ok:
+		e.ProcessUsed, e.ProcessKnown = pm.ProcessUsed()
+	case a.dev.Kind() == "sim" && total >= free:
+		// A simulated GPU belongs to this process: all it uses is ours
+		// (segments and the ctx= preload).
+		e.ProcessUsed, e.ProcessKnown = total-free, true
+	}
+	return e
 }
 
 // Free returns b to the cache, merging it with free neighbours. It panics if

@@ -550,7 +550,11 @@ func TestOOM(t *testing.T) {
 		t.Fatal("Malloc(2 GiB) succeeded")
 	}
 	want := "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.50 GiB is free. " +
-		"Of the allocated memory 14.00 GiB is allocated by memsh, and 512.00 MiB is reserved by memsh but unallocated."
+		"Including non-memsh memory, this process has 14.50 GiB memory in use. " +
+		"Of the allocated memory 14.00 GiB is allocated by memsh, and 512.00 MiB is reserved by memsh but unallocated. " +
+		"If reserved but unallocated memory is large, memsh's allocator has no expandable_segments setting: " +
+		"free or reorder long-lived tensors (cuda.memory_summary() and cuda.dump_snapshot() show the segments) to avoid fragmentation.  " +
+		"See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
 	if err.Error() != want {
 		t.Fatalf("error\n%q\nwant\n%q", err.Error(), want)
 	}
@@ -559,7 +563,7 @@ func TestOOM(t *testing.T) {
 		t.Fatalf("error %T is not an *OOMError", err)
 	}
 	if *oom != (OOMError{Device: "cuda:0", Index: 0, Requested: 2 * caGiB, Total: 16 * caGiB, Free: 3 * caGiB / 2,
-		Allocated: 14 * caGiB, Reserved: 29 * caGiB / 2}) {
+		Allocated: 14 * caGiB, Reserved: 29 * caGiB / 2, ProcessUsed: 29 * caGiB / 2, ProcessKnown: true}) {
 		t.Fatalf("OOMError %+v", *oom)
 	}
 	st := a.Stats()
@@ -578,7 +582,8 @@ func TestOOM(t *testing.T) {
 	a3 := NewCachingAllocator(newCAFakeDevice(caGiB, false), 3)
 	_, err = a3.Malloc(caGiB + 1)
 	if want := "CUDA out of memory. Tried to allocate 1.00 GiB. GPU 3 has a total capacity of 1024.00 MiB of which 1024.00 MiB is free. " +
-		"Of the allocated memory 0 bytes is allocated by memsh, and 0 bytes is reserved by memsh but unallocated."; err == nil || err.Error() != want {
+		"Including non-memsh memory, this process has 0 bytes memory in use. " +
+		"Of the allocated memory 0 bytes is allocated by memsh, and 0 bytes is reserved by memsh but unallocated. " + OOMAdvice + "  " + OOMDocs; err == nil || err.Error() != want {
 		t.Fatalf("error %v, want %q", err, want)
 	}
 }

@@ -44,7 +44,9 @@ type Device interface {
 var ErrDeviceFull = errors.New("device memory exhausted")
 
 // OOMError is the out-of-memory error of an Allocator, worded like PyTorch's
-// torch.cuda.OutOfMemoryError.
+// torch.cuda.OutOfMemoryError (PyTorch 2.x's message, every sentence, with
+// memsh named where PyTorch names itself), so that people and log parsers
+// find the same fields.
 type OOMError struct {
 	Device    string // "cuda:0", "cpu"
 	Index     int    // the GPU's ordinal, as in "GPU 0"; -1 for host memory
@@ -53,7 +55,30 @@ type OOMError struct {
 	Free      uint64 // device-wide free bytes at the time of the failure
 	Allocated uint64 // bytes allocated by memsh's allocator on the device
 	Reserved  uint64 // bytes reserved (held in segments) by memsh's allocator
+	// ProcessUsed is the device memory this process uses, memsh's and
+	// anything else's (the CUDA context, a simulator's ctx=), when known
+	// (ProcessKnown): PyTorch's "Including non-PyTorch memory, this
+	// process has ... memory in use", a sentence it too leaves out when it
+	// cannot tell.
+	ProcessUsed  uint64
+	ProcessKnown bool
 }
+
+// ProcessMemory is implemented by devices that know how much of their
+// memory this process uses (see OOMError.ProcessUsed).
+type ProcessMemory interface {
+	ProcessUsed() (used uint64, ok bool)
+}
+
+// OOMAdvice is the OOM message's advice sentence. PyTorch's suggests
+// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; memsh's allocator has
+// no expandable segments (nor max_split_size), so it says what memsh
+// offers instead.
+const OOMAdvice = "If reserved but unallocated memory is large, memsh's allocator has no expandable_segments setting: " +
+	"free or reorder long-lived tensors (cuda.memory_summary() and cuda.dump_snapshot() show the segments) to avoid fragmentation."
+
+// OOMDocs is the closing sentence of PyTorch's message, kept as it is.
+const OOMDocs = "See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
 
 func (e *OOMError) Error() string {
 	if e.Index < 0 {
@@ -64,10 +89,14 @@ func (e *OOMError) Error() string {
 	if e.Reserved > e.Allocated {
 		unalloc = e.Reserved - e.Allocated
 	}
-	return fmt.Sprintf("CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is free. "+
-		"Of the allocated memory %s is allocated by memsh, and %s is reserved by memsh but unallocated.",
-		FormatSize(e.Requested), e.Index, FormatSize(e.Total), FormatSize(e.Free),
-		FormatSize(e.Allocated), FormatSize(unalloc))
+	proc := ""
+	if e.ProcessKnown {
+		proc = fmt.Sprintf("Including non-memsh memory, this process has %s memory in use. ", FormatSize(e.ProcessUsed))
+	}
+	return fmt.Sprintf("CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is free. %s"+
+		"Of the allocated memory %s is allocated by memsh, and %s is reserved by memsh but unallocated. %s  %s",
+		FormatSize(e.Requested), e.Index, FormatSize(e.Total), FormatSize(e.Free), proc,
+		FormatSize(e.Allocated), FormatSize(unalloc), OOMAdvice, OOMDocs)
 }
 
 // IsOOM reports whether err is (or wraps) an *OOMError.

@@ -18,6 +18,7 @@ import (
 	"go.starlark.net/syntax"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/fsafe"
 )
 
 const threadKey = "memsh.env"
@@ -29,9 +30,22 @@ type Env struct {
 	Err     io.Writer // where notices and progress bars go
 	Session Session   // the Session, for modules that observe it
 
+	// Files is where builtins that write files (cuda.dump_snapshot) may
+	// write them: nil means the working directory only; memsh's --out-dir
+	// adds a directory.
+	Files *fsafe.Policy
+
 	// DefaultDevice is the device tensors are created on when none is
 	// given (tensor.set_default_device). "cpu" as in PyTorch.
 	DefaultDevice string
+
+	// Seed, when set, reseeds the session's random generators as
+	// tensor.manual_seed(seed) does (the Philox key, counter back to 0).
+	// The module that owns the generator installs it (the tensor module);
+	// the per-input logger's seed option (ipygpulogger's cl_set_seed,
+	// log.start(seed=N), the REPL's :log seed N) calls it before every
+	// input. Nil until installed: there is then nothing to reseed.
+	Seed func(seed int64)
 
 	// Modules may keep per-session state here, keyed by module name.
 	Values map[string]any
@@ -117,4 +131,17 @@ func NoArgs(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		return nil, err
 	}
 	return Of(thread, b.Name())
+}
+
+// InPlaceOperand is implemented by values whose augmented assignments
+// update them in place, as PyTorch's tensors do: for such an x, memsh runs
+// `x += y` (and -=, *=, /=, //=, %=, &=, |=, ^=, <<=, >>=) as
+// x.InPlaceBinary(syntax.PLUS, y) and binds the target to its result,
+// instead of Starlark's `x = x + y`, which would allocate a new value. op
+// is the binary operator (syntax.PLUS for +=). The method returns the
+// receiver itself; returning (nil, nil) declines, and the ordinary binary
+// operator applies. Other values keep Starlark's meaning.
+type InPlaceOperand interface {
+	starlark.Value
+	InPlaceBinary(op syntax.Token, y starlark.Value) (starlark.Value, error)
 }

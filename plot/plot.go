@@ -8,17 +8,20 @@ package plot
 import (
 	"fmt"
 	"image/color"
+	"io"
 	"math"
 	"path/filepath"
 	"strings"
 
 	gplot "gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/fsafe"
 )
 
 // DefaultWidth and DefaultHeight are the size of a chart.
@@ -32,9 +35,40 @@ var oomColor = color.RGBA{R: 214, G: 39, B: 40, A: 255}
 // Save writes p to path as SVG or PNG, by the file's extension (".svg",
 // ".png"); width and height of 0 mean DefaultWidth and DefaultHeight.
 func Save(p *gplot.Plot, path string, width, height vg.Length) error {
-	ext := strings.ToLower(filepath.Ext(path))
-	if ext != ".svg" && ext != ".png" {
-		return fmt.Errorf("%s: unsupported format %q (want .svg or .png)", path, ext)
+	return SaveAll([]*gplot.Plot{p}, path, width, height)
+}
+
+// SaveAll writes plots to path as SVG or PNG (by its extension), one panel
+// under another, each width by height (0: DefaultWidth, DefaultHeight).
+// The file is written whole or not at all (a temporary file renamed into
+// place) and replaces an existing file only if that is an image of the
+// same format.
+func SaveAll(plots []*gplot.Plot, path string, width, height vg.Length) error {
+	kind, err := imageKind(path)
+	if err != nil {
+		return err
+	}
+	return fsafe.WriteFile(path, kind, func(w io.Writer) error {
+		return WriteImage(w, plots, kind == fsafe.PNG, width, height)
+	})
+}
+
+func imageKind(path string) (fsafe.Kind, error) {
+	switch ext := strings.ToLower(filepath.Ext(path)); ext {
+	case ".svg":
+		return fsafe.SVG, nil
+	case ".png":
+		return fsafe.PNG, nil
+	default:
+		return "", fmt.Errorf("%s: unsupported format %q (want .svg or .png)", path, ext)
+	}
+}
+
+// WriteImage draws plots one under another and writes them to w as PNG
+// (png true) or SVG.
+func WriteImage(w io.Writer, plots []*gplot.Plot, png bool, width, height vg.Length) error {
+	if len(plots) == 0 {
+		return fmt.Errorf("nothing to plot")
 	}
 	if width <= 0 {
 		width = DefaultWidth
@@ -42,7 +76,31 @@ func Save(p *gplot.Plot, path string, width, height vg.Length) error {
 	if height <= 0 {
 		height = DefaultHeight
 	}
-	return p.Save(width, height, path)
+	total := height * vg.Length(len(plots))
+	var c interface {
+		vg.CanvasSizer
+		io.WriterTo
+	}
+	if png {
+		c = vgimg.PngCanvas{Canvas: vgimg.New(width, total)}
+	} else {
+		c = vgsvg.New(width, total)
+	}
+	dc := draw.New(c)
+	if len(plots) == 1 {
+		plots[0].Draw(dc)
+	} else {
+		grid := make([][]*gplot.Plot, len(plots))
+		for i, p := range plots {
+			grid[i] = []*gplot.Plot{p}
+		}
+		tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Points(12)}
+		for i, row := range gplot.Align(grid, tiles, dc) {
+			plots[i].Draw(row[0])
+		}
+	}
+	_, err := c.WriteTo(w)
+	return err
 }
 
 // byteUnit picks MiB or GiB (or KiB) for values up to maxBytes.
@@ -98,7 +156,20 @@ func oomScatter(pts plotter.XYs) (*plotter.Scatter, error) {
 	return s, nil
 }
 
-func seriesColor(i int) color.Color { return plotutil.Color(i) }
+// palette colors series and capacity lines: no red, which marks the
+// points that ran out of memory and nothing else.
+var palette = []color.Color{
+	color.RGBA{R: 31, G: 119, B: 180, A: 255},  // blue
+	color.RGBA{R: 44, G: 160, B: 44, A: 255},   // green
+	color.RGBA{R: 255, G: 127, B: 14, A: 255},  // orange
+	color.RGBA{R: 148, G: 103, B: 189, A: 255}, // purple
+	color.RGBA{R: 23, G: 190, B: 207, A: 255},  // cyan
+	color.RGBA{R: 140, G: 86, B: 75, A: 255},   // brown
+	color.RGBA{R: 127, G: 127, B: 127, A: 255}, // gray
+	color.RGBA{R: 188, G: 189, B: 34, A: 255},  // olive
+}
+
+func seriesColor(i int) color.Color { return palette[i%len(palette)] }
 
 func capacityLabel(device string, total int64) string {
 	return fmt.Sprintf("%s capacity (%s)", device, backend.FormatBytes(total))

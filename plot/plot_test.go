@@ -144,3 +144,13 @@ func TestTimelineChart(t *testing.T) {
 		t.Errorf("bad trace: %v", err)
 	}
 }
+
+// Red marks out-of-memory points only: no series or capacity line is red.
+func TestOnlyOOMIsRed(t *testing.T) {
+	for i := range 2 * len(palette) {
+		r, g, b, _ := seriesColor(i).RGBA()
+		if r>>8 > 180 && g>>8 < 110 && b>>8 < 110 {
+			t.Errorf("series color %d is red: %v", i, seriesColor(i))
+		}
+	}
+}

@@ -16,6 +16,55 @@ import (
 	"github.com/memsh/memsh/record"
 )
 
+// Sweeps charts each sweep among recs in a panel of its own (Sweep of its
+// points, param naming x as there), in the order the sweeps first appear;
+// name, when not "", picks the sweep of that name alone.
+func Sweeps(recs []*record.Record, param, name string) ([]*gplot.Plot, error) {
+	var names []string
+	bySweep := map[string][]*record.Record{}
+	for _, r := range record.Merge(recs) {
+		if r.Kind != "trial" || r.Sweep == "" {
+			continue
+		}
+		if _, ok := bySweep[r.Sweep]; !ok {
+			names = append(names, r.Sweep)
+		}
+		bySweep[r.Sweep] = append(bySweep[r.Sweep], r)
+	}
+	if name != "" {
+		if _, ok := bySweep[name]; !ok {
+			if len(names) == 0 {
+				return nil, fmt.Errorf("no sweep %q: the records hold no sweep points", name)
+			}
+			return nil, fmt.Errorf("no sweep %q in the records (they hold %s)", name, quoteAll(names))
+		}
+		names = []string{name}
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no sweep points in the records (run sweep.max_fit or sweep.grid with --out)")
+	}
+	var plots []*gplot.Plot
+	for _, n := range names {
+		p, err := Sweep(bySweep[n], param)
+		if err != nil {
+			if len(names) > 1 {
+				err = fmt.Errorf("sweep %q: %v", n, err)
+			}
+			return nil, err
+		}
+		plots = append(plots, p)
+	}
+	return plots, nil
+}
+
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
+}
+
 // Sweep charts the sweep points among recs (records as --out writes them;
 // several files' records may be concatenated: they are merged first):
 // for every sweep, each device's peak allocated bytes against the swept

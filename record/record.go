@@ -35,11 +35,14 @@ import (
 // Record is one finished experiment or trial as written to a JSONL file.
 // Sizes are in bytes, times in seconds.
 type Record struct {
+	// Schema is the record format's version: SchemaVersion when written;
+	// a record read without it is version 1.
+	Schema int             `json:"schema,omitempty"`
 	Kind   string          `json:"kind"`             // "experiment" or "trial"
 	Name   string          `json:"name"`             // the block's name ("bs=64" for a sweep point)
 	Sweep  string          `json:"sweep,omitempty"`  // the sweep a point belongs to
 	Params json.RawMessage `json:"params,omitempty"` // the point's parameters: a JSON object, keys sorted
-	Status string          `json:"status"`           // "ok", "oom" or "error" (experiments: "ok")
+	Status string          `json:"status"`           // "ok", "oom" or "error"
 	Error  string          `json:"error,omitempty"`  // the trial's error message
 	Time   float64         `json:"time"`             // elapsed wall time, seconds
 	At     string          `json:"at,omitempty"`     // when the block finished, RFC 3339 (UTC)
@@ -51,6 +54,28 @@ type Record struct {
 	// Baseline is, for a sweep point, each GPU's allocated bytes before
 	// the sweep began (what the point's peak includes but did not cause).
 	Baseline map[string]int64 `json:"baseline,omitempty"`
+}
+
+// SchemaVersion is the version of the records this memsh writes: 2 added
+// the "schema" field itself, and experiments with status "oom" or "error"
+// (an experiment cut by an out-of-memory error or still open when a script
+// stopped on an error).
+const SchemaVersion = 2
+
+// validate checks what every memsh record has.
+func (r *Record) validate() error {
+	switch {
+	case r.Kind != "experiment" && r.Kind != "trial":
+		if r.Kind == "" {
+			return fmt.Errorf("no \"kind\"")
+		}
+		return fmt.Errorf("kind %q is neither \"experiment\" nor \"trial\"", r.Kind)
+	case r.Status == "":
+		return fmt.Errorf("no \"status\"")
+	case r.Schema < 0 || r.Schema > SchemaVersion:
+		return fmt.Errorf("schema %d: written by a newer memsh (this one reads up to %d)", r.Schema, SchemaVersion)
+	}
+	return nil
 }
 
 // Figures are one resource's figures (DESIGN.md §5), as in env.Figures,
@@ -152,7 +177,7 @@ func figures(f env.Figures, total uint64) Figures {
 // FromEvent converts a finish event. totals gives each device's capacity
 // by device name ("host", "cuda:0"); params are converted with Params.
 func FromEvent(e env.FinishEvent, totals map[string]uint64) (*Record, error) {
-	r := &Record{Kind: e.Kind, Name: e.Name, Status: e.Status, Error: e.Error, Leaks: e.Leaks,
+	r := &Record{Schema: SchemaVersion, Kind: e.Kind, Name: e.Name, Status: e.Status, Error: e.Error, Leaks: e.Leaks,
 		At: time.Now().UTC().Format(time.RFC3339Nano), GPUs: []Figures{}}
 	if len(e.Params) > 0 {
 		p, err := Params(e.Params)

@@ -22,6 +22,7 @@ type State struct {
 	resume map[string]*Record
 	totals map[string]uint64
 	remove func()
+	adjust func(*env.FinishEvent)
 	err    error
 
 	units   int      // top-level sweep units begun
@@ -109,6 +110,11 @@ func (s *State) Close() error {
 	return err
 }
 
+// SetAdjust makes f see every finish event before it is recorded; f may
+// change the event's Status and Error (cmd/memsh records an experiment cut
+// by an out-of-memory error as "oom").
+func (s *State) SetAdjust(f func(*env.FinishEvent)) { s.adjust = f }
+
 // Recorded returns the number of points loaded for resume.
 func (s *State) Recorded() int { return len(s.resume) }
 
@@ -177,6 +183,9 @@ func (s *State) onFinish(e env.FinishEvent) {
 	if s.writer == nil {
 		return
 	}
+	if s.adjust != nil {
+		s.adjust(&e)
+	}
 	r, err := FromEvent(e, s.totals)
 	if err == nil {
 		r.Pos = s.nextPos()
@@ -188,7 +197,7 @@ func (s *State) onFinish(e env.FinishEvent) {
 		err = s.writer.Write(r)
 	}
 	if err != nil && s.err == nil {
-		s.err = fmt.Errorf("--out %s: %v", s.writer.Path(), err)
+		s.err = fmt.Errorf("--out %s: record %q not written: %v", s.writer.Path(), e.Name, err)
 		fmt.Fprintf(s.env.Err, "memsh: %v\n", s.err)
 	}
 }

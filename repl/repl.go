@@ -1,8 +1,13 @@
-// Package repl is memsh's interactive loop over a scope.Session: prompts
-// ">>> " and "... ", multi-line compound statements, history, Tab
-// completion of globals and module.attr, Ctrl-C to interrupt a running
-// statement (the Session reclaims and stays usable), Ctrl-D to exit, and
-// colon commands (:help, :exp).
+// Package repl is memsh's interactive loop over a scope.Session: a banner,
+// prompts ">>> " and "... ", multi-line compound statements (recalled from
+// history as one entry), Tab completion of globals, nested attributes
+// (gpu.x, d.gpu.y) and colon commands, Ctrl-C to interrupt a running
+// statement (the Session reclaims and stays usable), Ctrl-D to exit
+// (finishing open experiments), and colon commands (:help, :exp).
+//
+// Input number n is run as the pseudo-file "<stdin-n>", so tracebacks name
+// the input, and the Session keeps its text (scope.Session.Source) for
+// tools that show source lines.
 package repl
 
 import (
@@ -15,6 +20,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/chzyer/readline"
 	"go.starlark.net/starlark"
@@ -34,25 +40,70 @@ type LineReader interface {
 // ErrInterrupt is returned by a LineReader when the user pressed Ctrl-C.
 var ErrInterrupt = errors.New("interrupt")
 
+// Version is memsh's version, for the banner (cmd/memsh sets it).
+var Version = "(devel)"
+
+// Banner returns the lines Run prints at start: memsh and its version, the
+// current device, and where help is.
+func Banner(s *scope.Session, version string) string {
+	return fmt.Sprintf("memsh %s: Starlark memory experiments\ndevice: %s\nhelp() or :help for help; Ctrl-D exits\n", version, deviceLine(s))
+}
+
+// deviceLine describes the current GPU ("cuda:0 = simulated GPU 16.00
+// GiB", "cuda:0 = NVIDIA H100 80GB HBM3, 79.19 GiB"), or the CPU.
+func deviceLine(s *scope.Session) string {
+	gpus := s.Devices()
+	if len(gpus) == 0 {
+		return "cpu (no GPU)"
+	}
+	i := s.Manager().Current()
+	if i < 0 || i >= len(gpus) {
+		i = 0
+	}
+	d := gpus[i]
+	line := d.Name() + " = " + d.Description()
+	if _, total, err := d.MemGetInfo(); err == nil {
+		if t := backend.FormatBytes(int64(total)); !strings.Contains(line, t) {
+			line += ", " + t
+		}
+	}
+	if len(gpus) > 1 {
+		line += fmt.Sprintf(" (%d GPUs: :devices)", len(gpus))
+	}
+	return line
+}
+
 // Run runs the REPL on the terminal until Ctrl-D. History is kept in
 // historyFile ("" for none).
 func Run(s *scope.Session, historyFile string) error {
 	rl, err := readline.NewEx(&readline.Config{
-		Prompt:          ">>> ",
-		HistoryFile:     historyFile,
-		AutoComplete:    &completer{s},
-		InterruptPrompt: "^C",
-		EOFPrompt:       "",
+		Prompt:                 ">>> ",
+		HistoryFile:            historyFile,
+		DisableAutoSaveHistory: true, // Loop saves whole inputs
+		AutoComplete:           &completer{s},
+		InterruptPrompt:        "^C",
+		EOFPrompt:              "",
 	})
 	if err != nil {
 		return err
 	}
 	defer rl.Close()
 	s.SetOutput(rl.Stdout())
+	fmt.Fprint(rl.Stdout(), Banner(s, Version))
 	return Loop(s, &terminal{rl}, rl.Stdout())
 }
 
 type terminal struct{ rl *readline.Instance }
+
+// SaveHistory implements HistorySaver.
+func (t *terminal) SaveHistory(entry string) error { return t.rl.SaveHistory(entry) }
+
+// HistorySaver is implemented by LineReaders that keep a history: Loop
+// saves each input once it is complete, a multi-line input (a def block)
+// as one entry.
+type HistorySaver interface {
+	SaveHistory(entry string) error
+}
 
 func (t *terminal) Readline(prompt string) (string, error) {
 	t.rl.SetPrompt(prompt)
@@ -90,9 +141,12 @@ func (p *Plain) Readline(prompt string) (string, error) {
 // Loop reads inputs from r and runs them in s until end of input, printing
 // errors to out. Ctrl-C (SIGINT) during a statement interrupts it.
 func Loop(s *scope.Session, r LineReader, out io.Writer) error {
+	hist, _ := r.(HistorySaver)
+	n := 0
 	for {
 		src, err := readInput(r)
 		if err == io.EOF {
+			finishOpen(s, out, "end of input")
 			return nil
 		}
 		if err == ErrInterrupt {
@@ -106,16 +160,36 @@ func Loop(s *scope.Session, r LineReader, out io.Writer) error {
 		if trimmed == "" {
 			continue
 		}
+		if hist != nil {
+			_ = hist.SaveHistory(strings.TrimRight(src, "\n"))
+		}
 		if strings.HasPrefix(trimmed, ":") {
 			if command(s, trimmed, out) {
+				finishOpen(s, out, ":quit")
 				return nil
 			}
 			continue
 		}
-		if err := execInterruptible(s, src); err != nil {
+		n++
+		if err := execInterruptible(s, fmt.Sprintf("<stdin-%d>", n), src); err != nil {
 			printError(out, err)
 		}
 	}
+}
+
+// finishOpen finishes the experiments still open when the REPL ends, with
+// a warning, so their reports and records are not lost.
+func finishOpen(s *scope.Session, out io.Writer, why string) {
+	exps := s.Experiments()
+	if len(exps) == 0 {
+		return
+	}
+	names := make([]string, len(exps))
+	for i, e := range exps {
+		names[i] = fmt.Sprintf("%q", e.Name())
+	}
+	fmt.Fprintf(out, "*** %s with experiment %s still open: finishing it\n", why, strings.Join(names, ", "))
+	s.FinishOpen(nil)
 }
 
 // readInput reads one input: a line, or as many lines as a compound
@@ -160,8 +234,8 @@ var fileOptions = &syntax.FileOptions{Set: true, While: true, TopLevelControl: t
 
 var errColon = errors.New("colon command")
 
-func execInterruptible(s *scope.Session, src string) error {
-	return Interruptible(s, func() error { return s.ExecInteractive("<stdin>", src) })
+func execInterruptible(s *scope.Session, name, src string) error {
+	return Interruptible(s, func() error { return s.ExecInteractive(name, src) })
 }
 
 // Interruptible runs f (which executes code in s) so that Ctrl-C (SIGINT)
@@ -194,18 +268,15 @@ func printError(out io.Writer, err error) {
 	fmt.Fprintln(out, err)
 }
 
-const help = `memsh REPL: Starlark with memory experiments.
-  experiment(name)       open an experiment block; e.finish() reports and cleans up
-  trial(fn, *args)       run fn in a block; OOM is data
-  tensor.zeros(shape, dtype="float32", device="cuda")   (the default device is "cpu")
-  cuda.memory_allocated(), cuda.memory_stats(), gc(), globals(), fmt_bytes(n)
+const help = scope.Help + `
 Commands:
   :help                  this text
   :exp                   open experiments and their figures so far
   :devices               devices and their memory (as memsh devices)
   :quit                  exit (or Ctrl-D)`
 
-const helpFooter = `Ctrl-C interrupts a running statement; Tab completes names and module.attr.`
+const helpFooter = `Ctrl-C interrupts a running statement; Ctrl-D exits (finishing open experiments);
+Tab completes names, attributes (d.gpu.) and :commands.`
 
 // Command is a REPL colon command added by a feature (":log", ":stats").
 type Command struct {
@@ -260,35 +331,81 @@ func command(s *scope.Session, line string, out io.Writer) bool {
 	return false
 }
 
-// completer completes global names and module.attr.
+// completer completes global names, nested attributes and colon commands.
 type completer struct{ s *scope.Session }
 
 // Do implements readline.AutoCompleter.
 func (c *completer) Do(line []rune, pos int) ([][]rune, int) {
-	start := pos
-	for start > 0 && isIdent(line[start-1]) {
-		start--
-	}
-	word := string(line[start:pos])
+	return Complete(c.s, string(line[:pos]))
+}
+
+// Complete returns the completions of the end of before (the line up to the
+// cursor) as suffixes, and the length in runes of the word they complete.
+// A line starting with ":" completes colon commands. Attributes are
+// completed by following attribute lookups from a visible name (d.gpu.);
+// no user code runs.
+func Complete(s *scope.Session, before string) ([][]rune, int) {
+	var word string
 	var candidates []string
-	if i := strings.LastIndexByte(word, '.'); i >= 0 {
-		obj := c.s.Lookup(word[:i])
-		if ha, ok := obj.(starlark.HasAttrs); ok && !strings.Contains(word[:i], ".") {
-			for _, a := range ha.AttrNames() {
-				candidates = append(candidates, word[:i+1]+a)
-			}
-		}
+	if t := strings.TrimLeft(before, " "); strings.HasPrefix(t, ":") && !strings.ContainsAny(t, " \t") {
+		word = t
+		candidates = commandNames()
 	} else {
-		candidates = c.s.Names()
+		r := []rune(before)
+		start := len(r)
+		for start > 0 && isIdent(r[start-1]) {
+			start--
+		}
+		word = string(r[start:])
+		if i := strings.LastIndexByte(word, '.'); i >= 0 {
+			if ha, ok := attrValue(s, word[:i]).(starlark.HasAttrs); ok {
+				for _, a := range ha.AttrNames() {
+					candidates = append(candidates, word[:i+1]+a)
+				}
+			}
+		} else {
+			candidates = s.Names()
+		}
 	}
 	sort.Strings(candidates)
 	var out [][]rune
 	for _, cand := range candidates {
-		if strings.HasPrefix(cand, word) {
+		if strings.HasPrefix(cand, word) && cand != word {
 			out = append(out, []rune(cand[len(word):]))
 		}
 	}
 	return out, len([]rune(word))
+}
+
+// attrValue evaluates a dotted path (gpu, d.gpu) by looking up the first
+// name and then attributes, or returns nil.
+func attrValue(s *scope.Session, path string) starlark.Value {
+	parts := strings.Split(path, ".")
+	if parts[0] == "" || unicode.IsDigit(rune(parts[0][0])) {
+		return nil
+	}
+	v := s.Lookup(parts[0])
+	for _, p := range parts[1:] {
+		ha, ok := v.(starlark.HasAttrs)
+		if !ok || p == "" {
+			return nil
+		}
+		next, err := ha.Attr(p)
+		if err != nil || next == nil {
+			return nil
+		}
+		v = next
+	}
+	return v
+}
+
+// commandNames lists the colon commands.
+func commandNames() []string {
+	names := []string{":help", ":quit", ":exp", ":devices"}
+	for name := range Commands {
+		names = append(names, name)
+	}
+	return names
 }
 
 func isIdent(r rune) bool {

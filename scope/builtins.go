@@ -21,6 +21,7 @@ func (s *Session) sessionBuiltins() starlark.StringDict {
 		"experiment": starlark.NewBuiltin("experiment", experimentBuiltin),
 		"trial":      starlark.NewBuiltin("trial", trialBuiltin),
 		"globals":    starlark.NewBuiltin("globals", globalsBuiltin),
+		"help":       starlark.NewBuiltin("help", helpBuiltin),
 	}
 }
 
@@ -31,12 +32,15 @@ func threadSession(thread *starlark.Thread, builtin string) (*Session, error) {
 	return nil, fmt.Errorf("%s: no memsh session on this thread", builtin)
 }
 
-// experiment(name="", keep=[], quiet=False) opens an experiment block and
+// experiment(name="", keep=[], quiet=False, empty_cache=True) opens an experiment block and
 // returns its handle: .name, .running, .keep(*names), .data(), .finish().
 // Every name bound while it is open is recorded: at finish, created names
 // are deleted, names that existed before are restored to their earlier
-// values, and names passed to keep (here or with .keep) stay. keep names
-// given here may be bound later in the block; .keep requires them to exist.
+// values, and names passed to keep (here or with .keep) stay — also through
+// the finish of experiments nested in this one. keep names given here may be
+// bound later in the block; .keep requires them to exist. At finish the GPU
+// allocators' cache is released (cuda.empty_cache()) before Available is
+// read, as ipyexperiments does, unless empty_cache=False.
 func experimentBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	s, err := threadSession(thread, b.Name())
 	if err != nil {
@@ -45,7 +49,8 @@ func experimentBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starla
 	var name string
 	var keep starlark.Value
 	var quiet bool
-	if err := starlark.UnpackArgs("experiment", args, kwargs, "name?", &name, "keep?", &keep, "quiet?", &quiet); err != nil {
+	emptyCache := true
+	if err := starlark.UnpackArgs("experiment", args, kwargs, "name?", &name, "keep?", &keep, "quiet?", &quiet, "empty_cache?", &emptyCache); err != nil {
 		return nil, err
 	}
 	var names []string
@@ -71,7 +76,7 @@ func experimentBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starla
 		s.unnamed++
 		name = fmt.Sprintf("experiment %d", s.unnamed)
 	}
-	return s.open(thread, name, names, quiet), nil
+	return s.open(thread, name, names, quiet, emptyCache), nil
 }
 
 // finishReopened applies ipyexperiments' re-run rule: when this call is the
@@ -162,7 +167,7 @@ func (r *TrialResult) Value() starlark.Value {
 // (a sweep's point). An interrupt (Ctrl-C) or step limit is not a trial
 // outcome: it is returned as an error after the block is finished.
 func (s *Session) RunTrial(thread *starlark.Thread, name string, fn starlark.Callable, args starlark.Tuple, kwargs []starlark.Tuple, params starlark.StringDict) (*TrialResult, error) {
-	e := s.open(thread, name, nil, true)
+	e := s.open(thread, name, nil, true, false)
 	e.trial = true
 	v, callErr := starlark.Call(thread, fn, args, kwargs)
 	r := &TrialResult{Name: name, Status: "ok", Return: starlark.None}
@@ -212,6 +217,27 @@ func sortedKeys(m map[string]starlark.Value) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// Help is what help() prints: the main builtins in one screen. The REPL's
+// :help prints it with the colon commands.
+const Help = `memsh: Starlark with memory experiments.
+  experiment(name)       open an experiment block; e.finish() reports and cleans up
+  trial(fn, *args)       run fn in a block; OOM is data
+  tensor.zeros(shape, dtype="float32", device="cuda")   (the default device is "cpu")
+  cuda.memory_allocated(), cuda.memory_stats(), gc(), globals(), fmt_bytes(n)
+  load("lib.star", "name")   a Starlark file from the script's directory (or --load-path)
+  a += b                 in place on tensors, as in PyTorch`
+
+// help() prints Help.
+func helpBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackArgs("help", args, kwargs); err != nil {
+		return nil, err
+	}
+	if thread.Print != nil {
+		thread.Print(thread, Help)
+	}
+	return starlark.None, nil
 }
 
 // globals() returns a new dict of the user globals (memsh's builtins are

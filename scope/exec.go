@@ -3,12 +3,16 @@ package scope
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
 
+	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/env"
 )
 
@@ -67,9 +71,23 @@ func (s *Session) exec(filename string, src any, echo bool) error {
 	if s.running {
 		return errors.New("memsh: Exec called while a statement is running")
 	}
-	f, err := fileOptions.Parse(filename, src, 0)
+	text, err := readSource(filename, src)
 	if err != nil {
 		return err
+	}
+	if strings.HasPrefix(filename, "<") {
+		if s.sources == nil {
+			s.sources = map[string][]string{}
+		}
+		s.sources[filename] = strings.Split(strings.TrimSuffix(string(text), "\n"), "\n")
+	} else if s.mainDir == "" {
+		if abs, err := filepath.Abs(filepath.Dir(filename)); err == nil {
+			s.mainDir = abs
+		}
+	}
+	f, err := fileOptions.Parse(filename, text, 0)
+	if err != nil {
+		return withHint(err, text)
 	}
 	fileBound := map[string]bool{}
 	bound := make([][]string, len(f.Stmts))
@@ -121,6 +139,7 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, names []string, fil
 		return ok || fileBound[name]
 	}
 	file := &syntax.File{Path: f.Path, Stmts: stmts, Options: f.Options}
+	rewriteAugmented(file.Stmts[len(file.Stmts)-1:])
 	if isCompound(stmt) && hasFunction(stmt) && len(names) > 0 {
 		// See compound.go: nested functions read the statement's globals
 		// dynamically, and the module lets go of them at the end.
@@ -172,6 +191,9 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, names []string, fil
 	globals = nil
 	s.applyPending()
 	s.statementEvent(env.StatementEvent{Pos: pos, End: end, Err: err, First: first, Last: last || err != nil})
+	if err != nil && backend.IsOOM(err) {
+		s.markOOM(err)
+	}
 	if err != nil {
 		// A failed statement's temporaries are garbage now: reclaim them
 		// so the Session stays usable with memory back where it was.
@@ -180,6 +202,31 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, names []string, fil
 		return s.explainSteps(fixError(err))
 	}
 	return nil
+}
+
+// readSource returns the text of src (a string, []byte or io.Reader), or
+// of the file filename when src is nil.
+func readSource(filename string, src any) ([]byte, error) {
+	switch src := src.(type) {
+	case string:
+		return []byte(src), nil
+	case []byte:
+		return src, nil
+	case io.Reader:
+		return io.ReadAll(src)
+	case nil:
+		return os.ReadFile(filename)
+	}
+	return nil, fmt.Errorf("memsh: invalid source type %T", src)
+}
+
+// Source returns the lines of a pseudo-file the Session ran (a REPL input
+// such as "<stdin-3>", "<cmd>" code), for tools that show source lines
+// (the line profiler); ok is false for real files (read them from disk)
+// and unknown names.
+func (s *Session) Source(filename string) (lines []string, ok bool) {
+	lines, ok = s.sources[filename]
+	return lines, ok
 }
 
 var uninitialized = regexp.MustCompile(`internal error: predeclared variable (\S+) is uninitialized`)

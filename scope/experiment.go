@@ -30,6 +30,13 @@ type Experiment struct {
 	trial   bool // run by trial(): the trial reports its own FinishEvent
 	keep    map[string]bool
 	running bool
+	// emptyCache: finish releases the GPU allocators' cached segments
+	// (cuda.empty_cache) before reading Available, as ipyexperiments does.
+	emptyCache bool
+	// status and errMsg go into the FinishEvent: "ok", or "oom" / "error"
+	// with the message when the block hit an out-of-memory error or the
+	// script stopped on an error with the block open.
+	status, errMsg string
 
 	meter    *meter
 	seqStart uint64                    // allocations with a larger Manager sequence number belong to the block
@@ -43,6 +50,13 @@ type Outcome struct {
 	Deleted, Restored, Kept []string
 	Released                uint64 // bytes (requested) released at finish
 	Leaks                   []Leak
+	// EmptiedCache reports that finish released the allocators' cached
+	// segments (cuda.empty_cache()) before measuring Available.
+	EmptiedCache bool
+	// Status is "ok", "oom" (the block hit an out-of-memory error) or
+	// "error" (the script stopped on an error with the block open); Error
+	// is the message.
+	Status, Error string
 }
 
 // Leak is memory allocated inside a block that is still reachable after it.
@@ -124,8 +138,8 @@ func (e *Experiment) Attr(name string) (starlark.Value, error) {
 }
 
 // open starts an experiment on the session's stack.
-func (s *Session) open(thread *starlark.Thread, name string, keep []string, quiet bool) *Experiment {
-	e := &Experiment{s: s, name: name, quiet: quiet || s.opts.Quiet, keep: map[string]bool{}, running: true}
+func (s *Session) open(thread *starlark.Thread, name string, keep []string, quiet, emptyCache bool) *Experiment {
+	e := &Experiment{s: s, name: name, quiet: quiet || s.opts.Quiet, keep: map[string]bool{}, running: true, emptyCache: emptyCache, status: "ok"}
 	for _, k := range keep {
 		e.keep[k] = true
 	}
@@ -231,7 +245,7 @@ func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*env
 		switch {
 		case existed && same(old, v):
 			survivors = append(survivors, refpath.Root{Name: name, Value: v})
-		case e.keep[name]:
+		case e.keep[name] || s.outerKeeps(e, name):
 			out.Kept = append(out.Kept, name)
 			kept = append(kept, refpath.Root{Name: name, Value: v})
 		case isHandle:
@@ -303,8 +317,16 @@ func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*env
 	}
 
 	// Figures after the release: what came back (glibc trimmed, so freed
-	// host blocks are back with the OS).
+	// host blocks are back with the OS; the allocators' cache released to
+	// the devices unless experiment(empty_cache=False)).
 	host.Trim()
+	if e.emptyCache && s.mgr.NumGPUs() > 0 {
+		for i := 0; i < s.mgr.NumGPUs(); i++ {
+			s.mgr.GPU(i).EmptyCache()
+		}
+		out.EmptiedCache = true
+	}
+	out.Status, out.Error = e.status, e.errMsg
 	post := s.read(e.meter, e.name)
 	// Host RSS is noisy: a tiny growth while releasing is not a negative
 	// reclaim.
@@ -326,9 +348,72 @@ func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*env
 		s.printReport(e)
 	}
 	if !e.trial {
-		s.finishEvent(env.FinishEvent{Kind: "experiment", Name: e.name, Status: "ok", Data: end, Leaks: leakLines(out)})
+		s.finishEvent(env.FinishEvent{Kind: "experiment", Name: e.name, Status: e.status, Error: e.errMsg, Data: end, Leaks: leakLines(out)})
 	}
 	return end, nil
+}
+
+// outerKeeps reports whether an experiment enclosing e was told to keep
+// name: such a name survives e's finish, for the outer one to keep.
+func (s *Session) outerKeeps(e *Experiment, name string) bool {
+	for _, outer := range s.stack {
+		if outer == e {
+			return false
+		}
+		if outer.keep[name] {
+			return true
+		}
+	}
+	return false
+}
+
+// markOOM records an out-of-memory error that stopped a top-level
+// statement on every open experiment: they finish with status "oom".
+func (s *Session) markOOM(err error) {
+	for _, e := range s.stack {
+		if e.status == "ok" {
+			e.status, e.errMsg = "oom", oomMessage(err)
+		}
+	}
+}
+
+// FinishOpen finishes every open experiment, innermost first, because the
+// script stopped on err: each reports as usual and its FinishEvent has
+// Status "oom" if err is an out-of-memory error, else "error", and Error
+// err's message. With err nil they finish with their own status. It must
+// not be called while a statement runs; the name deletions and restores
+// apply at once. The script runner calls it when a script fails (and a
+// REPL at end of input).
+func (s *Session) FinishOpen(err error) {
+	if s.running {
+		return
+	}
+	status, msg := "", ""
+	if err != nil {
+		status, msg = "error", errorMessage(err)
+		if backend.IsOOM(err) {
+			status, msg = "oom", oomMessage(err)
+		}
+	}
+	for len(s.stack) > 0 {
+		e := s.stack[len(s.stack)-1]
+		if status != "" {
+			e.status, e.errMsg = status, msg
+		}
+		if _, ferr := e.finish(nil, nil); ferr != nil {
+			break
+		}
+	}
+	s.applyPending()
+}
+
+// errorMessage is err's message without a backtrace.
+func errorMessage(err error) string {
+	var ee *starlark.EvalError
+	if errors.As(err, &ee) {
+		return ee.Msg
+	}
+	return err.Error()
 }
 
 // currentView returns the user globals as the running statement sees them:

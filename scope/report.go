@@ -43,6 +43,16 @@ func WriteReport(w io.Writer, d *env.Data, o *Outcome, mode backend.PeakMode) {
 	for _, g := range d.GPUs {
 		row(g)
 	}
+	if o != nil && len(d.GPUs) > 0 {
+		if o.EmptiedCache {
+			fmt.Fprintf(w, "(Available: after releasing the allocator's cache, as cuda.empty_cache())\n")
+		} else {
+			fmt.Fprintf(w, "(Available: the allocator's cache kept, experiment(empty_cache=False))\n")
+		}
+	}
+	if o != nil && o.Status != "" && o.Status != "ok" {
+		fmt.Fprintf(w, "(status %s: %s)\n", o.Status, o.Error)
+	}
 	if mode == backend.PeakLazy {
 		fmt.Fprintf(w, "(--peak lazy: GPU peaks may include garbage not yet reclaimed)\n")
 	}

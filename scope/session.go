@@ -46,6 +46,10 @@ type Options struct {
 	// Builtins are extra predeclared names for embedders (and tests): they
 	// behave like memsh's own builtins and are not user globals.
 	Builtins starlark.StringDict
+	// LoadPath lists extra directories load() may resolve modules in
+	// (--load-path), besides the main script's directory (the working
+	// directory for a REPL or -c code).
+	LoadPath []string
 }
 
 // Session is one memsh interpreter: live globals, a thread, devices and the
@@ -70,7 +74,10 @@ type Session struct {
 	stmtHooks   []*stmtHook
 	finishHooks []*finishHook
 
-	loaded  map[string]*loadEntry // load() results by path; nil entry: loading
+	mainDir string              // the main script's directory: the first load root ("" : the working directory)
+	sources map[string][]string // the lines of pseudo-files ("<stdin-3>", "<cmd>") by name
+
+	loaded  map[string]*loadEntry // load() results by real path; nil entry: loading
 	loadMu  sync.Mutex            // guards loading (Interrupt runs on another goroutine)
 	loading []*starlark.Thread    // threads running a load() now
 
@@ -137,6 +144,9 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 		s.builtins[k] = v
 	}
 	for k, v := range opts.Builtins {
+		s.builtins[k] = v
+	}
+	for k, v := range augBuiltins() {
 		s.builtins[k] = v
 	}
 	if opts.Argv != nil {
@@ -268,46 +278,6 @@ func (s *Session) Close() {
 	s.live = nil
 	s.user = nil
 	s.mgr.Close()
-}
-
-// load implements Starlark's load(): it runs a file (a path) once per
-// Session, caching its globals, with the Session's builtins, step limit and
-// interrupt; a load cycle is an error.
-func (s *Session) load(_ *starlark.Thread, module string) (starlark.StringDict, error) {
-	if e, ok := s.loaded[module]; ok {
-		if e == nil {
-			return nil, fmt.Errorf("cycle in load graph")
-		}
-		return e.globals, e.err
-	}
-	src, err := os.ReadFile(module)
-	if err != nil {
-		return nil, err
-	}
-	if s.loaded == nil {
-		s.loaded = map[string]*loadEntry{}
-	}
-	s.loaded[module] = nil // in progress
-	thread := &starlark.Thread{Name: "load " + module, Print: s.thread.Print, Load: s.load}
-	env.Install(thread, s.env)
-	thread.SetLocal(sessionKey, s)
-	if s.opts.MaxSteps > 0 {
-		thread.SetMaxExecutionSteps(s.opts.MaxSteps)
-	}
-	s.loadMu.Lock()
-	s.loading = append(s.loading, thread)
-	s.loadMu.Unlock()
-	g, err := starlark.ExecFileOptions(fileOptions, thread, module, src, s.builtins)
-	s.loadMu.Lock()
-	s.loading = removeHook(s.loading, thread)
-	s.loadMu.Unlock()
-	s.loaded[module] = &loadEntry{g, err}
-	return g, err
-}
-
-type loadEntry struct {
-	globals starlark.StringDict
-	err     error
 }
 
 // fileOptions turns every Starlark dialect option on, as DESIGN.md §2 asks.

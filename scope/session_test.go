@@ -230,11 +230,11 @@ func TestLoad(t *testing.T) {
 		return p
 	}
 	lib := write("lib.star", "print('loading lib')\ndef two():\n    return 2\nbuf = cuda.malloc(KiB)\n")
-	self := write("self.star", "load('"+dir+"/self.star', 'x')\nx = 1\n")
+	self := write("self.star", "load('self.star', 'x')\nx = 1\n")
 	loop := write("loop.star", "n = 0\nwhile True:\n    n += 1\n")
 
 	var out bytes.Buffer
-	s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out, MaxSteps: 10000})
+	s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out, MaxSteps: 10000, LoadPath: []string{dir}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,30 @@
 // and the Manager's memory events. Sizes are bytes, time_us microseconds
 // since the Unix epoch. Frames are the Starlark call stack at the event,
 // innermost first: {filename, line, name}. Streams are always 0.
+//
+// What a free records. PyTorch frees a block when its last reference
+// drops, and records that moment's time and Python stack. memsh learns that
+// a block is garbage only when it reclaims (a GC pass over the handles);
+// the exact moment the last Starlark reference went away is not
+// observable. So, while history is recorded, memsh reclaims at the end of
+// every top-level statement (StatementEnd), and a free_requested /
+// free_completed pair carries:
+//
+//   - for a block released explicitly (buffer.free(), an experiment's
+//     finish releasing what it allocated): the time and Starlark stack of
+//     that call — the free itself;
+//   - for a block reclaimed during the statement in which it became
+//     unreachable (by gc(), by exact-peak mode before an allocation that
+//     would raise a peak, before an OOM, by dump_snapshot): the time and
+//     stack of that reclaim, which is in the same statement, after the
+//     last reference went;
+//   - otherwise: the end of the top-level statement in which it became
+//     unreachable, with one frame {filename, line, "<toplevel>"} naming
+//     that statement's first line.
+//
+// Garbage made inside a function call is thus attributed to the top-level
+// statement that made the call, at the latest at its end — never to a
+// later statement's allocation.
 package snapshot
 
 import (
@@ -28,6 +52,7 @@ import (
 	"time"
 
 	"go.starlark.net/starlark"
+	"go.starlark.net/syntax"
 
 	"github.com/memsh/memsh/backend"
 )
@@ -63,6 +88,7 @@ type Recorder struct {
 	maxEntries int
 	remove     func()
 	recording  bool
+	site       []Frame // while StatementEnd reclaims: the frames its frees get
 
 	ordinals    map[string]int // "cuda:0" -> 0
 	traces      [][]entry      // per ordinal
@@ -126,6 +152,25 @@ func (r *Recorder) Close() {
 	}
 }
 
+// StatementEnd is called after each top-level statement (at pos) of the
+// Session whose history this is: while recording, it reclaims, so the
+// blocks that became garbage in the statement are freed now and their
+// frees carry the statement's end time and a frame naming the statement
+// (see the package doc). It does nothing while not recording.
+func (r *Recorder) StatementEnd(pos syntax.Position) {
+	r.mu.Lock()
+	if !r.recording {
+		r.mu.Unlock()
+		return
+	}
+	r.site = []Frame{{Filename: pos.Filename(), Line: int(pos.Line), Name: "<toplevel>"}}
+	r.mu.Unlock()
+	r.mgr.Reclaim()
+	r.mu.Lock()
+	r.site = nil
+	r.mu.Unlock()
+}
+
 // Enabled reports whether the Recorder is recording.
 func (r *Recorder) Enabled() bool {
 	r.mu.Lock()
@@ -153,6 +198,9 @@ func (r *Recorder) observe(e backend.Event) {
 	}
 	now := time.Now().UnixMicro()
 	frames := r.frames()
+	if r.site != nil {
+		frames = r.site
+	}
 	switch e.Kind {
 	case backend.EventAlloc:
 		r.add(dev, entry{action: "alloc", addr: e.Addr, size: e.Size, timeUS: now, frames: frames})

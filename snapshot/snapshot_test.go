@@ -14,6 +14,7 @@ import (
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/backend/sim"
+	"github.com/memsh/memsh/fsafe"
 	"github.com/memsh/memsh/scope"
 	"github.com/memsh/memsh/snapshot"
 )
@@ -132,6 +133,7 @@ func TestSnapshotLoadsInPython(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	s.Env().Files = &fsafe.Policy{Roots: []string{dir}} // as --out-dir DIR
 	if err := s.Exec("setup", fmt.Sprintf("PATH = %q", pickle)); err != nil {
 		t.Fatal(err)
 	}
@@ -234,3 +236,54 @@ print(json.dumps({
     "Devices": len(traces),
 }))
 `
+
+// frees finds the free_requested entries of the device trace, with their
+// frames.
+func frees(t *testing.T, r *snapshot.Recorder) (sizes []uint64, frames [][]any) {
+	t.Helper()
+	for _, e := range get(r.Snapshot(), "device_traces").([]any)[0].([]any) {
+		d := e.(snapshot.Dict)
+		if get(d, "action") == "free_requested" {
+			sizes = append(sizes, get(d, "size").(uint64))
+			frames = append(frames, get(d, "frames").([]any))
+		}
+	}
+	return sizes, frames
+}
+
+// A free is recorded with the statement that made the garbage (at its end
+// at the latest), not with the later allocation whose reclaim found it;
+// dump_snapshot reclaims first, and such a free carries its frame.
+func TestFreeFrames(t *testing.T) {
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	src := fmt.Sprintf(`cuda.record_memory_history()
+x = cuda.malloc(4 * MiB)
+x = None
+y = cuda.malloc(6 * MiB)
+def f():
+    z = cuda.malloc(8 * MiB)
+    z = None
+    cuda.dump_snapshot(%q)
+f()
+`, filepath.Join(t.TempDir(), "s.pickle"))
+	if err := s.Exec("job.star", src); err != nil {
+		t.Fatal(err)
+	}
+	r := s.Env().Values["cuda.memory_history"].(*snapshot.Recorder)
+	sizes, frames := frees(t, r)
+	if len(sizes) != 2 || sizes[0] != 4<<20 || sizes[1] != 8<<20 {
+		t.Fatalf("frees of %v, want 4 MiB then 8 MiB", sizes)
+	}
+	top := func(f []any) snapshot.Dict { return f[0].(snapshot.Dict) }
+	if fr := top(frames[0]); len(frames[0]) != 1 || get(fr, "filename") != "job.star" || get(fr, "line") != 3 || get(fr, "name") != "<toplevel>" {
+		t.Errorf("free of x: frames %v, want job.star:3 <toplevel>", frames[0])
+	}
+	if fr := top(frames[1]); get(fr, "name") != "cuda.dump_snapshot" {
+		t.Errorf("free of z: frames %v, want the dump_snapshot call", frames[1])
+	}
+}

@@ -5,8 +5,6 @@
 package starlib
 
 import (
-	"fmt"
-
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/backend"
@@ -17,6 +15,7 @@ import (
 	"github.com/memsh/memsh/starlib/host"
 	memlog "github.com/memsh/memsh/starlib/log"
 	"github.com/memsh/memsh/starlib/memtrace"
+	"github.com/memsh/memsh/starlib/numarg"
 	"github.com/memsh/memsh/starlib/profile"
 	"github.com/memsh/memsh/starlib/report"
 	"github.com/memsh/memsh/starlib/sweep"
@@ -29,10 +28,13 @@ import (
 //	cuda, tensor, gpu      modules
 //	sweep                  module: max_fit and grid, each point a trial
 //	host, log, courtesy    modules (host figures, per-statement logger, courtesy)
-//	memtrace, profile, profiled, profile_report, report
+//	memtrace, profile, profiled, profile_report, profile_every, report
 //	                       the measurement toolkit (packages memtrace,
 //	                       profile, report)
 //	gc()                   reclaim now; returns the bytes freed
+//	budget(bytes, device=None)
+//	                       limit the peak allocated bytes of later
+//	                       statements and blocks (see Budget)
 //	fmt_bytes(n)           "1.50 GiB": IEC units, two decimals
 //	KiB MiB GiB TiB        1024, 1024², 1024³, 1024⁴
 func Predeclared() starlark.StringDict {
@@ -42,12 +44,14 @@ func Predeclared() starlark.StringDict {
 		"tensor":         tensor.Module,
 		"sweep":          sweep.Module,
 		"gc":             starlark.NewBuiltin("gc", gc),
+		"budget":         starlark.NewBuiltin("budget", budgetBuiltin),
 		"host":           host.Module,
 		"log":            memlog.Module,
 		"memtrace":       memtrace.Builtin,
 		"profile":        profile.Builtins["profile"],
 		"profiled":       profile.Builtins["profiled"],
 		"profile_report": profile.Builtins["profile_report"],
+		"profile_every":  profile.Builtins["profile_every"],
 		"report":         report.Builtin,
 		"courtesy":       courtesy.Module,
 		"fmt_bytes":      starlark.NewBuiltin("fmt_bytes", fmtBytes),
@@ -76,15 +80,9 @@ func fmtBytes(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple,
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "n", &n); err != nil {
 		return nil, err
 	}
-	switch n := n.(type) {
-	case starlark.Int:
-		i, ok := n.Int64()
-		if !ok {
-			return nil, fmt.Errorf("fmt_bytes: for parameter n: %s out of range", n)
-		}
-		return starlark.String(backend.FormatBytes(i)), nil
-	case starlark.Float:
-		return starlark.String(backend.FormatBytes(int64(n))), nil
+	i, err := numarg.Int64(b.Name(), "n", n)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("fmt_bytes: for parameter n: got %s, want int", n.Type())
+	return starlark.String(backend.FormatBytes(i)), nil
 }

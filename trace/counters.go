@@ -16,8 +16,8 @@ type window struct {
 	last   [2]uint64 // the last sample's values
 }
 
-// track is one counter ("cuda:0 memory" with series allocated and
-// reserved; "host memory" with series rss).
+// track is one counter ("cuda:0 memory" with the series allocated,
+// "cuda:0 reserved" with reserved, "host memory" with rss).
 type track struct {
 	name    string
 	keys    []string // series names, at most 2

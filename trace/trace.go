@@ -41,6 +41,7 @@ import (
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/fsafe"
 	"github.com/memsh/memsh/record"
 )
 
@@ -88,7 +89,7 @@ type Recorder struct {
 	opts     Options
 	counters *counters
 	host     *track
-	devices  map[string]*track // "cuda:0" -> its track
+	devices  map[string][2]*track // "cuda:0" -> its allocated and reserved tracks
 
 	slices    []Event // ring buffer of slices and instants
 	head      int     // index of the oldest when full
@@ -112,16 +113,16 @@ func Start(e *env.Env, opts Options) *Recorder {
 	if opts.HostInterval == 0 {
 		opts.HostInterval = DefaultHostInterval
 	}
-	r := &Recorder{start: time.Now(), opts: opts, sources: map[string][]string{}, devices: map[string]*track{}}
+	r := &Recorder{start: time.Now(), opts: opts, sources: map[string][]string{}, devices: map[string][2]*track{}}
 	r.maxSlices = opts.MaxEvents / 4
 	r.counters = newCounters((opts.MaxEvents - r.maxSlices - 16) / 2)
 	r.host = r.counters.track("host memory", "rss")
 	m := e.Manager
 	for i := 0; i < m.NumGPUs(); i++ {
 		a := m.GPU(i)
-		t := r.counters.track(a.Device().Name()+" memory", "allocated", "reserved")
-		r.devices[a.Device().Name()] = t
-		r.counters.add(t, 0, a.Allocated(), a.Reserved())
+		t := r.deviceTracks(a.Device().Name())
+		r.counters.add(t[0], 0, a.Allocated(), 0)
+		r.counters.add(t[1], 0, a.Reserved(), 0)
 	}
 	r.sampleHost()
 	r.removes = append(r.removes, m.Observe(r.onMemory))
@@ -162,6 +163,24 @@ func (r *Recorder) sampler(every time.Duration) {
 	}
 }
 
+// deviceTracks returns a device's two counter tracks, made on first use:
+// "cuda:0 memory" with the one series "allocated", and "cuda:0 reserved"
+// with the one series "reserved". Two counters, not one with two series:
+// catapult (chrome://tracing) stacks the series of one counter, which would
+// draw reserved on top of allocated. The allocated track keeps the name
+// and series of the earlier single counter, so readers of
+// "cuda:0 memory"/"allocated" (memsh plot's OOM markers) go on working;
+// Perfetto names the tracks "cuda:0 memory allocated" and
+// "cuda:0 reserved reserved" (counter name, space, series).
+func (r *Recorder) deviceTracks(dev string) [2]*track {
+	t, ok := r.devices[dev]
+	if !ok {
+		t = [2]*track{r.counters.track(dev+" memory", "allocated"), r.counters.track(dev+" reserved", "reserved")}
+		r.devices[dev] = t
+	}
+	return t
+}
+
 func (r *Recorder) now() int64 { return int64(time.Since(r.start)) }
 
 func (r *Recorder) sampleHost() {
@@ -183,12 +202,9 @@ func (r *Recorder) onMemory(e backend.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ts := r.now()
-	t := r.devices[e.Device]
-	if t == nil {
-		t = r.counters.track(e.Device+" memory", "allocated", "reserved")
-		r.devices[e.Device] = t
-	}
-	r.counters.add(t, ts, e.Allocated, e.Reserved)
+	t := r.deviceTracks(e.Device)
+	r.counters.add(t[0], ts, e.Allocated, 0)
+	r.counters.add(t[1], ts, e.Reserved, 0)
 	if e.Kind == backend.EventOOM {
 		r.addSlice(Event{Name: "OOM " + e.Device, Cat: "oom", Ph: "i", S: "p", Ts: us(ts), Pid: pid, Tid: tidBlocks,
 			Args: map[string]any{"requested": e.Size, "allocated": e.Allocated, "reserved": e.Reserved}})
@@ -363,28 +379,15 @@ func (r *Recorder) WriteTo(w io.Writer) (int64, error) {
 	return cw.n, err
 }
 
-// WriteFile writes the trace to path (through a temporary file renamed
-// into place, so a reader never sees half a trace).
+// WriteFile writes the trace to path through a temporary file synced and
+// renamed into place, so a reader never sees half a trace and a failed
+// write leaves the previous trace whole. An existing file that is not a
+// trace is not replaced.
 func (r *Recorder) WriteFile(path string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".memsh-trace-*")
-	if err != nil {
+	return fsafe.WriteFile(path, fsafe.Trace, func(w io.Writer) error {
+		_, err := r.WriteTo(w)
 		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if _, err := r.WriteTo(tmp); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	})
 }
 
 type countWriter struct {

@@ -133,7 +133,13 @@ gc()
 	if maxA != 356*(1<<20) || lastA != 0 || n < 4 {
 		t.Errorf("cuda:0 allocated: max %v, last %v in %d samples; want max 356 MiB (x + y), last 0", maxA, lastA, n)
 	}
-	maxR, _, _ := counterMax(evs, "cuda:0 memory", "reserved")
+	// One series per counter: catapult stacks the series of one counter.
+	for _, e := range evs {
+		if e["ph"] == "C" && len(e["args"].(map[string]any)) != 1 {
+			t.Errorf("counter event with %d series: %v", len(e["args"].(map[string]any)), e)
+		}
+	}
+	maxR, _, _ := counterMax(evs, "cuda:0 reserved", "reserved")
 	if maxR < maxA {
 		t.Errorf("reserved max %v < allocated max %v", maxR, maxA)
 	}

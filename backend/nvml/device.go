@@ -4,15 +4,13 @@ import (
 	"fmt"
 	"os"
 	"strings"
-
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // Device is one GPU, or one MIG device of a GPU, as NVML sees it. Its
 // queries go through the Gate that found it.
 type Device struct {
 	g      *Gate
-	h      gonvml.Device
+	h      Handle
 	Index  int     // NVML index of the GPU (of the parent GPU for a MIG device)
 	MIG    int     // MIG slot on the parent GPU, or -1 for a whole GPU
 	UUID   string  // "GPU-8c0b..." or "MIG-..."
@@ -73,7 +71,7 @@ func (g *Gate) Devices() ([]*Device, error) {
 // Device returns the GPU with NVML index i.
 func (g *Gate) Device(i int) (*Device, error) {
 	d := &Device{g: g, Index: i, MIG: -1}
-	err := g.call(func(lib gonvml.Interface) error {
+	err := g.call(func(lib Library) error {
 		h, r := lib.DeviceGetHandleByIndex(i)
 		if err := retErr(fmt.Sprintf("nvmlDeviceGetHandleByIndex(%d)", i), r); err != nil {
 			return err
@@ -96,7 +94,7 @@ func (d *Device) describe() error {
 	d.UUID = uuid
 	name, r := d.h.GetName()
 	switch {
-	case r == gonvml.SUCCESS:
+	case r == SUCCESS:
 		d.Name = name
 	case d.Parent != nil:
 		d.Name = d.Parent.Name + " MIG" // older drivers cannot name MIG devices
@@ -114,14 +112,14 @@ func (d *Device) MIGDevices() ([]*Device, error) {
 		return nil, nil
 	}
 	var out []*Device
-	err := d.g.call(func(gonvml.Interface) error {
+	err := d.g.call(func(Library) error {
 		for _, sym := range []string{"nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex"} {
 			if d.g.missing[sym] {
 				return nil // a driver without MIG
 			}
 		}
 		cur, _, r := d.h.GetMigMode()
-		if r == gonvml.ERROR_NOT_SUPPORTED || (r == gonvml.SUCCESS && cur != gonvml.DEVICE_MIG_ENABLE) {
+		if r == ERROR_NOT_SUPPORTED || (r == SUCCESS && cur != DeviceMIGEnable) {
 			return nil
 		}
 		if err := retErr("nvmlDeviceGetMigMode", r); err != nil {
@@ -133,7 +131,7 @@ func (d *Device) MIGDevices() ([]*Device, error) {
 		}
 		for i := range n {
 			h, r := d.h.GetMigDeviceHandleByIndex(i)
-			if r == gonvml.ERROR_NOT_FOUND || r == gonvml.ERROR_INVALID_ARGUMENT {
+			if r == ERROR_NOT_FOUND || r == ERROR_INVALID_ARGUMENT {
 				continue // an empty slot
 			}
 			if err := retErr(fmt.Sprintf("nvmlDeviceGetMigDeviceHandleByIndex(%d)", i), r); err != nil {
@@ -203,14 +201,14 @@ func (d *Device) String() string {
 // reports Reserved) when the library has it and it works, else v1.
 func (d *Device) Memory() (Memory, error) {
 	var m Memory
-	err := d.g.call(func(gonvml.Interface) error {
+	err := d.g.call(func(Library) error {
 		if d.g.hasV2 && !d.g.v2Fail {
 			v, r := d.h.GetMemoryInfo_v2()
-			if r == gonvml.SUCCESS {
+			if r == SUCCESS {
 				m = Memory{Total: v.Total, Free: v.Free, Used: v.Used, Reserved: v.Reserved, V2: true}
 				return nil
 			}
-			if r != gonvml.ERROR_NOT_SUPPORTED && r != gonvml.ERROR_ARGUMENT_VERSION_MISMATCH && r != gonvml.ERROR_FUNCTION_NOT_FOUND {
+			if r != ERROR_NOT_SUPPORTED && r != ERROR_ARGUMENT_VERSION_MISMATCH && r != ERROR_FUNCTION_NOT_FOUND {
 				return retErr("nvmlDeviceGetMemoryInfo_v2", r)
 			}
 			d.g.v2Fail = true // an older driver: v1 from now on
@@ -240,12 +238,12 @@ func (d *Device) Processes() ([]Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	var infos []gonvml.ProcessInfo
-	err = d.g.call(func(gonvml.Interface) error {
+	var infos []ProcessInfo
+	err = d.g.call(func(Library) error {
 		if err := d.g.need("nvmlDeviceGetComputeRunningProcesses"); err != nil {
 			return err
 		}
-		var r gonvml.Return
+		var r Return
 		infos, r = d.h.GetComputeRunningProcesses()
 		return retErr("nvmlDeviceGetComputeRunningProcesses", r)
 	})
@@ -272,7 +270,7 @@ func (d *Device) Processes() ([]Process, error) {
 // devices: see IsNotSupported).
 func (d *Device) Utilization() (Utilization, error) {
 	var u Utilization
-	err := d.g.call(func(gonvml.Interface) error {
+	err := d.g.call(func(Library) error {
 		if err := d.g.need("nvmlDeviceGetUtilizationRates"); err != nil {
 			return err
 		}
@@ -280,7 +278,7 @@ func (d *Device) Utilization() (Utilization, error) {
 		if err := retErr("nvmlDeviceGetUtilizationRates", r); err != nil {
 			return err
 		}
-		u = Utilization{GPU: v.Gpu, Memory: v.Memory}
+		u = v
 		return nil
 	})
 	return u, err

@@ -1,5 +1,6 @@
 // Package nvml is memsh's view of NVIDIA's management library (NVML,
-// through github.com/NVIDIA/go-nvml): the GPUs of the machine with their
+// loaded at run time and called through purego; go-nvml's mocks serve the
+// tests): the GPUs of the machine with their
 // names and UUIDs, device-wide total / free / used memory (and reserved
 // memory where NVML's v2 memory query exists), the memory each process uses,
 // utilization, and MIG devices with their own memory.
@@ -26,7 +27,6 @@ import (
 	"os"
 	"sync"
 
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/ebitengine/purego"
 )
 
@@ -45,7 +45,7 @@ const memoryV2Symbol = "nvmlDeviceGetMemoryInfo_v2"
 // are serialised.
 type Gate struct {
 	mu     sync.Mutex
-	lib    gonvml.Interface
+	lib    Library
 	ok     bool  // Init succeeded and Close has not run
 	err    error // why the gate is closed
 	hasV2  bool  // nvmlDeviceGetMemoryInfo_v2 exists in the library
@@ -75,22 +75,35 @@ var optionalSymbols = []string{
 
 // New returns a gate over lib and initialises NVML through it. When Init
 // fails the gate is unavailable (see Err) and lib is never called again.
-// lib is typically go-nvml's nvml.New(...) or a mock.
-func New(lib gonvml.Interface) *Gate {
-	g := &Gate{lib: lib}
+// lib is a Library, or a value with go-nvml's nvml.Interface method set
+// such as go-nvml's mocks (adapted by reflection: this package does not
+// import go-nvml, see asLibrary).
+func New(lib any) *Gate {
+	g := &Gate{}
 	if lib == nil {
 		g.err = fmt.Errorf("%w: no library", ErrUnavailable)
 		return g
 	}
-	if r := lib.Init(); r != gonvml.SUCCESS {
+	l, err := asLibrary(lib)
+	if err != nil {
+		g.err = fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return g
+	}
+	g.lib = l
+	return g.init()
+}
+
+// init initialises NVML through g.lib.
+func (g *Gate) init() *Gate {
+	lib := g.lib
+	if r := lib.Init(); r != SUCCESS {
 		g.err = fmt.Errorf("%w: nvmlInit: %s", ErrUnavailable, initReason(r))
 		return g
 	}
-	ext := lib.Extensions()
 	for _, alts := range requiredSymbols {
 		found := false
 		for _, sym := range alts {
-			found = found || ext.LookupSymbol(sym) == nil
+			found = found || lib.LookupSymbol(sym) == nil
 		}
 		if !found {
 			g.err = fmt.Errorf("%w: the NVML library has no %s (a driver too old for memsh)", ErrUnavailable, alts[len(alts)-1])
@@ -100,12 +113,12 @@ func New(lib gonvml.Interface) *Gate {
 	}
 	g.missing = map[string]bool{}
 	for _, sym := range optionalSymbols {
-		if ext.LookupSymbol(sym) != nil {
+		if lib.LookupSymbol(sym) != nil {
 			g.missing[sym] = true
 		}
 	}
 	g.ok = true
-	g.hasV2 = ext.LookupSymbol(memoryV2Symbol) == nil
+	g.hasV2 = lib.LookupSymbol(memoryV2Symbol) == nil
 	return g
 }
 
@@ -113,19 +126,19 @@ func New(lib gonvml.Interface) *Gate {
 // (the gate is held).
 func (g *Gate) need(sym string) error {
 	if g.missing[sym] {
-		return &Error{Op: sym, Code: gonvml.ERROR_FUNCTION_NOT_FOUND}
+		return &Error{Op: sym, Code: ERROR_FUNCTION_NOT_FOUND}
 	}
 	return nil
 }
 
 // initReason explains an Init failure.
-func initReason(r gonvml.Return) string {
+func initReason(r Return) string {
 	switch r {
-	case gonvml.ERROR_LIBRARY_NOT_FOUND:
+	case ERROR_LIBRARY_NOT_FOUND:
 		return "libnvidia-ml.so.1 not found (no NVIDIA driver installed?)"
-	case gonvml.ERROR_DRIVER_NOT_LOADED:
+	case ERROR_DRIVER_NOT_LOADED:
 		return "the NVIDIA kernel driver is not loaded"
-	case gonvml.ERROR_NO_PERMISSION:
+	case ERROR_NO_PERMISSION:
 		return "no permission to talk to the NVIDIA driver"
 	}
 	return r.Error()
@@ -134,16 +147,16 @@ func initReason(r gonvml.Return) string {
 // DefaultLibrary is the NVML library Open loads when given no path.
 const DefaultLibrary = "libnvidia-ml.so.1"
 
-// entrySymbols are the entry points go-nvml calls before the gate can look
+// entrySymbols are the entry points the gate needs before it can look
 // symbols up through the library itself (Init, Shutdown, and error strings).
 var entrySymbols = [][]string{{"nvmlInit_v2"}, {"nvmlShutdown"}, {"nvmlErrorString"}}
 
 // Open returns a gate over the NVML library at path ("" for the system's
 // libnvidia-ml.so.1), loaded at run time. The library is first probed with
-// dlopen/dlsym for every entry point the gate needs: go-nvml calls nvmlInit
-// and friends without checking that they exist, and a missing one would
-// kill the process, so a library that lacks one leaves the gate
-// unavailable and go-nvml is never called.
+// dlopen/dlsym for every entry point the gate needs, so a library that
+// lacks one (not NVML, or a driver too old) leaves the gate unavailable
+// before anything is called. NVML is then called through purego (see
+// dlLibrary): no cgo, so building memsh compiles no NVML header.
 func Open(path string) *Gate {
 	lib := path
 	if lib == "" {
@@ -152,11 +165,11 @@ func Open(path string) *Gate {
 	if err := probe(lib); err != nil {
 		return &Gate{err: fmt.Errorf("%w: %v", ErrUnavailable, err)}
 	}
-	var opts []gonvml.LibraryOption
-	if path != "" {
-		opts = append(opts, gonvml.WithLibraryPath(path))
+	l, err := dlopen(lib)
+	if err != nil {
+		return &Gate{err: fmt.Errorf("%w: %s not loadable: %v", ErrUnavailable, lib, err)}
 	}
-	return New(gonvml.New(opts...))
+	return (&Gate{lib: l}).init()
 }
 
 var (
@@ -212,7 +225,7 @@ func (g *Gate) Close() {
 
 // call runs f with the library if the gate is open, serialised. It is the
 // only place the library is reached.
-func (g *Gate) call(f func(lib gonvml.Interface) error) error {
+func (g *Gate) call(f func(lib Library) error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.ok {
@@ -222,8 +235,8 @@ func (g *Gate) call(f func(lib gonvml.Interface) error) error {
 }
 
 // retErr converts an NVML return code to an error naming the query.
-func retErr(what string, r gonvml.Return) error {
-	if r == gonvml.SUCCESS {
+func retErr(what string, r Return) error {
+	if r == SUCCESS {
 		return nil
 	}
 	return &Error{Op: what, Code: r}
@@ -231,8 +244,8 @@ func retErr(what string, r gonvml.Return) error {
 
 // Error is a failed NVML query.
 type Error struct {
-	Op   string        // the query, e.g. "nvmlDeviceGetMemoryInfo"
-	Code gonvml.Return // NVML's return code
+	Op   string // the query, e.g. "nvmlDeviceGetMemoryInfo"
+	Code Return // NVML's return code
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Op, e.Code.Error()) }
@@ -242,17 +255,17 @@ func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Op, e.Code.Error
 // device).
 func IsNotSupported(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && e.Code == gonvml.ERROR_NOT_SUPPORTED
+	return errors.As(err, &e) && e.Code == ERROR_NOT_SUPPORTED
 }
 
 // DriverVersion returns the driver's version string, such as "550.54.15".
 func (g *Gate) DriverVersion() (string, error) {
 	var v string
-	err := g.call(func(lib gonvml.Interface) error {
+	err := g.call(func(lib Library) error {
 		if err := g.need("nvmlSystemGetDriverVersion"); err != nil {
 			return err
 		}
-		var r gonvml.Return
+		var r Return
 		v, r = lib.SystemGetDriverVersion()
 		return retErr("nvmlSystemGetDriverVersion", r)
 	})
@@ -263,8 +276,8 @@ func (g *Gate) DriverVersion() (string, error) {
 // NVML ignores CUDA_VISIBLE_DEVICES).
 func (g *Gate) Count() (int, error) {
 	var n int
-	err := g.call(func(lib gonvml.Interface) error {
-		var r gonvml.Return
+	err := g.call(func(lib Library) error {
+		var r Return
 		n, r = lib.DeviceGetCount()
 		return retErr("nvmlDeviceGetCount", r)
 	})
@@ -275,12 +288,12 @@ func (g *Gate) Count() (int, error) {
 // NVML cannot tell (a pid from another PID namespace, for instance).
 func (g *Gate) ProcessName(pid uint32) string {
 	var name string
-	_ = g.call(func(lib gonvml.Interface) error {
+	_ = g.call(func(lib Library) error {
 		if g.need("nvmlSystemGetProcessName") != nil {
 			return nil
 		}
 		n, r := lib.SystemGetProcessName(int(pid))
-		if r == gonvml.SUCCESS {
+		if r == SUCCESS {
 			name = n
 		}
 		return nil

@@ -382,5 +382,5 @@ func TestGateOldDriver(t *testing.T) {
 
 func nvmlFunctionNotFound(err error) bool {
 	var e *nvml.Error
-	return errors.As(err, &e) && e.Code == gonvml.ERROR_FUNCTION_NOT_FOUND
+	return errors.As(err, &e) && e.Code == nvml.ERROR_FUNCTION_NOT_FOUND
 }

@@ -15,6 +15,8 @@ package sim
 
 import (
 	"fmt"
+	"math"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,9 +53,9 @@ func ParseSpec(s string) (Spec, error) {
 		}
 		sp.Count, size = n, size[i+1:]
 	}
-	total, err := humanize.ParseBytes(size)
-	if err != nil || total == 0 || !hasUnit(size) {
-		return Spec{}, fmt.Errorf("sim spec %q: bad capacity %q (want a size such as 16GiB)", s, size)
+	total, err := parseSize(size)
+	if err != nil || total == 0 {
+		return Spec{}, fmt.Errorf("sim spec %q: bad capacity %q (want a size such as 16GiB%s)", s, size, why(err))
 	}
 	sp.Total = total
 	for _, p := range parts[1:] {
@@ -62,9 +64,9 @@ func ParseSpec(s string) (Spec, error) {
 		case p == "meta":
 			sp.Meta = true
 		case strings.HasPrefix(p, "ctx="):
-			c, err := humanize.ParseBytes(p[len("ctx="):])
-			if err != nil || !hasUnit(p[len("ctx="):]) {
-				return Spec{}, fmt.Errorf("sim spec %q: bad context size %q", s, p[len("ctx="):])
+			c, err := parseSize(p[len("ctx="):])
+			if err != nil {
+				return Spec{}, fmt.Errorf("sim spec %q: bad context size %q (want a size such as 300MiB%s)", s, p[len("ctx="):], why(err))
 			}
 			sp.Ctx = c
 		default:
@@ -76,6 +78,46 @@ func ParseSpec(s string) (Spec, error) {
 			backend.FormatSize(sp.Ctx), backend.FormatSize(sp.Total))
 	}
 	return sp, nil
+}
+
+// maxSize is the largest capacity a spec may give (sizes are int64 in
+// memsh's figures).
+const maxSize = math.MaxInt64
+
+// parseSize parses a size with its unit ("16GiB", "1.5KiB", "512B"),
+// refusing NaN, infinities, negative sizes and sizes above 2^63-1 bytes
+// with an error that says which.
+func parseSize(size string) (uint64, error) {
+	if !hasUnit(size) {
+		return 0, fmt.Errorf("no unit")
+	}
+	num := strings.TrimRight(strings.TrimSpace(size), "KMGTPEZYkmgtpezyiIBb ")
+	if f, err := strconv.ParseFloat(num, 64); err == nil {
+		switch {
+		case math.IsNaN(f) || math.IsInf(f, 0):
+			return 0, fmt.Errorf("got %s, want a finite number", strings.ToLower(num))
+		case f < 0:
+			return 0, fmt.Errorf("negative")
+		}
+	}
+	n, err := humanize.ParseBytes(size)
+	if err != nil {
+		if strings.Contains(err.Error(), "too large") {
+			return 0, fmt.Errorf("too large (max 2^63-1 bytes)")
+		}
+		return 0, err
+	}
+	if n > maxSize {
+		return 0, fmt.Errorf("%d bytes is too large (max 2^63-1 bytes)", n)
+	}
+	return n, nil
+}
+
+func why(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "; " + err.Error()
 }
 
 // hasUnit reports whether a size names its unit ("16GiB", "300MiB", "512B"):
@@ -113,6 +155,72 @@ func exactSize(n uint64) string {
 		}
 	}
 	return strconv.FormatUint(n, 10) + "B"
+}
+
+// mapPages maps the host memory backing a data device's allocation; tests
+// replace it to inject a failure.
+var mapPages = pages.Map
+
+// HostExhaustedError is returned by Malloc when the host cannot back the
+// simulated device's memory (mmap failed): the host ran out, not the
+// simulated GPU, so it is not an out-of-memory error of the device (it
+// does not wrap backend.ErrDeviceFull, and the caching allocator does not
+// turn it into a CUDA OOM).
+type HostExhaustedError struct {
+	Device string // "cuda:0"
+	Size   uint64 // the allocation's size in bytes
+	Err    error  // mmap's error
+}
+
+func (e *HostExhaustedError) Error() string {
+	return fmt.Sprintf("host memory exhausted while backing simulated device %s (%d bytes): mmap: %v; use a smaller simulator or sim:SIZE,meta (sizes only, no data)", e.Device, e.Size, e.Err)
+}
+
+func (e *HostExhaustedError) Unwrap() error { return e.Err }
+
+// HostBackingWarning returns a warning when a data device of this
+// capacity (every device of a spec together: capacity is Count × Total
+// less the contexts) could need more host memory than the machine has
+// (MemTotal), or "" when it fits or the spec is meta. The session prints
+// it when it creates the devices.
+func HostBackingWarning(sp Spec) string {
+	if sp.Meta {
+		return ""
+	}
+	total, ok := hostMemTotal()
+	if !ok {
+		return ""
+	}
+	need := (sp.Total - sp.Ctx) * uint64(sp.Count)
+	if need <= total {
+		return ""
+	}
+	what := "a simulated GPU of " + backend.FormatSize(sp.Total)
+	if sp.Count > 1 {
+		what = fmt.Sprintf("%d simulated GPUs of %s", sp.Count, backend.FormatSize(sp.Total))
+	}
+	return fmt.Sprintf("warning: %s with data needs up to %s of host memory to back it, more than this machine's %s; "+
+		"filling it fails with \"host memory exhausted\" (or the kernel's OOM killer ends memsh); use sim:%s to simulate sizes only",
+		what, backend.FormatSize(need), backend.FormatSize(total), Spec{Count: sp.Count, Total: sp.Total, Ctx: sp.Ctx, Meta: true})
+}
+
+// hostMemTotal is the host's RAM (MemTotal of /proc/meminfo); tests
+// replace it.
+var hostMemTotal = func() (uint64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, err := strconv.ParseUint(f[0], 10, 64)
+				return kb << 10, err == nil
+			}
+		}
+	}
+	return 0, false
 }
 
 // Device is one simulated GPU.
@@ -185,9 +293,9 @@ func (d *Device) Malloc(size uint64) (backend.DeviceMem, error) {
 		d.mallocs++
 		return backend.DeviceMem{Ptr: p}, nil
 	}
-	b, err := pages.Map(size)
+	b, err := mapPages(size)
 	if err != nil {
-		return backend.DeviceMem{}, fmt.Errorf("sim %s: mmap %s: %v: %w", d.Name(), backend.FormatSize(size), err, backend.ErrDeviceFull)
+		return backend.DeviceMem{}, &HostExhaustedError{Device: d.Name(), Size: size, Err: err}
 	}
 	d.used += size
 	d.mallocs++

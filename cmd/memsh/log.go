@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"os"
 
 	"github.com/memsh/memsh/scope"
 	memlog "github.com/memsh/memsh/starlib/log"
@@ -33,15 +34,33 @@ func (f *logFlag) Set(v string) error {
 func init() {
 	sessionFlags = append(sessionFlags, func(fs *flag.FlagSet) func(s *scope.Session) (func(), error) {
 		f := &logFlag{}
-		fs.Var(f, "log", "after each statement or REPL input, log memory (consumed, peaked, used), time and CPU; --log=compact: one line")
+		fs.Var(f, "log", "after each statement or REPL input, log memory (consumed, peaked, used), time and CPU to stderr; --log=compact: one line")
+		file := fs.String("log-file", "", "write the --log lines to `PATH` (appended) instead of stderr")
 		return func(s *scope.Session) (func(), error) {
 			if f.mode == "" {
+				if *file != "" {
+					return nil, fmt.Errorf("--log-file needs --log or --log=compact")
+				}
 				return nil, nil
 			}
-			if err := memlog.Start(s.Env(), f.mode == "compact"); err != nil {
+			w, closeFile := s.Env().Err, func() error { return nil }
+			if *file != "" {
+				fh, err := os.OpenFile(*file, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+				if err != nil {
+					return nil, fmt.Errorf("--log-file: %w", err)
+				}
+				w, closeFile = fh, fh.Close
+			}
+			if err := memlog.StartTo(s.Env(), f.mode == "compact", w); err != nil {
+				_ = closeFile()
 				return nil, err
 			}
-			return func() { memlog.Stop(s.Env()) }, nil
+			return func() {
+				memlog.Stop(s.Env())
+				if err := closeFile(); err != nil {
+					fmt.Fprintln(s.Env().Err, "memsh: --log-file:", err)
+				}
+			}, nil
 		}
 	})
 }

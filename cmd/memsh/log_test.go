@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -11,7 +13,7 @@ func TestLogFlag(t *testing.T) {
 	for _, tc := range []struct {
 		args  []string
 		rc    int
-		want  string // in stdout
+		want  string // in stderr
 		lines int    // log lines expected
 	}{
 		{[]string{"--log"}, 0, "･ cuda:0:     4.00 MiB         0 B    4.00 MiB |\n", 6},
@@ -25,15 +27,32 @@ func TestLogFlag(t *testing.T) {
 		if rc := run(args, strings.NewReader(""), &out, &errb); rc != tc.rc {
 			t.Errorf("%v: rc %d, stderr %s", tc.args, rc, errb.String())
 		}
-		if !strings.Contains(out.String(), tc.want) {
-			t.Errorf("%v: stdout lacks %q:\n%s", tc.args, tc.want, out.String())
+		if out.Len() != 0 {
+			t.Errorf("%v: stdout is not the script's: %q", tc.args, out.String())
 		}
-		if n := strings.Count(out.String(), "\n"); n != tc.lines {
-			t.Errorf("%v: %d lines, want %d:\n%s", tc.args, n, tc.lines, out.String())
+		if !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: stderr lacks %q:\n%s", tc.args, tc.want, errb.String())
+		}
+		if n := strings.Count(errb.String(), "\n"); n != tc.lines {
+			t.Errorf("%v: %d lines, want %d:\n%s", tc.args, n, tc.lines, errb.String())
 		}
 	}
 	var out, errb bytes.Buffer
 	if rc := run([]string{"--log=loud", "-c", "1"}, strings.NewReader(""), &out, &errb); rc != 2 || !strings.Contains(errb.String(), "want --log or --log=compact") {
 		t.Errorf("--log=loud: rc %d, stderr %s", rc, errb.String())
+	}
+}
+
+// --log-file sends the lines to a file; stdout and stderr stay clean.
+func TestLogFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mem.log")
+	var out, errb bytes.Buffer
+	rc := run([]string{"--device", "sim:1GiB", "--log=compact", "--log-file", path, "-c", "print(1)\ny = 2"}, strings.NewReader(""), &out, &errb)
+	b, _ := os.ReadFile(path)
+	if rc != 0 || out.String() != "1\n" || errb.Len() != 0 || strings.Count(string(b), "\n") != 2 || !strings.Contains(string(b), "<cmd>:2") {
+		t.Errorf("rc %d stdout %q stderr %q file %q", rc, out.String(), errb.String(), b)
+	}
+	if rc := run([]string{"--log-file", path, "-c", "1"}, strings.NewReader(""), &out, &errb); rc != 2 {
+		t.Errorf("--log-file without --log: rc %d", rc)
 	}
 }

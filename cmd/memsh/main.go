@@ -1,12 +1,19 @@
 // Command memsh is a Starlark REPL and script runner for GPU and host memory
 // experiments. See README.md.
 //
-//	memsh                        REPL
+//	memsh                        REPL (a script when stdin is not a terminal)
 //	memsh FILE.star [ARG...]     run a script; ARGs in argv
+//	memsh - [ARG...]             run the script on stdin
 //	memsh -c CODE                run code
 //	memsh -i FILE.star           run a script, then the REPL
 //	memsh devices                list devices and memory
-//	memsh version
+//	memsh test DIR|FILE...       run test_* functions, one fresh session each
+//	memsh version | --version
+//	memsh help | -h | --help
+//
+// Exit status: 0 success; 1 a script error (the traceback is on stderr) or a
+// failed test; 2 a usage error; 3 a --max-peak or budget() limit exceeded;
+// 130 interrupted (Ctrl-C).
 package main
 
 import (
@@ -16,6 +23,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 
@@ -25,6 +33,7 @@ import (
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/repl"
 	"github.com/memsh/memsh/scope"
+	"github.com/memsh/memsh/starlib"
 )
 
 // A feature adds its own flags and subcommands from a file of its own, in
@@ -43,10 +52,12 @@ var (
 var version = ""
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	stdout := newStdout(os.Stdout)
+	code := run(os.Args[1:], os.Stdin, stdout, os.Stderr)
+	os.Exit(stdout.exit(code, os.Stderr))
 }
 
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 	fs := flag.NewFlagSet("memsh", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	device := fs.String("device", "auto", "GPU backend: auto, cuda, sim[:SPEC] (e.g. sim:16GiB, sim:2x80GiB,ctx=300MiB), or cpu")
@@ -55,24 +66,27 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	code := fs.String("c", "", "run `CODE` and exit")
 	interactive := fs.Bool("i", false, "run the script, then start the REPL")
 	maxSteps := fs.Uint64("max-steps", 0, "limit the Starlark steps of each top-level statement (0: no limit)")
+	showVersion := fs.Bool("version", false, "print the version, VCS commit and Go version, and exit")
 	var setups []func(s *scope.Session) (func(), error)
 	for _, f := range sessionFlags {
 		setups = append(setups, f(fs))
 	}
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: memsh [flags] [FILE.star [ARG...]]   run a script, or the REPL\n"+
-			"       memsh [flags] -c CODE [ARG...]    run code\n"+
-			"       memsh [flags] -i FILE.star        run a script, then the REPL\n"+
-			"       memsh devices | version | help\n"+
-			"       memsh plot FILE -o OUT.svg|png | memsh merge A.jsonl B.jsonl ... -o OUT.jsonl\n"+
-			"flags:\n")
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() { usage(fs) }
+	// Parse into a buffer: help goes to stdout (exit 0), errors to stderr.
+	var parseOut strings.Builder
+	fs.SetOutput(&parseOut)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, parseOut.String())
 			return 0
 		}
+		fmt.Fprint(stderr, parseOut.String())
 		return 2
+	}
+	fs.SetOutput(stderr)
+	if *showVersion {
+		fmt.Fprintln(stdout, "memsh", versionString())
+		return 0
 	}
 	rest := fs.Args()
 	if len(rest) > 0 && *code == "" {
@@ -86,6 +100,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 0
 		case "devices":
 			return devices(*device, stdout, stderr)
+		case "test":
+			mode, err := backend.ParsePeakMode(*peak)
+			if err != nil {
+				fmt.Fprintln(stderr, "memsh: --peak:", err)
+				return 2
+			}
+			return runTests(rest[1:], scope.Options{Device: *device, Peak: mode, MaxSteps: *maxSteps, Argv: []string{}}, maxPeakOf(fs), stdout, stderr)
 		}
 		if sub, ok := subcommands[rest[0]]; ok {
 			return sub(rest[1:], stdout, stderr)
@@ -109,6 +130,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer s.Close()
+	defer func() { // after the cleanups: a record lost on the way out fails too
+		if rc == 0 && outputsFailed(s) {
+			rc = 1
+		}
+	}()
 	for _, setup := range setups {
 		cleanup, err := setup(s)
 		if err != nil {
@@ -126,7 +152,21 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			printError(stderr, err)
 			return exitCode(err)
 		}
-		return 0
+		return budgetStatus(s)
+	case len(rest) > 0 && rest[0] == "-" || len(rest) == 0 && !*interactive && !isTerminal(stdin):
+		// A script on stdin (memsh -, or a pipe): run as a whole file, like
+		// python -, so blank lines inside a def are fine and a failure
+		// exits non-zero with the traceback.
+		src, err := io.ReadAll(stdin)
+		if err != nil {
+			fmt.Fprintln(stderr, "memsh: reading stdin:", err)
+			return 1
+		}
+		if err := repl.Interruptible(s, func() error { return s.Exec("<stdin>", src) }); err != nil {
+			printError(stderr, err)
+			return exitCode(err)
+		}
+		return budgetStatus(s)
 	case len(rest) > 0:
 		if err := repl.Interruptible(s, func() error { return s.Exec(rest[0], nil) }); err != nil {
 			printError(stderr, err)
@@ -135,14 +175,49 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 		}
 		if !*interactive {
-			return 0
+			return budgetStatus(s)
 		}
 	}
-	return startREPL(s, stdin, stdout, stderr)
+	if rc := startREPL(s, stdin, stdout, stderr); rc != 0 {
+		return rc
+	}
+	return budgetStatus(s)
+}
+
+// budgetStatus is the exit status of a run that succeeded: 3 when a
+// --max-peak or budget() limit was exceeded (each violation was reported
+// on stderr as it happened), else 0.
+func budgetStatus(s *scope.Session) int {
+	if starlib.BudgetExceeded(s.Env()) {
+		return exitBudget
+	}
+	return 0
+}
+
+// usage prints the usage text and the flags to fs's output.
+func usage(fs *flag.FlagSet) {
+	fmt.Fprint(fs.Output(), `usage: memsh [flags] [FILE.star [ARG...]]   run a script, or the REPL
+       memsh [flags] - [ARG...]             run the script on stdin (also when stdin is a pipe)
+       memsh [flags] -c CODE [ARG...]       run code
+       memsh [flags] -i FILE.star           run a script, then the REPL
+       memsh [flags] test DIR|FILE...       run test_*.star files' test_* functions, each in a fresh session
+       memsh devices | version | help
+       memsh plot FILE -o OUT.svg|png
+       memsh merge A.jsonl B.jsonl ... -o OUT.jsonl
+exit status: 0 ok, 1 script error or failed test, 2 usage error, 3 memory budget exceeded, 130 interrupted
+flags:
+`)
+	fs.PrintDefaults()
+}
+
+// isTerminal reports whether r is a terminal.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func startREPL(s *scope.Session, stdin io.Reader, stdout, stderr io.Writer) int {
-	if f, ok := stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	if isTerminal(stdin) {
 		if err := repl.Run(s, historyFile()); err != nil {
 			fmt.Fprintln(stderr, "memsh:", err)
 			return 1
@@ -196,25 +271,31 @@ func devices(spec string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// versionString is "VERSION commit REV[+modified] GOVERSION GOOS/GOARCH";
+// REV is "unknown" when the binary was built without VCS stamping (go run,
+// -buildvcs=false, or outside a git checkout).
 func versionString() string {
-	if version != "" {
-		return version
+	v, rev, modified := version, "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
 	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(devel)"
-	}
-	v := bi.Main.Version
 	if v == "" {
 		v = "(devel)"
 	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && s.Value != "" {
-			v += " " + s.Value
-		}
-		if s.Key == "vcs.modified" && s.Value == "true" {
-			v += " (modified)"
-		}
+	if rev == "" {
+		rev = "unknown"
+	} else if modified {
+		rev += "+modified"
 	}
-	return v
+	return fmt.Sprintf("%s commit %s %s %s/%s", v, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }

@@ -4,8 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
+	"github.com/memsh/memsh/fsafe"
 	"github.com/memsh/memsh/record"
 )
 
@@ -40,21 +40,13 @@ func mergeCommand(args []string, stdout, stderr io.Writer) int {
 		sets = append(sets, recs)
 	}
 	merged := record.Merge(sets...)
-	w := stdout
-	var f *os.File
+	var err error
 	if *out != "" {
-		var err error
-		if f, err = os.Create(*out); err != nil {
-			fmt.Fprintf(stderr, "memsh merge: %v\n", err)
-			return 1
-		}
-		w = f
-	}
-	err := record.WriteAll(w, merged)
-	if f != nil {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
+		// Whole or not at all; an existing file is replaced only if it
+		// holds records (one of the inputs, say).
+		err = fsafe.WriteFile(*out, fsafe.Records, func(w io.Writer) error { return record.WriteAll(w, merged) })
+	} else {
+		err = record.WriteAll(stdout, merged)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "memsh merge: %v\n", err)

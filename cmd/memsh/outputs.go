@@ -1,13 +1,20 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
+	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/fsafe"
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/record"
 	"github.com/memsh/memsh/scope"
 	"github.com/memsh/memsh/trace"
@@ -22,8 +29,21 @@ func init() {
 		shard := fs.String("shard", "", "run only shard `i/n` of every sweep's points (0 <= i < n); combine the shards' --out files with memsh merge")
 		tracePath := fs.String("trace", "", "write a Chrome Trace Event timeline of memory, statements, trials and OOMs to `FILE.json` at exit (open it in ui.perfetto.dev)")
 		traceMax := fs.Int("trace-max-events", trace.DefaultMaxEvents, "bound on the events in the --trace file (counters are aggregated, keeping peaks, beyond it)")
+		outDir := fs.String("out-dir", "", "let builtins that write files (cuda.dump_snapshot) write under `DIR` as well as the working directory")
 		return func(s *scope.Session) (func(), error) {
+			if *outDir != "" {
+				fi, err := os.Stat(*outDir)
+				if err == nil && !fi.IsDir() {
+					err = fmt.Errorf("not a directory")
+				}
+				if err != nil {
+					return nil, fmt.Errorf("--out-dir %s: %v", *outDir, unwrapPathErr(err))
+				}
+				s.Env().Files = &fsafe.Policy{Roots: []string{".", *outDir}}
+			}
 			st := record.Of(s.Env())
+			cut := trackCutExperiments(s)
+			st.SetAdjust(cut.adjust)
 			if *shard != "" {
 				sh, err := record.ParseShard(*shard)
 				if err != nil {
@@ -33,7 +53,7 @@ func init() {
 			}
 			if *out != "" {
 				if err := st.Open(*out); err != nil {
-					return nil, fmt.Errorf("--out: %v", err)
+					return nil, fmt.Errorf("--out %v", err)
 				}
 				if n := st.Recorded(); n > 0 {
 					fmt.Fprintf(s.Env().Err, "memsh: --out %s: %d sweep points recorded already will be skipped\n", *out, n)
@@ -51,16 +71,20 @@ func init() {
 				if err := rec.WriteFile(*tracePath); err != nil {
 					rec.Stop()
 					st.Close()
-					return nil, fmt.Errorf("--trace: %v", err)
+					return nil, fmt.Errorf("--trace %v", err)
 				}
 			}
 			stopTerm := writeTraceOnTerm(rec, *tracePath, s.Env().Err)
 			return func() {
+				// Experiments still open (the script stopped on an error,
+				// or never finished them) are finished now, while the
+				// records and the trace still listen, quietly.
+				finishOpen(s)
 				stopTerm()
 				if rec != nil {
 					rec.Stop()
 					if err := rec.WriteFile(*tracePath); err != nil {
-						fmt.Fprintf(s.Env().Err, "memsh: --trace: %v\n", err)
+						fmt.Fprintf(s.Env().Err, "memsh: --trace %v\n", err)
 					}
 				}
 				if err := st.Close(); err != nil {
@@ -86,7 +110,7 @@ func writeTraceOnTerm(rec *trace.Recorder, path string, stderr io.Writer) (stop 
 		select {
 		case <-sigs:
 			if err := rec.WriteFile(path); err != nil {
-				fmt.Fprintf(stderr, "memsh: terminated; --trace: %v\n", err)
+				fmt.Fprintf(stderr, "memsh: terminated; --trace %v\n", err)
 			} else {
 				fmt.Fprintf(stderr, "memsh: terminated; trace written to %s\n", path)
 			}
@@ -98,4 +122,124 @@ func writeTraceOnTerm(rec *trace.Recorder, path string, stderr io.Writer) (stop 
 		signal.Stop(sigs)
 		close(done)
 	}
+}
+
+// cutExperiments remembers, for each experiment open when a top-level
+// statement failed, the error that cut it, so that its record says "oom"
+// (an out-of-memory error) or "error", not "ok".
+type cutExperiments struct {
+	s   *scope.Session
+	cut map[*scope.Experiment]error
+}
+
+func trackCutExperiments(s *scope.Session) *cutExperiments {
+	c := &cutExperiments{s: s, cut: map[*scope.Experiment]error{}}
+	s.OnStatement(func(e env.StatementEvent) {
+		if e.Start || e.Err == nil {
+			return
+		}
+		for _, x := range s.Experiments() {
+			if _, ok := c.cut[x]; !ok {
+				c.cut[x] = e.Err
+			}
+		}
+	})
+	return c
+}
+
+// adjust gives an experiment that a failed statement cut that failure's
+// status. The finish event comes right after the experiment stops running,
+// so the one cut experiment of that name no longer running is it.
+func (c *cutExperiments) adjust(e *env.FinishEvent) {
+	if e.Kind != "experiment" || e.Status != "ok" {
+		return
+	}
+	for x, err := range c.cut {
+		if !x.Running() {
+			if x.Name() == e.Name {
+				e.Status, e.Error = failureStatus(err)
+				delete(c.cut, x)
+				return
+			}
+		}
+	}
+}
+
+// failureStatus is the record status of a block cut by err.
+func failureStatus(err error) (status, msg string) {
+	msg = err.Error()
+	var ee *starlark.EvalError
+	if errors.As(err, &ee) {
+		msg = ee.Msg
+	}
+	if backend.IsOOM(err) {
+		return "oom", msg
+	}
+	return "error", msg
+}
+
+// finishOpen finishes the experiments still open, without reports.
+func finishOpen(s *scope.Session) {
+	open := s.Experiments()
+	if len(open) == 0 {
+		return
+	}
+	out := s.Output()
+	s.SetOutput(io.Discard)
+	_, _ = open[0].Finish() // the outermost: inner ones finish first
+	s.SetOutput(out)
+}
+
+// outputsFailed reports, for run's exit status, whether a record could
+// not be written to --out (the message was printed when it happened).
+func outputsFailed(s *scope.Session) bool {
+	return record.Of(s.Env()).Err() != nil
+}
+
+// checkedStdout is memsh's standard output: it remembers the first write
+// error (a closed pipe, a full disk) so that memsh exits non-zero with a
+// message instead of losing output silently.
+type checkedStdout struct {
+	w   io.Writer
+	mu  sync.Mutex
+	err error
+}
+
+// newStdout wraps w; SIGPIPE is ignored so that a closed pipe is an EPIPE
+// error memsh reports rather than a silent death.
+func newStdout(w io.Writer) *checkedStdout {
+	signal.Ignore(syscall.SIGPIPE)
+	return &checkedStdout{w: w}
+}
+
+func (c *checkedStdout) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil {
+		c.mu.Lock()
+		if c.err == nil {
+			c.err = err
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// exit returns the exit status for code once memsh is done: code, or 1
+// after printing the error when writing standard output failed.
+func (c *checkedStdout) exit(code int, stderr io.Writer) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		return code
+	}
+	fmt.Fprintf(stderr, "memsh: writing standard output: %v\n", unwrapPathErr(c.err))
+	return max(code, 1)
+}
+
+func unwrapPathErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }

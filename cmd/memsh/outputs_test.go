@@ -32,8 +32,10 @@ func TestOutputFlagErrors(t *testing.T) {
 	}{
 		{[]string{"--shard", "2/2"}, "--shard: bad shard \"2/2\": want 0 <= i < n"},
 		{[]string{"--shard", "x"}, "--shard: bad shard \"x\""},
-		{[]string{"--out", filepath.Join(dir, "no", "such", "dir.jsonl")}, "--out: open"},
-		{[]string{"--trace", filepath.Join(dir, "no", "t.json")}, "--trace: open"},
+		{[]string{"--out", filepath.Join(dir, "no", "such", "dir.jsonl")}, "--out " + filepath.Join(dir, "no", "such", "dir.jsonl") + ": no such file or directory"},
+		{[]string{"--trace", filepath.Join(dir, "no", "t.json")}, "--trace " + filepath.Join(dir, "no", "t.json") + ": no such file or directory"},
+		{[]string{"--trace", write(t, filepath.Join(dir, "notes.txt"), "notes\n")}, "refusing to replace an existing file that is not a Chrome trace"},
+		{[]string{"--out-dir", filepath.Join(dir, "nodir")}, "--out-dir " + filepath.Join(dir, "nodir") + ": no such file or directory"},
 		{[]string{"--trace", filepath.Join(dir, "t.json"), "--trace-max-events", "0"}, "--trace-max-events: got 0"},
 	} {
 		var out, errb bytes.Buffer
@@ -240,13 +242,13 @@ func TestExampleScripts(t *testing.T) {
 	}
 }
 
-func buildMemsh(t *testing.T, dir string) string {
+// buildMemsh returns the memsh binary TestMain built.
+func buildMemsh(t *testing.T, _ string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "memsh")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if memshBin == "" {
+		t.Fatalf("go build: %s", memshBuildErr)
 	}
-	return bin
+	return memshBin
 }
 
 // SIGTERM (a batch system's time limit) still writes the trace.

@@ -27,10 +27,11 @@ func plotCommand(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "write the chart to `FILE` (.svg or .png); default: the first input with .svg")
 	x := fs.String("x", "", "the swept `PARAM` to plot against (default: the numeric parameter with the most values)")
+	sweepName := fs.String("sweep", "", "plot only the sweep named `NAME` (default: every sweep, one panel each)")
 	width := fs.Float64("width", 8, "width in `inches`")
 	height := fs.Float64("height", 5, "height in `inches`")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: memsh plot RECORDS.jsonl... [-o OUT.svg|OUT.png] [-x PARAM]")
+		fmt.Fprintln(stderr, "usage: memsh plot RECORDS.jsonl... [-o OUT.svg|OUT.png] [-x PARAM] [--sweep NAME]")
 		fmt.Fprintln(stderr, "       memsh plot TRACE.json [-o OUT.svg|OUT.png]")
 		fs.PrintDefaults()
 	}
@@ -45,7 +46,7 @@ func plotCommand(args []string, stdout, stderr io.Writer) int {
 	if *out == "" {
 		*out = strings.TrimSuffix(files[0], filepath.Ext(files[0])) + ".svg"
 	}
-	var p *gplot.Plot
+	var plots []*gplot.Plot
 	var err error
 	if isTrace(files[0]) {
 		if len(files) > 1 {
@@ -54,7 +55,10 @@ func plotCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		var f *os.File
 		if f, err = os.Open(files[0]); err == nil {
-			p, err = plot.Timeline(bufio.NewReader(f))
+			var p *gplot.Plot
+			if p, err = plot.Timeline(bufio.NewReader(f)); err == nil {
+				plots = []*gplot.Plot{p}
+			}
 			f.Close()
 		}
 	} else {
@@ -68,17 +72,20 @@ func plotCommand(args []string, stdout, stderr io.Writer) int {
 			all = append(all, recs...)
 		}
 		if err == nil {
-			p, err = plot.Sweep(all, *x)
+			plots, err = plot.Sweeps(all, *x, *sweepName)
 		}
 	}
 	if err == nil {
-		err = plot.Save(p, *out, vg.Length(*width)*vg.Inch, vg.Length(*height)*vg.Inch)
+		err = plot.SaveAll(plots, *out, vg.Length(*width)*vg.Inch, vg.Length(*height)*vg.Inch)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "memsh plot: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "wrote %s\n", *out)
+	if _, err := fmt.Fprintf(stdout, "wrote %s\n", *out); err != nil {
+		fmt.Fprintf(stderr, "memsh plot: %v\n", err)
+		return 1
+	}
 	return 0
 }
 

@@ -2,10 +2,12 @@ package cuda
 
 import (
 	"fmt"
+	"io"
 
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/fsafe"
 	"github.com/memsh/memsh/snapshot"
 )
 
@@ -25,6 +27,15 @@ func history(thread *starlark.Thread, b *starlark.Builtin) (*snapshot.Recorder, 
 	}
 	r := snapshot.New(e.Manager)
 	e.Values[historyKey] = r
+	if e.Session != nil {
+		// Frees are recorded at the end of the statement that made the
+		// garbage at the latest (see package snapshot).
+		e.Session.OnStatement(func(ev env.StatementEvent) {
+			if !ev.Start {
+				r.StatementEnd(ev.Pos)
+			}
+		})
+	}
 	return r, nil
 }
 
@@ -70,13 +81,20 @@ func recordMemoryHistory(thread *starlark.Thread, b *starlark.Builtin, args star
 	return starlark.None, nil
 }
 
-// cuda.dump_snapshot(path), as torch.cuda.memory._dump_snapshot: writes
-// the allocator state of every GPU (segments and their blocks) and the
-// recorded history (device_traces) as a protocol 2 pickle that
-// pytorch.org/memory_viz opens. See package snapshot for the structure.
+// cuda.dump_snapshot(path, overwrite=False), as
+// torch.cuda.memory._dump_snapshot: reclaims first, so the segments show
+// the live set a reference-counted run would have (no garbage awaiting a
+// GC), then writes the allocator state of every GPU (segments and their
+// blocks) and the recorded history (device_traces) as a protocol 2 pickle
+// that pytorch.org/memory_viz opens. See package snapshot for the
+// structure. The file is written whole or not at all, only under the
+// working directory or --out-dir (the session's env.Env.Files), and
+// replaces an existing file only if that is a snapshot too, unless
+// overwrite is True.
 func dumpSnapshot(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var path string
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "path", &path); err != nil {
+	var overwrite bool
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "path", &path, "overwrite?", &overwrite); err != nil {
 		return nil, err
 	}
 	if path == "" {
@@ -86,7 +104,14 @@ func dumpSnapshot(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	if err != nil {
 		return nil, err
 	}
-	if err := r.WriteFile(path); err != nil {
+	e, err := env.Of(thread, b.Name())
+	if err != nil {
+		return nil, err
+	}
+	e.Manager.Reclaim()
+	if err := e.Files.WriteFile(path, fsafe.Snapshot, overwrite, func(w io.Writer) error {
+		return snapshot.Pickle(w, r.Snapshot())
+	}); err != nil {
 		return nil, fmt.Errorf("%s: %v", b.Name(), err)
 	}
 	return starlark.None, nil

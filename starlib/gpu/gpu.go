@@ -26,10 +26,18 @@ import (
 // after a reclaim, so tensors nothing refers to do not count.
 //
 //	count()                 number of GPUs of the session
-//	mem(id=None)            struct(total, free, used): device-wide; used = total - free
+//	mem(id=None)            struct(total, free, used): device-wide; used = total - free;
+//	                        without any GPU struct(total=0, free=0, used=0), as
+//	                        fastai's gpu_mem_get (a bad id is still an error)
 //	mem_all()               [mem(0), mem(1), ...]
 //	free(id=None)           mem(id).free
 //	used(id=None)           mem(id).used
+//	mem_no_cache(id=None)   mem(id) after emptying the allocator's cache (cuda.empty_cache()),
+//	free_no_cache(id=None)  so memory cached but unallocated counts as free (fastai's
+//	used_no_cache(id=None)  gpu_mem_get_free_no_cache / gpu_mem_get_used_no_cache)
+//	set_target_gpu(id)      make id the current device, the one mem(), free(), used(),
+//	                        the logger's gpu figures, memtrace and report() measure by
+//	                        default (pytorch_memlab's set_target_gpu; cuda.set_device)
 //	with_max_free()         (id, free) of the GPU with the most free memory (the
 //	                        lowest id among equals), or (None, 0) without a GPU
 //	info(id=None)           struct(id, device, name, uuid, backend, source, total, free,
@@ -50,16 +58,20 @@ import (
 var Module = &starlarkstruct.Module{
 	Name: "gpu",
 	Members: starlark.StringDict{
-		"count":         starlark.NewBuiltin("gpu.count", count),
-		"mem":           starlark.NewBuiltin("gpu.mem", mem),
-		"mem_all":       starlark.NewBuiltin("gpu.mem_all", memAll),
-		"free":          starlark.NewBuiltin("gpu.free", field(func(m memory) uint64 { return m.free })),
-		"used":          starlark.NewBuiltin("gpu.used", field(func(m memory) uint64 { return m.used })),
-		"with_max_free": starlark.NewBuiltin("gpu.with_max_free", withMaxFree),
-		"info":          starlark.NewBuiltin("gpu.info", info),
-		"processes":     starlark.NewBuiltin("gpu.processes", processes),
-		"preload":       starlark.NewBuiltin("gpu.preload", preload),
-		"leave_free":    starlark.NewBuiltin("gpu.leave_free", leaveFree),
+		"count":          starlark.NewBuiltin("gpu.count", count),
+		"mem":            starlark.NewBuiltin("gpu.mem", mem),
+		"mem_all":        starlark.NewBuiltin("gpu.mem_all", memAll),
+		"free":           starlark.NewBuiltin("gpu.free", field(func(m memory) uint64 { return m.free })),
+		"used":           starlark.NewBuiltin("gpu.used", field(func(m memory) uint64 { return m.used })),
+		"with_max_free":  starlark.NewBuiltin("gpu.with_max_free", withMaxFree),
+		"info":           starlark.NewBuiltin("gpu.info", info),
+		"processes":      starlark.NewBuiltin("gpu.processes", processes),
+		"preload":        starlark.NewBuiltin("gpu.preload", preload),
+		"leave_free":     starlark.NewBuiltin("gpu.leave_free", leaveFree),
+		"mem_no_cache":   starlark.NewBuiltin("gpu.mem_no_cache", noCache(memStruct)),
+		"free_no_cache":  starlark.NewBuiltin("gpu.free_no_cache", noCache(func(m memory) starlark.Value { return starlark.MakeUint64(m.free) })),
+		"used_no_cache":  starlark.NewBuiltin("gpu.used_no_cache", noCache(func(m memory) starlark.Value { return starlark.MakeUint64(m.used) })),
+		"set_target_gpu": starlark.NewBuiltin("gpu.set_target_gpu", setTargetGPU),
 	},
 }
 
@@ -128,12 +140,34 @@ func field(get func(memory) uint64) func(*starlark.Thread, *starlark.Builtin, st
 }
 
 // memoryBuiltin returns a builtin f(id=None) that reads the device's memory
-// and converts it with conv.
+// and converts it with conv. Without any GPU it converts zeros, as fastai's
+// gpu_mem_get returns GPUMemory(0, 0, 0).
 func memoryBuiltin(conv func(memory) starlark.Value) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+	return readMemory(conv, false)
+}
+
+// noCache is memoryBuiltin after emptying the device's allocator cache.
+func noCache(conv func(memory) starlark.Value) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+	return readMemory(conv, true)
+}
+
+func readMemory(conv func(memory) starlark.Value, emptyCache bool) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
 	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-		_, a, _, err := idArg(thread, b, args, kwargs)
+		var idV starlark.Value
+		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "id?", &idV); err != nil {
+			return nil, err
+		}
+		if m, err := manager(thread, b); err != nil {
+			return nil, err
+		} else if m.NumGPUs() == 0 {
+			return conv(memory{}), nil
+		}
+		_, a, _, err := device(thread, b, idV)
 		if err != nil {
 			return nil, err
+		}
+		if emptyCache {
+			a.EmptyCache()
 		}
 		mm, err := memoryOf(a.Device())
 		if err != nil {
@@ -338,4 +372,20 @@ func preload(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 		"bytes": optUint(r.bytes, r.known), "seconds": starlark.Float(r.seconds.Seconds()),
 		"workspace": starlark.MakeUint64(r.workspace), "source": starlark.String(r.source),
 	}), nil
+}
+
+// set_target_gpu(id) makes id (an ordinal or "cuda:N") the current device.
+func setTargetGPU(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var idV starlark.Value
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "id", &idV); err != nil {
+		return nil, err
+	}
+	m, _, i, err := device(thread, b, idV)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.SetCurrent(i); err != nil {
+		return nil, fmt.Errorf("%s: %v", b.Name(), err)
+	}
+	return starlark.None, nil
 }

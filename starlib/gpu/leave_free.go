@@ -7,6 +7,7 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/starlib/cuda"
+	"github.com/memsh/memsh/starlib/numarg"
 )
 
 const (
@@ -23,14 +24,13 @@ const (
 // at most nbytes, the buffer is empty (0 bytes). Free the buffer, or drop
 // it, to give the memory back.
 func leaveFree(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	var nbytesV starlark.Int
-	var idV starlark.Value
+	var nbytesV, idV starlark.Value
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "nbytes", &nbytesV, "id?", &idV); err != nil {
 		return nil, err
 	}
-	nbytes, ok := nbytesV.Uint64()
-	if !ok || nbytes > 1<<62 {
-		return nil, fmt.Errorf("%s: for parameter nbytes: %s is not a size in bytes (want 0 <= nbytes <= 2^62)", b.Name(), nbytesV)
+	nbytes, err := numarg.Size(b.Name(), "nbytes", nbytesV, numarg.MaxInt64)
+	if err != nil {
+		return nil, err
 	}
 	m, a, _, err := device(thread, b, idV)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	bhost "github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/starlib/numarg"
 )
 
 // Module is the host module. All sizes are in bytes.
@@ -128,11 +129,11 @@ func cpuPercent(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "interval?", &interval, "percpu?", &percpu); err != nil {
 		return nil, err
 	}
-	secs, ok := starlark.AsFloat(interval)
-	if !ok {
-		return nil, fmt.Errorf("%s: for parameter interval: got %s, want float", b.Name(), interval.Type())
+	secs, err := numarg.Finite(b.Name(), "interval", interval)
+	if err != nil {
+		return nil, err
 	}
-	if secs < 0 || secs > maxInterval || secs != secs {
+	if secs < 0 || secs > maxInterval {
 		return nil, fmt.Errorf("%s: for parameter interval: %v is not between 0 and %v seconds", b.Name(), secs, maxInterval)
 	}
 	e, err := env.Of(thread, b.Name())

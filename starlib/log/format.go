@@ -11,10 +11,14 @@ import (
 )
 
 func (l *Logger) print(r *Record) {
+	w := l.out
+	if w == nil {
+		w = l.env.Out
+	}
 	if l.compact {
-		WriteCompact(l.env.Out, r)
+		WriteCompact(w, r)
 	} else {
-		WriteLines(l.env.Out, r)
+		WriteLines(w, r)
 	}
 }
 
@@ -30,9 +34,9 @@ func (l *Logger) print(r *Record) {
 // for REPL inputs.
 func WriteLines(w io.Writer, r *Record) {
 	d := &r.Data
-	fmt.Fprintf(w, "･ %-8s%12s%12s%12s | Exec time %s | CPU mean %.0f%%, max core %.0f%%%s\n",
+	fmt.Fprintf(w, "･ %-8s%12s%12s%12s | Exec time %s | CPU mean %.0f%%, max core %.0f%%%s%s\n",
 		"RAM:", "△Consumed", "△Peaked", "Used Total", clock(d.Time),
-		r.CPU.SystemPercent, r.CPU.MaxCorePercent, where(r.Statement))
+		r.CPU.SystemPercent, r.CPU.MaxCorePercent, perfText(r), where(r.Statement))
 	row := func(f env.Figures) {
 		fmt.Fprintf(w, "･ %-8s%12s%12s%12s |\n", f.Device+":",
 			backend.FormatBytes(f.Consumed), backend.FormatBytes(f.Peaked), backend.FormatBytes(f.Used))
@@ -57,13 +61,13 @@ func WriteCompact(w io.Writer, r *Record) {
 	for _, g := range d.GPUs {
 		part(g)
 	}
-	fmt.Fprintf(&b, "Time %s | CPU %.0f%%/%.0f%% | (Consumed/Peaked/Used Total)%s\n",
-		clock(d.Time), r.CPU.SystemPercent, r.CPU.MaxCorePercent, where(r.Statement))
+	fmt.Fprintf(&b, "Time %s | CPU %.0f%%/%.0f%%%s | (Consumed/Peaked/Used Total)%s\n",
+		clock(d.Time), r.CPU.SystemPercent, r.CPU.MaxCorePercent, perfText(r), where(r.Statement))
 	io.WriteString(w, b.String())
 }
 
 func where(pos string) string {
-	if pos == "" || strings.HasPrefix(pos, "<stdin>:") {
+	if pos == "" || strings.HasPrefix(pos, "<stdin") {
 		return ""
 	}
 	return " | " + pos
@@ -74,4 +78,27 @@ func where(pos string) string {
 func clock(d time.Duration) string {
 	ms := d.Milliseconds()
 	return fmt.Sprintf("%d:%02d:%02d.%03d", ms/3600000, ms/60000%60, ms/1000%60, ms%1000)
+}
+
+// perfText formats the counters as ipython_memory_usage's perf variant
+// reports them, per second of wall time: " | cache-misses 8,823/s".
+func perfText(r *Record) string {
+	var b strings.Builder
+	for _, c := range r.Perf {
+		fmt.Fprintf(&b, " | %s %s/s", c.Event, commas(uint64(c.PerSecond(r.Data.Time)+0.5)))
+	}
+	return b.String()
+}
+
+// commas formats n with thousands separators.
+func commas(n uint64) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }

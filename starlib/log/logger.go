@@ -2,6 +2,7 @@ package log
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"go.starlark.net/syntax"
@@ -15,7 +16,7 @@ import (
 // Record is what the logger measured over one top-level statement (or REPL
 // input).
 type Record struct {
-	// Statement is the statement's position, "file:line" ("<stdin>:1" in
+	// Statement is the statement's position, "file:line" ("<stdin-3>:1" in
 	// the REPL).
 	Statement string
 	// Data holds the wall time and the figures of host RAM and each GPU:
@@ -26,6 +27,23 @@ type Record struct {
 	// system-wide, as ipython_memory_usage's "system mean cpu" and "single
 	// max cpu"), ProcessPercent this process's CPU time over wall time.
 	CPU bhost.CPUUsage
+	// Perf holds the hardware/software counters' counts over the input,
+	// when the logger counts any (log.start(perf=...)).
+	Perf []PerfCount
+}
+
+// PerfCount is one counter's count over an input.
+type PerfCount struct {
+	Event string
+	Count uint64
+}
+
+// PerSecond is the count per second of the input's wall time.
+func (c PerfCount) PerSecond(wall time.Duration) float64 {
+	if wall <= 0 {
+		return 0
+	}
+	return float64(c.Count) / wall.Seconds()
 }
 
 // Logger measures every top-level statement of a Session and prints a line
@@ -39,6 +57,7 @@ type Logger struct {
 	env     *env.Env
 	compact bool
 	remove  func()
+	out     io.Writer // where the lines go; nil: env.Out
 
 	hostPeak *bhost.RSSCounter // nil if it could not be opened
 	gpuPeaks []*backend.Peak
@@ -50,6 +69,21 @@ type Logger struct {
 	cpu       *bhost.CPUMeter
 	hostStart uint64
 	gpuStart  []uint64
+
+	perf      *bhost.PerfCounters // nil: no counters
+	perfStart []uint64
+}
+
+// setPerf replaces the logger's counters (nil: none).
+func (l *Logger) setPerf(p *bhost.PerfCounters) {
+	if l.perf != nil {
+		l.perf.Close()
+	}
+	l.perf, l.perfStart = p, nil
+	if p != nil && l.active {
+		_ = p.Refresh()
+		l.perfStart, _ = p.Read()
+	}
 }
 
 func newLogger(e *env.Env, compact bool) *Logger {
@@ -72,6 +106,9 @@ func newLogger(e *env.Env, compact bool) *Logger {
 func (l *Logger) onStatement(ev env.StatementEvent) {
 	if ev.Start {
 		if ev.First {
+			if s := stateOf(l.env); s.seed != nil && l.env.Seed != nil {
+				l.env.Seed(*s.seed) // CellLogger's cl_set_seed
+			}
 			l.begin(ev.Pos)
 		}
 		return
@@ -100,6 +137,10 @@ func (l *Logger) begin(pos syntax.Position) {
 		p.Reset(a.Allocated(), a.Reserved())
 	}
 	l.cpu, _ = bhost.StartCPUMeter() // nil on error: no CPU figures
+	if l.perf != nil {
+		_ = l.perf.Refresh() // threads started since
+		l.perfStart, _ = l.perf.Read()
+	}
 	l.t0 = time.Now()
 }
 
@@ -110,6 +151,13 @@ func (l *Logger) begin(pos syntax.Position) {
 func (l *Logger) end() *Record {
 	wall := time.Since(l.t0)
 	r := &Record{Statement: l.pos}
+	if l.perf != nil && l.perfStart != nil {
+		if now, err := l.perf.Read(); err == nil {
+			for i, ev := range l.perf.Events() {
+				r.Perf = append(r.Perf, PerfCount{Event: ev.Name, Count: now[i] - l.perfStart[i]})
+			}
+		}
+	}
 	if l.cpu != nil {
 		r.CPU, _ = l.cpu.Stop()
 		l.cpu = nil
@@ -160,6 +208,7 @@ func (l *Logger) close() {
 		l.cpu = nil
 	}
 	l.active = false
+	l.setPerf(nil)
 	if l.hostPeak != nil {
 		l.hostPeak.Close()
 	}

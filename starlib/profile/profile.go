@@ -13,6 +13,11 @@
 //	p.reset()                      forget p's calls; p.calls, p.fn
 //	profile_report(columns=None)   print the tables of every profiled function
 //	                               of the session still referenced
+//	profiled(fn, every=N)          also print the tables (maxima so far) after
+//	                               every N-th call
+//	profile_every(N)               pytorch_memlab's @profile_every(N): returns
+//	                               a function w, w(fn) == profiled(fn, every=N)
+//	                               (Starlark has no decorators: f = profile_every(2)(f))
 //
 // A table covers one Starlark function on one device ("cpu" or a GPU) and
 // has a row per source line: fn's own lines and those of every function it
@@ -49,6 +54,7 @@ package profile
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"weak"
 
@@ -57,6 +63,7 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/starlib/numarg"
 )
 
 // Builtins are the global builtins of the package.
@@ -64,6 +71,7 @@ var Builtins = starlark.StringDict{
 	"profile":        starlark.NewBuiltin("profile", profileBuiltin),
 	"profiled":       starlark.NewBuiltin("profiled", profiledBuiltin),
 	"profile_report": starlark.NewBuiltin("profile_report", reportBuiltin),
+	"profile_every":  starlark.NewBuiltin("profile_every", profileEvery),
 }
 
 func fnArg(builtin string, args starlark.Tuple) (*starlark.Function, error) {
@@ -153,8 +161,9 @@ func columnsArg(builtin string, v starlark.Value) ([]column, error) {
 // Profiled is the Starlark value profiled(fn) returns (type
 // "profiled_function"): a callable that profiles every call of fn.
 type Profiled struct {
-	fn *starlark.Function
-	t  *table
+	fn    *starlark.Function
+	t     *table
+	every int64 // print the tables after every every-th call; 0: never
 }
 
 var (
@@ -165,9 +174,21 @@ var (
 // profiled(fn) returns a profiled function; see the package doc.
 func profiledBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var fnv starlark.Value
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "fn", &fnv); err != nil {
+	var everyV starlark.Value = starlark.MakeInt(0)
+	if len(args) > 1 { // every is keyword-only
+		return nil, fmt.Errorf("%s: got %d arguments, want at most 1", b.Name(), len(args))
+	}
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "fn", &fnv, "every?", &everyV); err != nil {
 		return nil, err
 	}
+	every, err := numarg.Count(b.Name(), "every", everyV, 0, math.MaxInt64)
+	if err != nil {
+		return nil, err
+	}
+	return newProfiled(thread, b, fnv, every)
+}
+
+func newProfiled(thread *starlark.Thread, b *starlark.Builtin, fnv starlark.Value, every int64) (starlark.Value, error) {
 	fn, err := fnArg(b.Name(), starlark.Tuple{fnv})
 	if err != nil {
 		return nil, err
@@ -176,7 +197,7 @@ func profiledBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark
 	if err != nil {
 		return nil, err
 	}
-	p := &Profiled{fn: fn, t: newTable(idOf(fn))}
+	p := &Profiled{fn: fn, t: newTable(idOf(fn)), every: every}
 	reg := registryOf(e)
 	reg.sweep()
 	reg.list = append(reg.list, weak.Make(p))
@@ -189,7 +210,32 @@ func (p *Profiled) CallInternal(thread *starlark.Thread, args starlark.Tuple, kw
 	if err != nil {
 		return nil, err
 	}
-	return call(e, thread, p.fn, args, kwargs, p.t)
+	v, err := call(e, thread, p.fn, args, kwargs, p.t)
+	if p.every > 0 && int64(p.t.calls)%p.every == 0 {
+		p.t.write(e.Out, defaultColumns(), e.Manager.PeakMode() == backend.PeakLazy)
+	}
+	return v, err
+}
+
+// profile_every(n) returns a function that wraps fn as profiled(fn,
+// every=n): pytorch_memlab's @profile_every(n), which prints the line
+// profile after every n-th call (maxima across all calls so far).
+func profileEvery(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var nV starlark.Value
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "n", &nV); err != nil {
+		return nil, err
+	}
+	n, err := numarg.Count(b.Name(), "n", nV, 1, math.MaxInt64)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.NewBuiltin(fmt.Sprintf("profile_every(%d)", n), func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		var fnv starlark.Value
+		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "fn", &fnv); err != nil {
+			return nil, err
+		}
+		return newProfiled(thread, b, fnv, n)
+	}), nil
 }
 
 func (p *Profiled) Name() string          { return p.fn.Name() }
