@@ -15,7 +15,9 @@ import (
 	"github.com/memsh/memsh/starlib/host"
 	memlog "github.com/memsh/memsh/starlib/log"
 	"github.com/memsh/memsh/starlib/memtrace"
+	"github.com/memsh/memsh/starlib/nn"
 	"github.com/memsh/memsh/starlib/numarg"
+	"github.com/memsh/memsh/starlib/optim"
 	"github.com/memsh/memsh/starlib/profile"
 	"github.com/memsh/memsh/starlib/report"
 	"github.com/memsh/memsh/starlib/sweep"
@@ -42,6 +44,8 @@ func Predeclared() starlark.StringDict {
 		"cuda":           cuda.Module,
 		"gpu":            gpu.Module,
 		"tensor":         tensor.Module,
+		"nn":             nn.Module,
+		"optim":          optim.Module,
 		"sweep":          sweep.Module,
 		"gc":             starlark.NewBuiltin("gc", gc),
 		"budget":         starlark.NewBuiltin("budget", budgetBuiltin),

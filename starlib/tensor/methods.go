@@ -7,6 +7,7 @@ import (
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/tensor"
+	"github.com/memsh/memsh/tensor/autograd"
 )
 
 // methodFn implements a Tensor method (and the module function of the same
@@ -47,7 +48,7 @@ func init() {
 		"size": methodSize,
 		"to":   methodTo,
 		"cpu": noArgs(func(f string, t *Tensor) (starlark.Value, error) {
-			return resultAs(f)(tensor.To(t.t, "cpu", t.t.DType(), false))
+			return resultAs(f)(autograd.To(t.t, "cpu", t.t.DType(), false))
 		}),
 		"cuda":       methodCuda,
 		"float":      castTo(tensor.Float32),
@@ -57,17 +58,17 @@ func init() {
 		"long":       castTo(tensor.Int64),
 		"int":        castTo(tensor.Int32),
 		"bool":       castTo(tensor.Bool),
-		"clone":      noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(tensor.Clone(t.t)) }),
-		"contiguous": noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(tensor.Contiguous(t.t)) }),
+		"clone":      noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(autograd.Clone(t.t)) }),
+		"contiguous": noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(autograd.Contiguous(t.t)) }),
 		"view": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			return reshapeMethod(f, t, args, kwargs, tensor.View)
+			return reshapeMethod(f, t, args, kwargs, autograd.View)
 		},
 		"reshape": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			return reshapeMethod(f, t, args, kwargs, tensor.Reshape)
+			return reshapeMethod(f, t, args, kwargs, autograd.Reshape)
 		},
 		"flatten":   methodFlatten,
 		"transpose": methodTranspose,
-		"t":         noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(tensor.T(t.t)) }),
+		"t":         noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(autograd.T(t.t)) }),
 		"permute":   methodPermute,
 		"squeeze":   methodSqueeze,
 		"unsqueeze": methodUnsqueeze,
@@ -77,17 +78,17 @@ func init() {
 			if err := starlark.UnpackArgs(f, args, kwargs, "dim", &dim, "start", &start, "length", &length); err != nil {
 				return nil, err
 			}
-			return resultAs(f)(tensor.Narrow(t.t, dim, start, length))
+			return resultAs(f)(autograd.Narrow(t.t, dim, start, length))
 		},
 		"select": func(_ *starlark.Thread, f string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			var dim, index int
 			if err := starlark.UnpackArgs(f, args, kwargs, "dim", &dim, "index", &index); err != nil {
 				return nil, err
 			}
-			return resultAs(f)(tensor.Select(t.t, dim, index))
+			return resultAs(f)(autograd.Select(t.t, dim, index))
 		},
-		"sum":      reduceMethod(tensor.Sum),
-		"mean":     reduceMethod(tensor.Mean),
+		"sum":      reduceMethod(autograd.Sum),
+		"mean":     reduceMethod(autograd.Mean),
 		"max":      extremeMethod("max", tensor.Max, tensor.MaxDim),
 		"min":      extremeMethod("min", tensor.Min, tensor.MinDim),
 		"item":     noArgs(item),
@@ -177,7 +178,7 @@ func binaryMethod(op tensor.BinaryOp) methodFn {
 			dst = out.t
 		}
 		// Errors keep the op's name (tensor.add), as the operators' do.
-		return result(tensor.BinaryOut(op, t.t, o, dst))
+		return result(autograd.BinaryOut(op, t.t, o, dst))
 	}
 }
 
@@ -191,7 +192,7 @@ func inplaceMethod(op tensor.BinaryOp) methodFn {
 		if err != nil {
 			return nil, fmt.Errorf("%s: for parameter other: got %s, want tensor or number", fname, v.Type())
 		}
-		if _, err := tensor.BinaryInPlace(op, t.t, o); err != nil {
+		if _, err := autograd.BinaryInPlace(op, t.t, o); err != nil {
 			return nil, rename(err, fname)
 		}
 		return t, nil
@@ -199,12 +200,12 @@ func inplaceMethod(op tensor.BinaryOp) methodFn {
 }
 
 func unaryMethod(op tensor.UnaryOp) methodFn {
-	return noArgs(func(fname string, t *Tensor) (starlark.Value, error) { return resultAs(fname)(tensor.Unary(op, t.t)) })
+	return noArgs(func(fname string, t *Tensor) (starlark.Value, error) { return resultAs(fname)(autograd.Unary(op, t.t)) })
 }
 
 func castTo(dt tensor.DType) methodFn {
 	return noArgs(func(fname string, t *Tensor) (starlark.Value, error) {
-		return resultAs(fname)(tensor.To(t.t, "", dt, false))
+		return resultAs(fname)(autograd.To(t.t, "", dt, false))
 	})
 }
 
@@ -426,7 +427,7 @@ func methodTo(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, 
 			return nil, err
 		}
 	}
-	return resultAs(fname)(tensor.To(t.t, device, dt, copyFlag))
+	return resultAs(fname)(autograd.To(t.t, device, dt, copyFlag))
 }
 
 func methodCuda(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -449,7 +450,7 @@ func methodCuda(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple
 	if err != nil {
 		return nil, err
 	}
-	return resultAs(fname)(tensor.To(t.t, device, t.t.DType(), false))
+	return resultAs(fname)(autograd.To(t.t, device, t.t.DType(), false))
 }
 
 func reshapeMethod(fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple, fn func(*tensor.Tensor, []int) (*tensor.Tensor, error)) (starlark.Value, error) {
@@ -482,7 +483,7 @@ func methodFlatten(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tu
 	if err := starlark.UnpackArgs(fname, args, kwargs, "start_dim?", &start, "end_dim?", &end); err != nil {
 		return nil, err
 	}
-	return resultAs(fname)(tensor.Flatten(t.t, start, end))
+	return resultAs(fname)(autograd.Flatten(t.t, start, end))
 }
 
 func methodTranspose(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -490,7 +491,7 @@ func methodTranspose(_ *starlark.Thread, fname string, t *Tensor, args starlark.
 	if err := starlark.UnpackArgs(fname, args, kwargs, "dim0", &d0, "dim1", &d1); err != nil {
 		return nil, err
 	}
-	return resultAs(fname)(tensor.Transpose(t.t, d0, d1))
+	return resultAs(fname)(autograd.Transpose(t.t, d0, d1))
 }
 
 func methodPermute(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -505,7 +506,7 @@ func methodPermute(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tu
 	if err != nil {
 		return nil, err
 	}
-	return resultAs(fname)(tensor.Permute(t.t, dims))
+	return resultAs(fname)(autograd.Permute(t.t, dims))
 }
 
 func methodSqueeze(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -526,7 +527,7 @@ func methodSqueeze(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tu
 	if len(dims) == 0 {
 		dims = nil
 	}
-	return resultAs(fname)(tensor.Squeeze(t.t, dims))
+	return resultAs(fname)(autograd.Squeeze(t.t, dims))
 }
 
 func methodUnsqueeze(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -534,7 +535,7 @@ func methodUnsqueeze(_ *starlark.Thread, fname string, t *Tensor, args starlark.
 	if err := starlark.UnpackArgs(fname, args, kwargs, "dim", &d); err != nil {
 		return nil, err
 	}
-	return resultAs(fname)(tensor.Unsqueeze(t.t, d))
+	return resultAs(fname)(autograd.Unsqueeze(t.t, d))
 }
 
 func methodExpand(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -545,7 +546,7 @@ func methodExpand(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tup
 	if err != nil {
 		return nil, err
 	}
-	return resultAs(fname)(tensor.Expand(t.t, sizes))
+	return resultAs(fname)(autograd.Expand(t.t, sizes))
 }
 
 func methodMatmul(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -557,5 +558,5 @@ func methodMatmul(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tup
 	if out != nil {
 		dst = out.t
 	}
-	return resultAs(fname)(tensor.MatmulOut(t.t, other.t, dst))
+	return resultAs(fname)(autograd.MatmulOut(t.t, other.t, dst))
 }

@@ -39,6 +39,7 @@ import (
 
 	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/tensor"
+	"github.com/memsh/memsh/tensor/autograd"
 )
 
 // Module is the "tensor" Starlark module. Its members:
@@ -131,8 +132,8 @@ func members() starlark.StringDict {
 		"full_like":          starlark.NewBuiltin("tensor.full_like", fullLike),
 		"rand_like":          starlark.NewBuiltin("tensor.rand_like", likeFn(tensor.Rand)),
 		"randn_like":         starlark.NewBuiltin("tensor.randn_like", likeFn(tensor.Randn)),
-		"cat":                starlark.NewBuiltin("tensor.cat", catStack(tensor.Cat)),
-		"stack":              starlark.NewBuiltin("tensor.stack", catStack(tensor.Stack)),
+		"cat":                starlark.NewBuiltin("tensor.cat", catStack(autograd.Cat)),
+		"stack":              starlark.NewBuiltin("tensor.stack", catStack(autograd.Stack)),
 		"set_default_device": starlark.NewBuiltin("tensor.set_default_device", setDefaultDevice),
 		"get_default_device": starlark.NewBuiltin("tensor.get_default_device", getDefaultDevice),
 		"manual_seed":        starlark.NewBuiltin("tensor.manual_seed", manualSeed),
@@ -407,7 +408,7 @@ func fromData(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple,
 		if err != nil {
 			return nil, err
 		}
-		return resultAs(fname)(tensor.To(src.t, device, dt, true))
+		return resultAs(fname)(autograd.To(src.t, device, dt, true))
 	}
 	// Walk the nested sequences: shape, values.
 	var shape []int

@@ -9,6 +9,7 @@ import (
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/tensor"
+	"github.com/memsh/memsh/tensor/autograd"
 )
 
 // A Tensor is the Starlark value of type "tensor": the binding of one
@@ -105,11 +106,11 @@ func (t *Tensor) Len() int {
 }
 
 // Index returns t[i] (0 <= i < Len()), a view.
-func (t *Tensor) Index(i int) starlark.Value { return Wrap(t.t.Select0(i)) }
+func (t *Tensor) Index(i int) starlark.Value { return Wrap(autograd.Select0(t.t, i)) }
 
 // Slice returns t[start:end:step] along dimension 0, a view.
 func (t *Tensor) Slice(start, end, step int) starlark.Value {
-	return Wrap(tensor.Slice0(t.t, start, end, step))
+	return Wrap(autograd.Slice0(t.t, start, end, step))
 }
 
 // Get implements t[i] and t[i, j, ...] with int indices (negative ones
@@ -151,10 +152,10 @@ func (t *Tensor) index(fname string, k starlark.Value) (*tensor.Tensor, error) {
 		if !ok || i < 0 || i >= int64(size) {
 			return nil, fmt.Errorf("%s: index %s is out of bounds for dimension %d with size %d", fname, xi, d, size)
 		}
-		r = r.Select0(int(i))
+		r = autograd.Select0(r, int(i))
 	}
 	if r == t.t {
-		return tensor.Index(t.t)
+		return autograd.Index(t.t)
 	}
 	return r, nil
 }
@@ -197,7 +198,7 @@ func (it *tensorIter) Next(p *starlark.Value) bool {
 	if it.i >= it.t.Len() {
 		return false
 	}
-	*p = Wrap(it.t.t.Select0(it.i))
+	*p = Wrap(autograd.Select0(it.t.t, it.i))
 	it.i++
 	return true
 }
@@ -244,16 +245,16 @@ func (t *Tensor) Binary(op syntax.Token, y starlark.Value, side starlark.Side) (
 		return nil, fmt.Errorf("%s: %v", bop, err)
 	}
 	if side == starlark.Right {
-		return result(tensor.Binary(bop, other, t.t))
+		return result(autograd.Binary(bop, other, t.t))
 	}
-	return result(tensor.Binary(bop, t.t, other))
+	return result(autograd.Binary(bop, t.t, other))
 }
 
 // Unary implements -t and +t.
 func (t *Tensor) Unary(op syntax.Token) (starlark.Value, error) {
 	switch op {
 	case syntax.MINUS:
-		return result(tensor.Neg(t.t))
+		return result(autograd.Neg(t.t))
 	case syntax.PLUS:
 		return t, nil
 	}
@@ -296,7 +297,10 @@ func (t *Tensor) Attr(name string) (starlark.Value, error) {
 	case "is_cuda":
 		return starlark.Bool(e.Device() != "cpu"), nil
 	case "T":
-		return Wrap(tensor.ReverseDims(e)), nil
+		return Wrap(autograd.ReverseDims(e)), nil
+	}
+	if v, ok := autogradAttr(t, name); ok {
+		return v, nil
 	}
 	if m, ok := methods[name]; ok {
 		return starlark.NewBuiltin("tensor."+name, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {

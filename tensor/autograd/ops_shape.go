@@ -1,8 +1,6 @@
 package autograd
 
 import (
-	"fmt"
-
 	"github.com/memsh/memsh/tensor"
 )
 
@@ -66,14 +64,10 @@ func Transpose(a *tensor.Tensor, d0, d1 int) (*tensor.Tensor, error) {
 		func(g *tensor.Tensor) (*tensor.Tensor, error) { return transpose(g, d0, d1) })
 }
 
-// T is Tensor.t() of a matrix (TBackward0).
+// T is Tensor.t() of a tensor of at most 2 dims (TBackward0).
 func T(a *tensor.Tensor) (*tensor.Tensor, error) {
-	if a.Dim() < 2 {
-		return viewOp("TBackward0", a, func() (*tensor.Tensor, error) { return tensor.Alias(a), nil },
-			func(g *tensor.Tensor) (*tensor.Tensor, error) { return g, nil })
-	}
-	return viewOp("TBackward0", a, func() (*tensor.Tensor, error) { return transpose(a, 0, 1) },
-		func(g *tensor.Tensor) (*tensor.Tensor, error) { return transpose(g, 0, 1) })
+	return viewOp("TBackward0", a, func() (*tensor.Tensor, error) { return tensor.T(a) },
+		func(g *tensor.Tensor) (*tensor.Tensor, error) { return tensor.T(g) })
 }
 
 // Permute is Tensor.permute (PermuteBackward0: the inverse permutation).
@@ -177,34 +171,21 @@ func To(a *tensor.Tensor, device string, dt tensor.DType, copy bool) (*tensor.Te
 		func(g *tensor.Tensor) (*tensor.Tensor, error) { return toDType(g, inDev, inDT) })
 }
 
-// Flatten is torch.flatten(a, start, end): a reshape merging dims start..end
-// (a itself when there is nothing to merge).
+// Flatten is torch.flatten(a, start, end): a reshape merging dims
+// start..end (ViewBackward0, or UnsafeViewBackward0 for a copy; a itself
+// when there is nothing to merge).
 func Flatten(a *tensor.Tensor, start, end int) (*tensor.Tensor, error) {
-	shape := a.Shape()
-	nd := len(shape)
-	if nd == 0 {
-		return Reshape(a, []int{1})
-	}
-	s, e := start, end
-	if s < 0 {
-		s += nd
-	}
-	if e < 0 {
-		e += nd
-	}
-	if s < 0 || s >= nd || e < 0 || e >= nd {
-		return nil, fmt.Errorf("Dimension out of range (expected to be in range of [%d, %d], but got %d)", -nd, nd-1, start)
-	}
-	if s > e {
-		return nil, fmt.Errorf("flatten() has invalid args: start_dim cannot come after end_dim")
-	}
-	if s == e {
-		return a, nil
-	}
-	merged := 1
-	for _, d := range shape[s : e+1] {
-		merged *= d
-	}
-	out := append(append(append([]int{}, shape[:s]...), merged), shape[e+1:]...)
-	return Reshape(a, out)
+	in := a.Shape()
+	st := a.Storage()
+	var name string
+	return viewOp("", a, func() (*tensor.Tensor, error) {
+		out, err := tensor.Flatten(a, start, end)
+		if err == nil && out != a {
+			name = "ViewBackward0"
+			if out.Storage() != st {
+				name = "UnsafeViewBackward0"
+			}
+		}
+		return out, err
+	}, func(g *tensor.Tensor) (*tensor.Tensor, error) { return reshape(g, in) }, &name)
 }

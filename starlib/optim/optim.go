@@ -1,0 +1,237 @@
+// Package optim is the Starlark binding of memsh's optimizers
+// (tensor/optim), PyTorch's torch.optim:
+//
+//	SGD(params, lr, momentum=0, dampening=0, weight_decay=0, nesterov=False, foreach=None)
+//	Adam(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0, amsgrad=False, foreach=None)
+//	AdamW(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, amsgrad=False, foreach=None)
+//
+// params is an iterable of tensors (model.parameters()). foreach=None
+// means the multi-tensor implementation (PyTorch 2.x's default on CUDA),
+// foreach=False the per-parameter loop; they differ in their temporaries.
+// An optimizer has step(), zero_grad(set_to_none=True), state (a dict from
+// parameter to its state: tensors on the parameter's device and "step", a
+// host number) and param_groups.
+package optim
+
+import (
+	"fmt"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/starlarkstruct"
+
+	startensor "github.com/memsh/memsh/starlib/tensor"
+	"github.com/memsh/memsh/tensor"
+	"github.com/memsh/memsh/tensor/optim"
+)
+
+// Module is the optim module.
+var Module = &starlarkstruct.Module{
+	Name: "optim",
+	Members: starlark.StringDict{
+		"SGD":   starlark.NewBuiltin("optim.SGD", newSGD),
+		"Adam":  starlark.NewBuiltin("optim.Adam", newAdam(false)),
+		"AdamW": starlark.NewBuiltin("optim.AdamW", newAdam(true)),
+	},
+}
+
+// Optimizer is the Starlark value of an optimizer.
+type Optimizer struct {
+	o      optim.Optimizer
+	params []*startensor.Tensor
+	group  starlark.StringDict // the hyper-parameters, for param_groups
+}
+
+var (
+	_ starlark.HasAttrs = (*Optimizer)(nil)
+)
+
+func (o *Optimizer) String() string        { return o.o.Name() + "(...)" }
+func (o *Optimizer) Type() string          { return "optim." + o.o.Name() }
+func (o *Optimizer) Freeze()               {}
+func (o *Optimizer) Truth() starlark.Bool  { return true }
+func (o *Optimizer) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable: %s", o.Type()) }
+
+func (o *Optimizer) AttrNames() []string {
+	return []string{"param_groups", "state", "step", "zero_grad"}
+}
+
+func (o *Optimizer) Attr(name string) (starlark.Value, error) {
+	switch name {
+	case "step":
+		return starlark.NewBuiltin(o.o.Name()+".step", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
+				return nil, err
+			}
+			if err := o.o.Step(); err != nil {
+				return nil, fmt.Errorf("%s: %w", b.Name(), err)
+			}
+			return starlark.None, nil
+		}), nil
+	case "zero_grad":
+		return starlark.NewBuiltin(o.o.Name()+".zero_grad", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			setToNone := true
+			if err := starlark.UnpackArgs(b.Name(), args, kwargs, "set_to_none?", &setToNone); err != nil {
+				return nil, err
+			}
+			return starlark.None, optim.ZeroGrad(o.o.Params(), setToNone)
+		}), nil
+	case "state":
+		d := starlark.NewDict(len(o.params))
+		for _, p := range o.params {
+			st := o.o.State(p.Engine())
+			if st == nil {
+				continue
+			}
+			sd := starlark.NewDict(len(st))
+			for k, v := range st {
+				var sv starlark.Value
+				switch v := v.(type) {
+				case *tensor.Tensor:
+					sv = startensor.Wrap(v)
+				case float64:
+					sv = starlark.Float(v)
+				default:
+					continue
+				}
+				_ = sd.SetKey(starlark.String(k), sv)
+			}
+			_ = d.SetKey(identity{p}, sd)
+		}
+		return d, nil
+	case "param_groups":
+		g := starlark.NewDict(len(o.group) + 1)
+		ps := make([]starlark.Value, len(o.params))
+		for i, p := range o.params {
+			ps[i] = p
+		}
+		_ = g.SetKey(starlark.String("params"), starlark.NewList(ps))
+		for k, v := range o.group {
+			_ = g.SetKey(starlark.String(k), v)
+		}
+		return starlark.NewList([]starlark.Value{g}), nil
+	}
+	return nil, nil
+}
+
+// References lets reports and leak paths see the optimizer's state
+// (".state[i].exp_avg").
+func (o *Optimizer) References(edge func(suffix string, v starlark.Value)) {
+	for i, p := range o.params {
+		for k, v := range o.o.State(p.Engine()) {
+			if t, ok := v.(*tensor.Tensor); ok {
+				edge(fmt.Sprintf(".state[%d].%s", i, k), startensor.Wrap(t))
+			}
+		}
+	}
+}
+
+// identity is a hashable key for a tensor in the state dict (tensors are
+// unhashable in Starlark; PyTorch keys state by the parameter object).
+type identity struct{ *startensor.Tensor }
+
+func (k identity) Hash() (uint32, error) {
+	p := k.Tensor.Engine().DataPtr()
+	return uint32(p ^ p>>32), nil
+}
+
+// paramsArg reads an iterable of tensors.
+func paramsArg(fname string, v starlark.Value) ([]*startensor.Tensor, []*tensor.Tensor, error) {
+	it, ok := v.(starlark.Iterable)
+	if !ok {
+		return nil, nil, fmt.Errorf("%s: params argument given to the optimizer should be an iterable of Tensors or dicts, but got %s", fname, v.Type())
+	}
+	iter := it.Iterate()
+	defer iter.Done()
+	var vals []*startensor.Tensor
+	var ts []*tensor.Tensor
+	var x starlark.Value
+	for iter.Next(&x) {
+		t, ok := x.(*startensor.Tensor)
+		if !ok {
+			return nil, nil, fmt.Errorf("%s: optimizer can only optimize Tensors, but one of the params is %s", fname, x.Type())
+		}
+		vals = append(vals, t)
+		ts = append(ts, t.Engine())
+	}
+	return vals, ts, nil
+}
+
+// foreachArg: None (PyTorch 2.x's default on CUDA: foreach) or a bool.
+func foreachArg(fname string, v starlark.Value) (bool, error) {
+	switch v := v.(type) {
+	case starlark.NoneType:
+		return true, nil
+	case starlark.Bool:
+		return bool(v), nil
+	}
+	return false, fmt.Errorf("%s: for parameter foreach: got %s, want bool or None", fname, v.Type())
+}
+
+func newSGD(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var paramsV starlark.Value
+	var lr, momentum, dampening, wd float64
+	var nesterov bool
+	var foreachV starlark.Value = starlark.None
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "params", &paramsV, "lr", &lr, "momentum?", &momentum, "dampening?", &dampening,
+		"weight_decay?", &wd, "nesterov?", &nesterov, "foreach?", &foreachV, "maximize?", new(bool), "differentiable?", new(bool)); err != nil {
+		return nil, err
+	}
+	vals, ps, err := paramsArg(b.Name(), paramsV)
+	if err != nil {
+		return nil, err
+	}
+	foreach, err := foreachArg(b.Name(), foreachV)
+	if err != nil {
+		return nil, err
+	}
+	o, err := optim.NewSGD(ps, lr, momentum, dampening, wd, nesterov, foreach)
+	if err != nil {
+		return nil, err
+	}
+	return &Optimizer{o: o, params: vals, group: starlark.StringDict{
+		"lr": starlark.Float(lr), "momentum": starlark.Float(momentum), "dampening": starlark.Float(dampening),
+		"weight_decay": starlark.Float(wd), "nesterov": starlark.Bool(nesterov), "foreach": foreachV,
+	}}, nil
+}
+
+func newAdam(decoupled bool) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		var paramsV starlark.Value
+		lr, eps, wd := 0.001, 1e-8, 0.0
+		if decoupled {
+			wd = 0.01
+		}
+		var betas starlark.Tuple = starlark.Tuple{starlark.Float(0.9), starlark.Float(0.999)}
+		var amsgrad bool
+		var foreachV starlark.Value = starlark.None
+		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "params", &paramsV, "lr?", &lr, "betas?", &betas, "eps?", &eps,
+			"weight_decay?", &wd, "amsgrad?", &amsgrad, "foreach?", &foreachV, "maximize?", new(bool), "capturable?", new(bool),
+			"differentiable?", new(bool), "fused?", new(starlark.Value)); err != nil {
+			return nil, err
+		}
+		if len(betas) != 2 {
+			return nil, fmt.Errorf("%s: betas: want a pair, got %d values", b.Name(), len(betas))
+		}
+		b1, ok1 := starlark.AsFloat(betas[0])
+		b2, ok2 := starlark.AsFloat(betas[1])
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("%s: betas: want two numbers", b.Name())
+		}
+		vals, ps, err := paramsArg(b.Name(), paramsV)
+		if err != nil {
+			return nil, err
+		}
+		foreach, err := foreachArg(b.Name(), foreachV)
+		if err != nil {
+			return nil, err
+		}
+		o, err := optim.NewAdam(ps, lr, b1, b2, eps, wd, amsgrad, decoupled, foreach)
+		if err != nil {
+			return nil, err
+		}
+		return &Optimizer{o: o, params: vals, group: starlark.StringDict{
+			"lr": starlark.Float(lr), "betas": betas, "eps": starlark.Float(eps), "weight_decay": starlark.Float(wd),
+			"amsgrad": starlark.Bool(amsgrad), "foreach": foreachV,
+		}}, nil
+	}
+}

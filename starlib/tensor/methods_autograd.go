@@ -1,0 +1,264 @@
+package tensor
+
+import (
+	"fmt"
+	"sort"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/syntax"
+
+	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/tensor"
+	"github.com/memsh/memsh/tensor/autograd"
+)
+
+// Autograd in the binding (package tensor/autograd does the work):
+//
+// Attributes: requires_grad (settable on leaves), grad (settable; None
+// releases it), grad_fn (PyTorch's node name, e.g. "AddmmBackward0", or
+// None for a leaf), is_leaf.
+//
+// Methods:
+//
+//	backward(gradient=None, retain_graph=False)   accumulates .grad of the graph's leaves
+//	detach()                                        a tensor sharing storage, outside the graph
+//	requires_grad_(requires_grad=True)              on a leaf; returns the tensor
+//	retain_grad()                                   keep .grad of a non-leaf after backward
+//	pow(exponent) rsqrt()                           differentiable
+//
+// Module functions: no_grad(fn, *args, **kwargs) runs fn with grad mode
+// off and returns its result; is_grad_enabled(); every creation function
+// takes requires_grad=False.
+func init() {
+	for name, fn := range map[string]methodFn{
+		"backward":       methodBackward,
+		"detach":         noArgs(func(_ string, t *Tensor) (starlark.Value, error) { return Wrap(autograd.Detach(t.t)), nil }),
+		"requires_grad_": methodRequiresGrad,
+		"retain_grad": noArgs(func(f string, t *Tensor) (starlark.Value, error) {
+			if err := autograd.RetainGrad(t.t); err != nil {
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+			return starlark.None, nil
+		}),
+		"pow":   methodPow,
+		"rsqrt": noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(autograd.Rsqrt(t.t)) }),
+	} {
+		methods[name] = fn
+		attrNames = append(attrNames, name)
+	}
+	attrNames = append(attrNames, "grad", "grad_fn", "is_leaf", "requires_grad")
+	sort.Strings(attrNames)
+	for _, name := range []string{"pow", "rsqrt"} {
+		Module.Members[name] = starlark.NewBuiltin("tensor."+name, methodAsFunction(name))
+	}
+	Module.Members["no_grad"] = starlark.NewBuiltin("tensor.no_grad", noGrad)
+	Module.Members["is_grad_enabled"] = starlark.NewBuiltin("tensor.is_grad_enabled", isGradEnabled)
+	for _, name := range []string{"zeros", "ones", "empty", "full", "rand", "randn", "arange", "tensor",
+		"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like"} {
+		Module.Members[name] = withRequiresGrad(Module.Members[name].(*starlark.Builtin))
+	}
+}
+
+// autogradAttr returns the autograd attributes.
+func autogradAttr(t *Tensor, name string) (starlark.Value, bool) {
+	switch name {
+	case "requires_grad":
+		return starlark.Bool(autograd.RequiresGrad(t.t)), true
+	case "is_leaf":
+		return starlark.Bool(autograd.IsLeaf(t.t)), true
+	case "grad_fn":
+		if n := autograd.GradFn(t.t); n != nil {
+			return starlark.String(n.Name()), true
+		}
+		return starlark.None, true
+	case "grad":
+		if g := autograd.Grad(t.t); g != nil {
+			return Wrap(g), true
+		}
+		return starlark.None, true
+	}
+	return nil, false
+}
+
+// SetField sets requires_grad or grad.
+func (t *Tensor) SetField(name string, v starlark.Value) error {
+	switch name {
+	case "requires_grad":
+		b, ok := v.(starlark.Bool)
+		if !ok {
+			return fmt.Errorf("tensor.requires_grad: got %s, want bool", v.Type())
+		}
+		return autograd.SetRequiresGrad(t.t, bool(b))
+	case "grad":
+		if v == starlark.None {
+			return autograd.SetGrad(t.t, nil)
+		}
+		g, ok := v.(*Tensor)
+		if !ok {
+			return fmt.Errorf("assigned grad expected to be a Tensor or None but got grad of type %s", v.Type())
+		}
+		return autograd.SetGrad(t.t, g.t)
+	}
+	return starlark.NoSuchAttrError(fmt.Sprintf("tensor has no settable attribute %q", name))
+}
+
+// References implements refpath.Referrer: a tensor leads to its .grad, so
+// reports and leak paths name gradients ("model.fc.weight.grad").
+func (t *Tensor) References(edge func(suffix string, v starlark.Value)) {
+	if g := autograd.Grad(t.t); g != nil {
+		edge(".grad", Wrap(g))
+	}
+}
+
+func methodBackward(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var gradV, retainV starlark.Value = starlark.None, starlark.None
+	if err := starlark.UnpackArgs(fname, args, kwargs, "gradient?", &gradV, "retain_graph?", &retainV, "create_graph?", new(bool)); err != nil {
+		return nil, err
+	}
+	var grads []*tensor.Tensor
+	if gradV != starlark.None {
+		g, ok := gradV.(*Tensor)
+		if !ok {
+			return nil, fmt.Errorf("%s: for parameter gradient: got %s, want tensor or None", fname, gradV.Type())
+		}
+		grads = []*tensor.Tensor{g.t}
+	}
+	retain := false
+	if retainV != starlark.None {
+		b, ok := retainV.(starlark.Bool)
+		if !ok {
+			return nil, fmt.Errorf("%s: for parameter retain_graph: got %s, want bool or None", fname, retainV.Type())
+		}
+		retain = bool(b)
+	}
+	if err := autograd.Backward([]*tensor.Tensor{t.t}, grads, retain); err != nil {
+		return nil, fmt.Errorf("%s: %w", fname, err)
+	}
+	return starlark.None, nil
+}
+
+func methodRequiresGrad(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	on := true
+	if err := starlark.UnpackArgs(fname, args, kwargs, "requires_grad?", &on); err != nil {
+		return nil, err
+	}
+	if err := autograd.SetRequiresGrad(t.t, on); err != nil {
+		return nil, fmt.Errorf("%s: %w", fname, err)
+	}
+	return t, nil
+}
+
+func methodPow(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var e float64
+	if err := starlark.UnpackArgs(fname, args, kwargs, "exponent", &e); err != nil {
+		return nil, err
+	}
+	return resultAs(fname)(autograd.PowScalar(t.t, e))
+}
+
+// noGrad is tensor.no_grad(fn, *args, **kwargs): fn(*args, **kwargs) with
+// grad mode off (torch.no_grad), restored afterwards, also on error.
+func noGrad(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if len(args) == 0 {
+		return nil, fmt.Errorf("%s: missing argument fn", b.Name())
+	}
+	fn, ok := args[0].(starlark.Callable)
+	if !ok {
+		return nil, fmt.Errorf("%s: for parameter fn: got %s, want callable", b.Name(), args[0].Type())
+	}
+	c, err := contextOf(thread, b.Name())
+	if err != nil {
+		return nil, err
+	}
+	var out starlark.Value
+	err = autograd.NoGrad(c, func() error {
+		var err error
+		out, err = starlark.Call(thread, fn, args[1:], kwargs)
+		return err
+	})
+	return out, err
+}
+
+func isGradEnabled(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
+		return nil, err
+	}
+	c, err := contextOf(thread, b.Name())
+	if err != nil {
+		return nil, err
+	}
+	return starlark.Bool(autograd.GradEnabled(c)), nil
+}
+
+// withRequiresGrad adds requires_grad=False to a creation function: the
+// result becomes a leaf that requires grad (floating dtypes only, as
+// PyTorch).
+func withRequiresGrad(b *starlark.Builtin) *starlark.Builtin {
+	return starlark.NewBuiltin(b.Name(), func(thread *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		rg := false
+		rest := kwargs[:0:0]
+		for _, kv := range kwargs {
+			if string(kv[0].(starlark.String)) == "requires_grad" {
+				v, ok := kv[1].(starlark.Bool)
+				if !ok {
+					return nil, fmt.Errorf("%s: for parameter requires_grad: got %s, want bool", b.Name(), kv[1].Type())
+				}
+				rg = bool(v)
+				continue
+			}
+			rest = append(rest, kv)
+		}
+		if rg {
+			// Check the dtype before allocating: nothing half-done.
+			for _, kv := range rest {
+				if string(kv[0].(starlark.String)) == "dtype" {
+					if dt, err := dtypeArg(b.Name(), kv[1], tensor.DefaultFloat); err == nil && !dt.IsFloat() {
+						return nil, fmt.Errorf("%s: only Tensors of floating point dtype can require gradients", b.Name())
+					}
+				}
+			}
+		}
+		v, err := starlark.Call(thread, b, args, rest)
+		if err != nil || !rg {
+			return v, err
+		}
+		t := v.(*Tensor)
+		if err := autograd.SetRequiresGrad(t.t, true); err != nil {
+			return nil, fmt.Errorf("%s: %w", b.Name(), err)
+		}
+		return t, nil
+	})
+}
+
+// InPlaceBinary implements env.InPlaceOperand: a += b, a -= b, a *= b and
+// a /= b on a tensor are in place (add_ sub_ mul_ div_), as in PyTorch.
+// A result dtype the tensor cannot hold (an int tensor /= 2) declines, so
+// Starlark's out-of-place meaning applies, as Python's a = a / 2 would.
+func (t *Tensor) InPlaceBinary(op syntax.Token, y starlark.Value) (starlark.Value, error) {
+	var bop tensor.BinaryOp
+	switch op {
+	case syntax.PLUS:
+		bop = tensor.OpAdd
+	case syntax.MINUS:
+		bop = tensor.OpSub
+	case syntax.STAR:
+		bop = tensor.OpMul
+	case syntax.SLASH:
+		bop = tensor.OpDiv
+		if !t.t.DType().IsFloat() {
+			return nil, nil
+		}
+	default:
+		return nil, nil
+	}
+	other, err := operandArg(y)
+	if err != nil {
+		return nil, nil
+	}
+	if _, err := autograd.BinaryInPlace(bop, t.t, other); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+var _ env.InPlaceOperand = (*Tensor)(nil)
