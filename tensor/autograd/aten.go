@@ -13,10 +13,10 @@ func mul(a, b *tensor.Tensor) (*tensor.Tensor, error) { return tensor.Mul(a, b) 
 func div(a, b *tensor.Tensor) (*tensor.Tensor, error) { return tensor.Div(a, b) }
 func neg(a *tensor.Tensor) (*tensor.Tensor, error)    { return tensor.Neg(a) }
 
-func addScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error) { return tensor.Add(a, s) }
-func subScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error) { return tensor.Sub(a, s) }
-func mulScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error) { return tensor.Mul(a, s) }
-func divScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error) { return tensor.Div(a, s) }
+func addScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error)  { return tensor.Add(a, s) }
+func subScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error)  { return tensor.Sub(a, s) }
+func mulScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error)  { return tensor.Mul(a, s) }
+func divScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error)  { return tensor.Div(a, s) }
 func rsubScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error) { return tensor.Sub(s, a) }
 
 func addInPlace(a, b *tensor.Tensor) error {
@@ -53,17 +53,21 @@ func canView(t *tensor.Tensor, shape []int) bool                    { return ten
 func transpose(t *tensor.Tensor, d0, d1 int) (*tensor.Tensor, error) {
 	return tensor.Transpose(t, d0, d1)
 }
-func permute(t *tensor.Tensor, dims []int) (*tensor.Tensor, error)   { return tensor.Permute(t, dims) }
-func expand(t *tensor.Tensor, shape []int) (*tensor.Tensor, error)   { return tensor.Expand(t, shape) }
-func unsqueeze(t *tensor.Tensor, d int) (*tensor.Tensor, error)      { return tensor.Unsqueeze(t, d) }
-func squeeze(t *tensor.Tensor, d int) (*tensor.Tensor, error)        { return tensor.Squeeze(t, []int{d}) }
-func narrow(t *tensor.Tensor, d, start, n int) (*tensor.Tensor, error) { return tensor.Narrow(t, d, start, n) }
+func permute(t *tensor.Tensor, dims []int) (*tensor.Tensor, error) { return tensor.Permute(t, dims) }
+func expand(t *tensor.Tensor, shape []int) (*tensor.Tensor, error) { return tensor.Expand(t, shape) }
+func unsqueeze(t *tensor.Tensor, d int) (*tensor.Tensor, error)    { return tensor.Unsqueeze(t, d) }
+func squeeze(t *tensor.Tensor, d int) (*tensor.Tensor, error)      { return tensor.Squeeze(t, []int{d}) }
+func narrow(t *tensor.Tensor, d, start, n int) (*tensor.Tensor, error) {
+	return tensor.Narrow(t, d, start, n)
+}
 func selectIndex(t *tensor.Tensor, d, i int) (*tensor.Tensor, error) { return tensor.Select(t, d, i) }
 func clone(t *tensor.Tensor) (*tensor.Tensor, error)                 { return tensor.Clone(t) }
 func cat(ts []*tensor.Tensor, d int) (*tensor.Tensor, error)         { return tensor.Cat(ts, d) }
 func stack(ts []*tensor.Tensor, d int) (*tensor.Tensor, error)       { return tensor.Stack(ts, d) }
 
-func zerosLike(t *tensor.Tensor) (*tensor.Tensor, error) { return tensor.ZerosLike(t, t.DType(), t.Device()) }
+func zerosLike(t *tensor.Tensor) (*tensor.Tensor, error) {
+	return tensor.ZerosLike(t, t.DType(), t.Device())
+}
 func zeros(like *tensor.Tensor, shape []int, dt tensor.DType) (*tensor.Tensor, error) {
 	return tensor.Zeros(like.Context(), shape, dt, like.Device())
 }
@@ -72,7 +76,9 @@ func copyInto(dst, src *tensor.Tensor) error {
 	return err
 }
 
-func onesLike(t *tensor.Tensor) (*tensor.Tensor, error) { return tensor.OnesLike(t, t.DType(), t.Device()) }
+func onesLike(t *tensor.Tensor) (*tensor.Tensor, error) {
+	return tensor.OnesLike(t, t.DType(), t.Device())
+}
 
 func toDType(t *tensor.Tensor, device string, dt tensor.DType) (*tensor.Tensor, error) {
 	return tensor.To(t, device, dt, false)

@@ -17,7 +17,9 @@ func Mm(a, b *tensor.Tensor) (*tensor.Tensor, error) { return mmLike("MmBackward
 
 // Addmm is bias + a @ b (AddmmBackward0): bias's gradient is the incoming
 // gradient, summed to bias's shape by the engine.
-func Addmm(bias, a, b *tensor.Tensor) (*tensor.Tensor, error) { return mmLike("AddmmBackward0", bias, a, b) }
+func Addmm(bias, a, b *tensor.Tensor) (*tensor.Tensor, error) {
+	return mmLike("AddmmBackward0", bias, a, b)
+}
 
 func mmLike(name string, bias, a, b *tensor.Tensor) (*tensor.Tensor, error) {
 	var n *Node

@@ -21,10 +21,10 @@ import (
 // correction (the previous parameter's denominator still alive until it is
 // replaced, as Python rebinds `denom`).
 type Adam struct {
-	params                       []*tensor.Tensor
+	params                        []*tensor.Tensor
 	LR, Beta1, Beta2, Eps, WDecay float64
-	AMSGrad, Decoupled, Foreach  bool
-	state                        map[*tensor.Tensor]*adamState
+	AMSGrad, Decoupled, Foreach   bool
+	state                         map[*tensor.Tensor]*adamState
 }
 
 type adamState struct {

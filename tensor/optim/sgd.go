@@ -44,7 +44,7 @@ func NewSGD(params []*tensor.Tensor, lr, momentum, dampening, weightDecay float6
 		Nesterov: nesterov, Foreach: foreach, buf: map[*tensor.Tensor]*tensor.Tensor{}}, nil
 }
 
-func (o *SGD) Name() string              { return "SGD" }
+func (o *SGD) Name() string             { return "SGD" }
 func (o *SGD) Params() []*tensor.Tensor { return o.params }
 
 // State: "momentum_buffer" (a tensor, or None before the first step).
