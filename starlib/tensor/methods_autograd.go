@@ -149,9 +149,13 @@ func methodRequiresGrad(_ *starlark.Thread, fname string, t *Tensor, args starla
 }
 
 func methodPow(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	var e float64
-	if err := starlark.UnpackArgs(fname, args, kwargs, "exponent", &e); err != nil {
+	var ev starlark.Value
+	if err := starlark.UnpackArgs(fname, args, kwargs, "exponent", &ev); err != nil {
 		return nil, err
+	}
+	e, ok := starlark.AsFloat(ev)
+	if !ok {
+		return nil, fmt.Errorf("%s: for parameter exponent: got %s, want a number", fname, ev.Type())
 	}
 	return resultAs(fname)(autograd.PowScalar(t.t, e))
 }

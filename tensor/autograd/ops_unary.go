@@ -1,6 +1,8 @@
 package autograd
 
 import (
+	"runtime"
+
 	"github.com/memsh/memsh/tensor"
 )
 
@@ -102,13 +104,18 @@ func PowScalar(a *tensor.Tensor, e float64) (*tensor.Tensor, error) {
 			if e == 0 {
 				return zerosLike(x)
 			}
+			// C++ temporaries live to the end of the full expression: all
+			// three are alive when the last is allocated.
 			p, err := powScalar(x, e-1)
 			if err != nil {
 				return nil, err
 			}
-			if p, err = mulScalar(p, tensor.Float(e)); err != nil {
+			q, err := mulScalar(p, tensor.Float(e))
+			if err != nil {
 				return nil, err
 			}
-			return mul(g, p)
+			r, err := mul(g, q)
+			runtime.KeepAlive(p)
+			return r, err
 		})
 }
