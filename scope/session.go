@@ -23,6 +23,7 @@ import (
 	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/starlib"
+	startensor "github.com/memsh/memsh/starlib/tensor"
 )
 
 // Options configure a Session.
@@ -129,6 +130,7 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 		prev:    &prevValues{},
 	}
 	s.env = env.New(mgr, opts.Out)
+	startensor.Install(s.env)
 	s.env.Err = opts.Err
 	s.env.Session = s
 	s.thread = &starlark.Thread{

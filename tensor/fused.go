@@ -393,7 +393,7 @@ func randomFill(fname string, t *Tensor, normal bool, scale func(float64) float6
 	if err := t.checkLive(fname); err != nil {
 		return err
 	}
-	if !t.dtype.IsFloat() {
+	if !t.dtype.IsFloat() && fname != "tensor.randint_" {
 		return errorf(fname, "%s expects a floating point tensor, got %s", fname, t.dtype)
 	}
 	n := t.Numel()
@@ -426,4 +426,31 @@ func randomFill(fname string, t *Tensor, normal bool, scale func(float64) float6
 	}
 	t.st.BumpVersion()
 	return nil
+}
+
+// Randint is torch.randint(low, high, shape): integers uniform in [low,
+// high) from the Context's Philox generator, of dtype dt (Undefined:
+// int64).
+func Randint(c *Context, low, high int64, shape []int, dt DType, device string) (*Tensor, error) {
+	const fname = "tensor.randint"
+	if dt == Undefined {
+		dt = Int64
+	}
+	if high <= low {
+		return nil, errorf(fname, "random_ expects 'from' to be less than 'to', but got from=%d >= to=%d", low, high)
+	}
+	for _, s := range shape {
+		if s < 0 {
+			return nil, errorf(fname, "Trying to create tensor with negative dimension %d: %v", s, shape)
+		}
+	}
+	t, err := newTensor(c, fname, device, dt, slices.Clone(shape))
+	if err != nil {
+		return nil, err
+	}
+	span := float64(high - low)
+	if err := randomFill(fname+"_", t, false, func(x float64) float64 { return float64(low) + math.Floor(x*span) }); err != nil {
+		return nil, err
+	}
+	return t, nil
 }

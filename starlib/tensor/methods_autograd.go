@@ -266,3 +266,58 @@ func (t *Tensor) InPlaceBinary(op syntax.Token, y starlark.Value) (starlark.Valu
 }
 
 var _ env.InPlaceOperand = (*Tensor)(nil)
+
+func init() {
+	Module.Members["randint"] = starlark.NewBuiltin("tensor.randint", randint)
+}
+
+// randint is tensor.randint(low=0, high, size, dtype=int64, device=None):
+// integers uniform in [low, high) (torch.randint), from the session's
+// generator. randint(high, size) is randint(0, high, size).
+func randint(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	fname := b.Name()
+	c, err := contextOf(thread, fname)
+	if err != nil {
+		return nil, err
+	}
+	var a1, a2, a3 starlark.Value
+	var dtV, devV starlark.Value
+	if err := starlark.UnpackArgs(fname, args, kwargs, "low", &a1, "high?", &a2, "size?", &a3, "dtype?", &dtV, "device?", &devV); err != nil {
+		return nil, err
+	}
+	lowV, highV, sizeV := starlark.Value(starlark.MakeInt(0)), a1, a2
+	if a3 != nil {
+		lowV, highV, sizeV = a1, a2, a3
+	}
+	if sizeV == nil {
+		return nil, fmt.Errorf("%s: missing argument for size", fname)
+	}
+	var low, high int64
+	if err := starlark.AsInt(lowV, &low); err != nil {
+		return nil, fmt.Errorf("%s: for parameter low: %v", fname, err)
+	}
+	if err := starlark.AsInt(highV, &high); err != nil {
+		return nil, fmt.Errorf("%s: for parameter high: %v", fname, err)
+	}
+	shape, err := shapeArg(fname, "size", sizeV)
+	if err != nil {
+		return nil, err
+	}
+	dt, err := dtypeArg(fname, dtV, tensor.Int64)
+	if err != nil {
+		return nil, err
+	}
+	device, err := deviceArg(c, fname, devV)
+	if err != nil {
+		return nil, err
+	}
+	return resultAs(fname)(tensor.Randint(c, low, high, shape, dt, device))
+}
+
+// Install prepares the tensor state of a new Session's Env: the engine
+// Context, and env.Env.Seed so that log.start(seed=N) reseeds the
+// session's generator before each input (CellLogger's cl_set_seed).
+func Install(e *env.Env) {
+	c := Context(e)
+	e.Seed = func(seed int64) { c.ManualSeed(uint64(seed)) }
+}
