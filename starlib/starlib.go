@@ -5,6 +5,7 @@
 package starlib
 
 import (
+	starlarkmath "go.starlark.net/lib/math"
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/backend"
@@ -45,6 +46,7 @@ func Predeclared() starlark.StringDict {
 		"gpu":            gpu.Module,
 		"tensor":         tensor.Module,
 		"nn":             nn.Module,
+		"math":           starlarkmath.Module,
 		"optim":          optim.Module,
 		"sweep":          sweep.Module,
 		"gc":             starlark.NewBuiltin("gc", gc),
