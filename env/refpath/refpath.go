@@ -64,6 +64,18 @@ func Walk(roots []Root, visit func(Hit) bool) {
 // shortest path that reaches it — views sharing one allocation are each
 // visited. If visit returns false the walk stops.
 func Holders(roots []Root, visit func(h env.Holder, path string) bool) {
+	holders(roots, visit, false)
+}
+
+// HoldersAll is Holders that also visits a holder each further time the
+// walk reaches it by another path (a tied parameter reached as
+// "b.weight" after "a.weight"), without walking into it again; reports
+// show such paths as sharing the first one.
+func HoldersAll(roots []Root, visit func(h env.Holder, path string) bool) {
+	holders(roots, visit, true)
+}
+
+func holders(roots []Root, visit func(h env.Holder, path string) bool, aliases bool) {
 	type item struct {
 		v    starlark.Value
 		path string
@@ -80,6 +92,11 @@ func Holders(roots []Root, visit func(h env.Holder, path string) bool) {
 		queue = queue[1:]
 		it.v = unwrapCell(it.v)
 		id, ok := identity(it.v)
+		if ok && seen[id] && aliases {
+			if h, isH := it.v.(env.Holder); isH && h.HeldMemory() != nil && !visit(h, it.path) {
+				return
+			}
+		}
 		if !ok || seen[id] {
 			continue // a scalar holds nothing; a seen value was walked
 		}

@@ -59,11 +59,14 @@ l = [y, y[1:]]
 	for _, r := range d.Rows {
 		got = append(got, row{r.Name, r.Shares, r.Bytes, r.Block})
 	}
-	// tied["w"] is the tensor x itself: one holder, reached first as x.
+	// tied["w"] is the tensor x itself, reached first as x: it is listed
+	// under each name, as pytorch_memlab lists tied parameters, sharing x.
 	want := []row{
 		{"x", "", 4000000, 4000256},
+		{`tied["w"]`, "x", 0, 0},
 		{`tied["wt"]`, "x", 0, 0},
 		{"y", "", 6, 512},
+		{"l[0]", "y", 0, 0},
 		{"l[1]", "y", 0, 0},
 	}
 	if !reflect.DeepEqual(got, want) {

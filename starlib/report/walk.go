@@ -12,12 +12,13 @@ type holder struct {
 	path  string
 }
 
-// holders returns every distinct holder value reachable from roots, in the
-// order refpath's breadth-first walk reaches them. A report needs every
+// holders returns every holder value reachable from roots, in the order
+// refpath's breadth-first walk reaches them, and again for each further
+// path that reaches the same value (a tied weight). A report needs every
 // tensor, views sharing an allocation included.
 func holders(roots []refpath.Root) []holder {
 	var out []holder
-	refpath.Holders(roots, func(h env.Holder, path string) bool {
+	refpath.HoldersAll(roots, func(h env.Holder, path string) bool {
 		out = append(out, holder{value: h, path: path})
 		return true
 	})
