@@ -199,7 +199,7 @@ func TestOpenDevices(t *testing.T) {
 	}{
 		{"cpu", 0, false, ""},
 		{"sim", 1, false, ""},
-		{"sim:2x80GiB", 2, false, ""},
+		{"sim:2x80GiB,meta", 2, false, ""},
 		{"sim:16GiB,ctx=300MiB", 1, false, ""},
 		{"sim:80GiB,meta", 1, false, ""},
 		{"sim:lots", 0, false, "bad capacity"},
