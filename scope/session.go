@@ -23,6 +23,7 @@ import (
 	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/starlib"
+	startensor "github.com/memsh/memsh/starlib/tensor"
 )
 
 // Options configure a Session.
@@ -131,6 +132,9 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 	s.env = env.New(mgr, opts.Out)
 	s.env.Err = opts.Err
 	s.env.Session = s
+	// The per-input logger's seed (log.start(seed=N), :log seed N)
+	// reseeds the tensor generator, as tensor.manual_seed(N).
+	s.env.Seed = func(seed int64) { startensor.Context(s.env).ManualSeed(uint64(seed)) }
 	s.thread = &starlark.Thread{
 		Name:  "memsh",
 		Print: func(_ *starlark.Thread, msg string) { fmt.Fprintln(s.out, msg) },

@@ -255,3 +255,29 @@ func TestLoad(t *testing.T) {
 		t.Errorf("session unusable after failed loads: %v", err)
 	}
 }
+
+// The logger's seed (log.start(seed=N)) reseeds the tensor generator
+// before every input, as tensor.manual_seed(N) would.
+func TestLogSeedReseedsTensors(t *testing.T) {
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, src := range []string{
+		"log.start(compact=True, seed=3)",
+		"a = tensor.rand([4]).tolist()",
+		"b = tensor.rand([4]).tolist()",
+		"log.stop()",
+		"tensor.manual_seed(3)\nc = tensor.rand([4]).tolist()",
+		"print(a == b, a == c)",
+	} {
+		if err := s.Exec("<stdin>", src); err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+	}
+	if !strings.HasSuffix(out.String(), "True True\n") {
+		t.Errorf("output:\n%s", out.String())
+	}
+}
