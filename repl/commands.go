@@ -21,7 +21,7 @@ func init() {
 		Help: ":log on|compact|off    log memory, time and CPU after every input\n" +
 			"  :log seed N|off        reseed the random generators before every input (log.start(seed=N))\n" +
 			"  :log perf [EVENT...]   hardware/software counters per input (default cache-misses; off: none)",
-		Run:  logCommand,
+		Run: logCommand,
 	}
 	Commands[":stats"] = Command{
 		Help: ":stats [summary]       memory figures now (summary: cuda.memory_summary per GPU)",
