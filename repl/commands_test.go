@@ -40,7 +40,7 @@ z = 1
 		"cuda:0: 64.00 MiB/0 B/64.00 MiB | Time 0:00:",
 		">>> :log on\nlog is on\n",
 		"･ cuda:0:          0 B   16.00 MiB   64.00 MiB |\n",
-		">>> :log off\nlog is off\n>>> z = 1\n>>> :log bogus\nusage: :log on|compact|off\n>>> :log on off\nusage: :log on|compact|off\n",
+		">>> :log off\nlog is off\n>>> z = 1\n>>> :log bogus\nusage: :log on|compact|off, :log seed N|off, :log perf [EVENT...|off]\n>>> :log on off\nusage: :log on|compact|off, :log seed N|off, :log perf [EVENT...|off]\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("transcript lacks %q:\n%s", want, got)
@@ -73,6 +73,78 @@ func TestStatsCommand(t *testing.T) {
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("transcript lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestLogSeedCommand(t *testing.T) {
+	got := transcript(t, `:log seed 7
+:log compact
+a = tensor.rand([4]).tolist()
+b = tensor.rand([4]).tolist()
+:log seed off
+c = tensor.rand([4]).tolist()
+d = tensor.rand([4]).tolist()
+:log off
+print(a == b, c == d)
+:log seed
+:log seed x
+:log seed 0x10
+:log
+`)
+	for _, want := range []string{
+		">>> :log seed 7\nlog is off, seed 7 (the seed applies while the log is on: :log on)\n",
+		">>> :log compact\nlog is compact, seed 7\n",
+		">>> :log seed off\nlog is compact\n",
+		"True False\n",
+		">>> :log seed\nusage: :log seed N|off\n",
+		">>> :log seed x\n:log seed: \"x\" is not an integer (usage: :log seed N|off)\n",
+		">>> :log seed 0x10\nlog is off, seed 16 (",
+		">>> :log\nlog is off, seed 16\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("transcript lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestLogPerfCommand(t *testing.T) {
+	got := transcript(t, `:log perf no-such-event
+:log perf task-clock page-faults
+x = tensor.zeros([1024, 1024], device="cpu")
+:log perf off
+:log perf off
+:log off
+:log perf off
+`)
+	if !strings.Contains(got, ">>> :log perf no-such-event\n:log perf: unknown perf event \"no-such-event\"") {
+		t.Errorf("unknown event:\n%s", got)
+	}
+	// Counters may be refused (perf_event_paranoid, containers): then the
+	// error says so and the log stays off.
+	if strings.Contains(got, ">>> :log perf task-clock page-faults\n:log perf: ") {
+		if !strings.Contains(got, "perf_event_paranoid") || !strings.Contains(got, ">>> :log off\nlog is off\n") {
+			t.Errorf("refused counters:\n%s", got)
+		}
+		t.Skip("perf counters refused here")
+	}
+	for _, want := range []string{
+		">>> :log perf task-clock page-faults\nlog is on, perf task-clock page-faults\n",
+		"task-clock",
+		">>> :log perf off\nlog is on\n>>> :log perf off\nlog is on\n",
+		">>> :log off\nlog is off\n>>> :log perf off\nlog is off\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("transcript lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestHelpListsLogCommands(t *testing.T) {
+	got := transcript(t, ":help\n")
+	for _, want := range []string{"  :log seed N|off ", "  :log perf [EVENT...] "} {
+		if !strings.Contains(got, want) {
+			t.Errorf(":help lacks %q:\n%s", want, got)
 		}
 	}
 }

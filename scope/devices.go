@@ -32,7 +32,9 @@ type DeviceOptions struct {
 //	"sim", "sim:SPEC"  simulated GPUs (see backend/sim)
 //	"cpu"          no GPU
 //
-// notice is a one-line message for stderr, or "". Real GPUs are
+// notice is a message for stderr (one line per notice), or "": why "auto"
+// fell back to the simulator, and sim.HostBackingWarning when simulated
+// devices with data could need more host memory than the machine has. Real GPUs are
 // *cuda.Device values, numbered by CUDA ordinal (CUDA_VISIBLE_DEVICES
 // applies), each with its NVML view attached by UUID when NVML is usable.
 func OpenDevices(spec string) (gpus []backend.Device, notice string, err error) {
@@ -48,13 +50,21 @@ func OpenDevicesWith(spec string, o DeviceOptions) (gpus []backend.Device, notic
 			return gpus, "", nil
 		}
 		sp, _ := sim.ParseSpec(sim.DefaultSpec)
-		return simDevices(sp), fmt.Sprintf("memsh: no usable NVIDIA GPU backend (%v); using the simulator (--device sim:%s)", err, sp), nil
+		notice := fmt.Sprintf("memsh: no usable NVIDIA GPU backend (%v); using the simulator (--device sim:%s)", err, sp)
+		if w := sim.HostBackingWarning(sp); w != "" {
+			notice += "\nmemsh: " + w
+		}
+		return simDevices(sp), notice, nil
 	case spec == "cpu":
 		return nil, "", nil
 	case spec == "sim" || strings.HasPrefix(spec, "sim:"):
 		sp, err := sim.ParseSpec(strings.TrimPrefix(strings.TrimPrefix(spec, "sim"), ":"))
 		if err != nil {
 			return nil, "", fmt.Errorf("--device: %v", err)
+		}
+		// A data device larger than host RAM: say so before it fails.
+		if w := sim.HostBackingWarning(sp); w != "" {
+			return simDevices(sp), "memsh: " + w, nil
 		}
 		return simDevices(sp), "", nil
 	case spec == "cuda":

@@ -211,3 +211,34 @@ func nvmlOverStub(t *testing.T, s *cudatest.Stub, total uint64) *nvml.Gate {
 	srv.SystemGetProcessNameFunc = func(int) (string, gonvml.Return) { return "memsh", gonvml.SUCCESS }
 	return nvml.New(srv)
 }
+
+// A simulated device with data larger than host RAM is announced on the
+// session's stderr when the session creates it; a meta device is not.
+func TestSimHostBackingWarning(t *testing.T) {
+	for _, tc := range []struct {
+		spec string
+		warn bool
+	}{
+		{"sim:64TiB", true},
+		{"sim:2x64TiB,ctx=1GiB", true},
+		{"sim:64TiB,meta", false},
+		{"sim:1GiB", false},
+	} {
+		var stdout, stderr bytes.Buffer
+		s, err := scope.New(scope.Options{Device: tc.spec, Out: &stdout, Err: &stderr})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.spec, err)
+		}
+		s.Close()
+		got := stderr.String()
+		if tc.warn != strings.Contains(got, "more than this machine's") || tc.warn && !strings.HasPrefix(got, "memsh: warning: ") {
+			t.Errorf("%s: stderr %q, want warning %v", tc.spec, got, tc.warn)
+		}
+		if !tc.warn && got != "" {
+			t.Errorf("%s: stderr %q", tc.spec, got)
+		}
+		if stdout.Len() > 0 {
+			t.Errorf("%s: stdout %q", tc.spec, stdout.String())
+		}
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
 
-	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/env"
 )
 
@@ -154,12 +153,14 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, names []string, fil
 		}
 		if _, err := rewriteNestedReads(file, stmt, bound, isPredeclared); err != nil {
 			s.prev.m = nil
+			s.markCut(err)
 			return err
 		}
 	}
 	prog, err := starlark.FileProgram(file, isPredeclared)
 	if err != nil {
 		s.prev.m = nil
+		s.markCut(err)
 		return err
 	}
 
@@ -191,8 +192,8 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, names []string, fil
 	globals = nil
 	s.applyPending()
 	s.statementEvent(env.StatementEvent{Pos: pos, End: end, Err: err, First: first, Last: last || err != nil})
-	if err != nil && backend.IsOOM(err) {
-		s.markOOM(err)
+	if err != nil {
+		s.markCut(err)
 	}
 	if err != nil {
 		// A failed statement's temporaries are garbage now: reclaim them

@@ -367,14 +367,26 @@ func (s *Session) outerKeeps(e *Experiment, name string) bool {
 	return false
 }
 
-// markOOM records an out-of-memory error that stopped a top-level
-// statement on every open experiment: they finish with status "oom".
-func (s *Session) markOOM(err error) {
+// markCut records the error that stopped a top-level statement on every
+// open experiment, so that each finishes (now or later, in a REPL) with
+// that failure's status in its report and FinishEvent: "oom" for an
+// out-of-memory error, else "error". An experiment keeps the first
+// failure that cut it.
+func (s *Session) markCut(err error) {
+	status, msg := failure(err)
 	for _, e := range s.stack {
 		if e.status == "ok" {
-			e.status, e.errMsg = "oom", oomMessage(err)
+			e.status, e.errMsg = status, msg
 		}
 	}
+}
+
+// failure is the status and message of a block that err cut.
+func failure(err error) (status, msg string) {
+	if backend.IsOOM(err) {
+		return "oom", oomMessage(err)
+	}
+	return "error", errorMessage(err)
 }
 
 // FinishOpen finishes every open experiment, innermost first, because the
@@ -390,10 +402,7 @@ func (s *Session) FinishOpen(err error) {
 	}
 	status, msg := "", ""
 	if err != nil {
-		status, msg = "error", errorMessage(err)
-		if backend.IsOOM(err) {
-			status, msg = "oom", oomMessage(err)
-		}
+		status, msg = failure(err)
 	}
 	for len(s.stack) > 0 {
 		e := s.stack[len(s.stack)-1]

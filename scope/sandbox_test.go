@@ -339,3 +339,50 @@ func TestFinishOpenStatus(t *testing.T) {
 		t.Errorf("report / deletion after FinishOpen:\n%s", out.String())
 	}
 }
+
+// Any failed top-level statement marks the open experiments at the source:
+// a later finish (a REPL going on, Close) sends the failure's status and
+// message in its FinishEvent, never "ok"; the first failure is kept.
+func TestCutExperimentStatusAtSource(t *testing.T) {
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []env.FinishEvent
+	s.OnFinish(func(e env.FinishEvent) { events = append(events, e) })
+	run := func(name, src string) error { return s.Exec(name, src) }
+	_ = run("<stdin-1>", "a = experiment('err', quiet=True)")
+	if err := run("<stdin-2>", "x = 1 // 0"); err == nil {
+		t.Fatal("no error")
+	}
+	if err := run("<stdin-3>", "y = tensor.zeros([1 << 30], device='cuda')"); err == nil {
+		t.Fatal("no OOM")
+	}
+	_ = run("<stdin-4>", "a.finish()")
+	_ = run("<stdin-5>", "b = experiment('undefined', quiet=True)")
+	if err := run("<stdin-6>", "z = no_such_name"); err == nil {
+		t.Fatal("no error for an undefined name")
+	}
+	_ = run("<stdin-7>", "b.finish()")
+	_ = run("<stdin-8>", "c = experiment('fine', quiet=True)")
+	_ = run("<stdin-9>", "c.finish()")
+	_ = run("<stdin-10>", "d = experiment('closed', quiet=True)")
+	_ = run("<stdin-11>", "fail(\"stop\")")
+	s.Close() // finishes d while the hook still listens
+	want := []struct{ name, status, err string }{
+		{"err", "error", "floored division by zero"},
+		{"undefined", "error", "undefined: no_such_name"},
+		{"fine", "ok", ""},
+		{"closed", "error", "stop"},
+	}
+	if len(events) != len(want) {
+		t.Fatalf("%d events: %+v", len(events), events)
+	}
+	for i, w := range want {
+		e := events[i]
+		if e.Name != w.name || e.Status != w.status || !strings.Contains(e.Error, w.err) || (w.err == "") != (e.Error == "") {
+			t.Errorf("event %d: %s %s %q, want %+v", i, e.Name, e.Status, e.Error, w)
+		}
+	}
+}

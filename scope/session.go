@@ -130,9 +130,11 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 		prev:    &prevValues{},
 	}
 	s.env = env.New(mgr, opts.Out)
-	startensor.Install(s.env)
 	s.env.Err = opts.Err
 	s.env.Session = s
+	// The tensor context, and the per-input logger's seed (log.start(seed=N),
+	// :log seed N) reseeding the tensor generator as tensor.manual_seed(N).
+	startensor.Install(s.env)
 	s.thread = &starlark.Thread{
 		Name:  "memsh",
 		Print: func(_ *starlark.Thread, msg string) { fmt.Fprintln(s.out, msg) },

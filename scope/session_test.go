@@ -199,7 +199,7 @@ func TestOpenDevices(t *testing.T) {
 	}{
 		{"cpu", 0, false, ""},
 		{"sim", 1, false, ""},
-		{"sim:2x80GiB", 2, false, ""},
+		{"sim:2x80GiB,meta", 2, false, ""},
 		{"sim:16GiB,ctx=300MiB", 1, false, ""},
 		{"sim:80GiB,meta", 1, false, ""},
 		{"sim:lots", 0, false, "bad capacity"},
@@ -253,5 +253,31 @@ func TestLoad(t *testing.T) {
 	}
 	if err := s.Exec("d.star", "after = 1"); err != nil {
 		t.Errorf("session unusable after failed loads: %v", err)
+	}
+}
+
+// The logger's seed (log.start(seed=N)) reseeds the tensor generator
+// before every input, as tensor.manual_seed(N) would.
+func TestLogSeedReseedsTensors(t *testing.T) {
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, src := range []string{
+		"log.start(compact=True, seed=3)",
+		"a = tensor.rand([4]).tolist()",
+		"b = tensor.rand([4]).tolist()",
+		"log.stop()",
+		"tensor.manual_seed(3)\nc = tensor.rand([4]).tolist()",
+		"print(a == b, a == c)",
+	} {
+		if err := s.Exec("<stdin>", src); err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+	}
+	if !strings.HasSuffix(out.String(), "True True\n") {
+		t.Errorf("output:\n%s", out.String())
 	}
 }

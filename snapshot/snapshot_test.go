@@ -261,6 +261,8 @@ func TestFreeFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	dir := t.TempDir()
+	s.Env().Files = &fsafe.Policy{Roots: []string{dir}} // as --out-dir DIR
 	src := fmt.Sprintf(`cuda.record_memory_history()
 x = cuda.malloc(4 * MiB)
 x = None
@@ -270,7 +272,7 @@ def f():
     z = None
     cuda.dump_snapshot(%q)
 f()
-`, filepath.Join(t.TempDir(), "s.pickle"))
+`, filepath.Join(dir, "s.pickle"))
 	if err := s.Exec("job.star", src); err != nil {
 		t.Fatal(err)
 	}

@@ -329,13 +329,56 @@ func TestCutExperimentsRecorded(t *testing.T) {
 		if strings.Contains(stdout.String(), "finished") {
 			t.Errorf("%q: reports printed for experiments finished at exit:\n%s", tc.code, stdout.String())
 		}
+		// The trace shows each experiment with the same status: the
+		// Session's FinishEvent carries it.
+		b, err := os.ReadFile(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			TraceEvents []struct {
+				Name, Cat string
+				Args      map[string]any
+			} `json:"traceEvents"`
+		}
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatalf("%q: trace: %v", tc.code, err)
+		}
+		n := 0
+		for _, ev := range doc.TraceEvents {
+			if ev.Cat != "experiment" {
+				continue
+			}
+			n++
+			msg, _ := ev.Args["error"].(string)
+			if ev.Args["status"] != tc.status || !strings.Contains(msg, tc.errText) {
+				t.Errorf("%q: trace event %s %v, want status %q", tc.code, ev.Name, ev.Args, tc.status)
+			}
+		}
+		if n != len(recs) {
+			t.Errorf("%q: %d experiments in the trace, %d records", tc.code, n, len(recs))
+		}
 	}
-	// In the REPL the session goes on: the experiment a failed input cut
-	// is recorded "oom" when it is finished later.
+	// A failed script (not -c) finishes its open experiments with their
+	// reports, which name the failure.
+	var so, se bytes.Buffer
+	script := filepath.Join(dir, "cut.star")
+	if err := os.WriteFile(script, []byte("e = experiment('loud')\nx = cuda.malloc(2 * GiB)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if rc := run([]string{"--device", "sim:1GiB", script}, strings.NewReader(""), &so, &se); rc != 1 {
+		t.Errorf("script: rc %d", rc)
+	}
+	if !strings.Contains(so.String(), "(status oom: CUDA out of memory") || !strings.Contains(se.String(), "cut.star:2") {
+		t.Errorf("script cut by an OOM:\n--- stdout\n%s--- stderr\n%s", so.String(), se.String())
+	}
+	// In the REPL (-i: piped stdin is otherwise a script) the session goes
+	// on: the experiment a failed input cut is recorded "oom" when it is
+	// finished later.
 	out := filepath.Join(dir, "repl.jsonl")
 	var stdout, stderr bytes.Buffer
 	in := "e = experiment('r', quiet=True)\nx = cuda.malloc(2 * GiB)\ne.finish()\nf = experiment('fine', quiet=True)\nf.finish()\n"
-	if rc := run([]string{"--device", "sim:1GiB", "--out", out}, strings.NewReader(in), &stdout, &stderr); rc != 0 {
+	if rc := run([]string{"--device", "sim:1GiB", "--out", out, "-i"}, strings.NewReader(in), &stdout, &stderr); rc != 0 {
 		t.Fatalf("repl: rc %d: %s", rc, stderr.String())
 	}
 	recs, _ := record.ReadFile(out)

@@ -67,6 +67,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 	interactive := fs.Bool("i", false, "run the script, then start the REPL")
 	maxSteps := fs.Uint64("max-steps", 0, "limit the Starlark steps of each top-level statement (0: no limit)")
 	showVersion := fs.Bool("version", false, "print the version, VCS commit and Go version, and exit")
+	var loadPath pathList
+	fs.Var(&loadPath, "load-path", "let load() resolve modules in `DIR` too, besides the main script's directory (repeatable, or a list separated by '"+string(filepath.ListSeparator)+"')")
 	var setups []func(s *scope.Session) (func(), error)
 	for _, f := range sessionFlags {
 		setups = append(setups, f(fs))
@@ -88,6 +90,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 		fmt.Fprintln(stdout, "memsh", versionString())
 		return 0
 	}
+	if err := loadPath.check(); err != nil {
+		fmt.Fprintln(stderr, "memsh:", err)
+		return 2
+	}
 	rest := fs.Args()
 	if len(rest) > 0 && *code == "" {
 		switch rest[0] {
@@ -106,7 +112,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 				fmt.Fprintln(stderr, "memsh: --peak:", err)
 				return 2
 			}
-			return runTests(rest[1:], scope.Options{Device: *device, Peak: mode, MaxSteps: *maxSteps, Argv: []string{}}, maxPeakOf(fs), stdout, stderr)
+			return runTests(rest[1:], scope.Options{Device: *device, Peak: mode, MaxSteps: *maxSteps, Argv: []string{}, LoadPath: loadPath}, maxPeakOf(fs), stdout, stderr)
 		}
 		if sub, ok := subcommands[rest[0]]; ok {
 			return sub(rest[1:], stdout, stderr)
@@ -117,7 +123,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 		fmt.Fprintln(stderr, "memsh: --peak:", err)
 		return 2
 	}
-	opts := scope.Options{Device: *device, Peak: mode, Out: stdout, Err: stderr, Quiet: *quiet, MaxSteps: *maxSteps, Argv: []string{}}
+	opts := scope.Options{Device: *device, Peak: mode, Out: stdout, Err: stderr, Quiet: *quiet, MaxSteps: *maxSteps, Argv: []string{}, LoadPath: loadPath}
 	switch {
 	case *code != "":
 		opts.Argv = rest
@@ -149,8 +155,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 	switch {
 	case *code != "":
 		if err := repl.Interruptible(s, func() error { return s.Exec("<cmd>", *code) }); err != nil {
-			printError(stderr, err)
-			return exitCode(err)
+			return failed(s, stderr, err)
 		}
 		return budgetStatus(s)
 	case len(rest) > 0 && rest[0] == "-" || len(rest) == 0 && !*interactive && !isTerminal(stdin):
@@ -163,16 +168,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 			return 1
 		}
 		if err := repl.Interruptible(s, func() error { return s.Exec("<stdin>", src) }); err != nil {
-			printError(stderr, err)
-			return exitCode(err)
+			return failed(s, stderr, err)
 		}
 		return budgetStatus(s)
 	case len(rest) > 0:
 		if err := repl.Interruptible(s, func() error { return s.Exec(rest[0], nil) }); err != nil {
-			printError(stderr, err)
 			if !*interactive {
-				return exitCode(err)
+				return failed(s, stderr, err)
 			}
+			// -i: the REPL goes on with the experiments open (the
+			// failure marked them); it finishes them at its end.
+			printError(stderr, err)
 		}
 		if !*interactive {
 			return budgetStatus(s)
@@ -182,6 +188,45 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 		return rc
 	}
 	return budgetStatus(s)
+}
+
+// failed reports a script (or -c code) that stopped on err: the traceback,
+// then every experiment still open is finished, innermost first, with the
+// failure's status ("oom" or "error") in its report, record and trace.
+// It returns the exit status.
+func failed(s *scope.Session, stderr io.Writer, err error) int {
+	printError(stderr, err)
+	s.FinishOpen(err)
+	return exitCode(err)
+}
+
+// pathList is a repeatable flag of directories; each value may also be a
+// list separated by the OS path-list separator (':' on Unix).
+type pathList []string
+
+func (p *pathList) String() string { return strings.Join(*p, string(filepath.ListSeparator)) }
+
+func (p *pathList) Set(v string) error {
+	for _, d := range filepath.SplitList(v) {
+		if d != "" {
+			*p = append(*p, d)
+		}
+	}
+	return nil
+}
+
+// check reports the first entry that is not a directory.
+func (p pathList) check() error {
+	for _, d := range p {
+		fi, err := os.Stat(d)
+		if err == nil && !fi.IsDir() {
+			err = errors.New("not a directory")
+		}
+		if err != nil {
+			return fmt.Errorf("--load-path %s: %v", d, unwrapPathErr(err))
+		}
+	}
+	return nil
 }
 
 // budgetStatus is the exit status of a run that succeeded: 3 when a
@@ -218,6 +263,7 @@ func isTerminal(r io.Reader) bool {
 
 func startREPL(s *scope.Session, stdin io.Reader, stdout, stderr io.Writer) int {
 	if isTerminal(stdin) {
+		repl.Version = versionNumber()
 		if err := repl.Run(s, historyFile()); err != nil {
 			fmt.Fprintln(stderr, "memsh:", err)
 			return 1
@@ -271,15 +317,28 @@ func devices(spec string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// versionNumber is the VERSION that --version prints first (and the REPL
+// banner shows): main.version, else the module version from the build
+// info, else "(devel)".
+func versionNumber() string {
+	v := version
+	if v == "" {
+		if bi, ok := debug.ReadBuildInfo(); ok {
+			v = bi.Main.Version
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	return v
+}
+
 // versionString is "VERSION commit REV[+modified] GOVERSION GOOS/GOARCH";
 // REV is "unknown" when the binary was built without VCS stamping (go run,
 // -buildvcs=false, or outside a git checkout).
 func versionString() string {
-	v, rev, modified := version, "", false
+	v, rev, modified := versionNumber(), "", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v == "" {
-			v = bi.Main.Version
-		}
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
@@ -288,9 +347,6 @@ func versionString() string {
 				modified = s.Value == "true"
 			}
 		}
-	}
-	if v == "" {
-		v = "(devel)"
 	}
 	if rev == "" {
 		rev = "unknown"

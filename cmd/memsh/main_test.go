@@ -85,3 +85,61 @@ func TestScriptInterrupt(t *testing.T) {
 		t.Errorf("rc = %d, stderr:\n%s", rc, errb.String())
 	}
 }
+
+// --load-path adds load roots: repeated, or as a path list; a module
+// outside every root is refused; a bad directory is a usage error.
+func TestLoadPathFlag(t *testing.T) {
+	dir := t.TempDir()
+	libA, libB, main := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "main")
+	for _, d := range []string{libA, libB, main} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(p, src string) {
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(libA, "a.star"), "A = 'from a'\n")
+	write(filepath.Join(libB, "b.star"), "B = 'from b'\n")
+	script := filepath.Join(main, "s.star")
+	write(script, "load('a.star', 'A')\nload('b.star', 'B')\nprint(A, B)\n")
+	list := libA + string(filepath.ListSeparator) + libB
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		rc      int
+		out     string
+		errText string
+	}{
+		{"repeated", []string{"--load-path", libA, "--load-path=" + libB, script}, 0, "from a from b", ""},
+		{"list", []string{"--load-path", list, script}, 0, "from a from b", ""},
+		{"-c", []string{"--load-path", list, "-c", "load('b.star', 'B'); print(B)"}, 0, "from b", ""},
+		{"missing root", []string{"--load-path", libA, script}, 1, "", "cannot load b.star"},
+		{"not a directory", []string{"--load-path", script, script}, 2, "", "--load-path " + script + ": not a directory"},
+		{"no such directory", []string{"--load-path", filepath.Join(dir, "nope"), script}, 2, "", "no such file or directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			rc := run(append([]string{"--device", "sim:1GiB"}, tc.args...), strings.NewReader(""), &out, &errb)
+			if rc != tc.rc || !strings.Contains(out.String(), tc.out) || !strings.Contains(errb.String(), tc.errText) {
+				t.Errorf("rc %d (want %d)\nstdout: %s\nstderr: %s", rc, tc.rc, out.String(), errb.String())
+			}
+		})
+	}
+	var p pathList
+	for _, v := range []string{libA, list, ""} {
+		_ = p.Set(v)
+	}
+	if want := []string{libA, libA, libB}; strings.Join(p, "|") != strings.Join(want, "|") {
+		t.Errorf("pathList %q, want %q", p, want)
+	}
+}
+
+// The REPL banner's version is the one --version prints first.
+func TestVersionNumber(t *testing.T) {
+	if v := versionNumber(); !strings.HasPrefix(versionString(), v+" commit ") {
+		t.Errorf("versionNumber %q, versionString %q", v, versionString())
+	}
+}

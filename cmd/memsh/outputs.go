@@ -10,11 +10,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/fsafe"
-	"go.starlark.net/starlark"
-
-	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/record"
 	"github.com/memsh/memsh/scope"
 	"github.com/memsh/memsh/trace"
@@ -42,8 +38,6 @@ func init() {
 				s.Env().Files = &fsafe.Policy{Roots: []string{".", *outDir}}
 			}
 			st := record.Of(s.Env())
-			cut := trackCutExperiments(s)
-			st.SetAdjust(cut.adjust)
 			if *shard != "" {
 				sh, err := record.ParseShard(*shard)
 				if err != nil {
@@ -76,9 +70,11 @@ func init() {
 			}
 			stopTerm := writeTraceOnTerm(rec, *tracePath, s.Env().Err)
 			return func() {
-				// Experiments still open (the script stopped on an error,
-				// or never finished them) are finished now, while the
-				// records and the trace still listen, quietly.
+				// Experiments a successful script never finished are
+				// finished now, quietly, while the records and the trace
+				// still listen. (A failed script's were finished by
+				// run, and any a failed statement cut carry that
+				// failure's status from the Session itself.)
 				finishOpen(s)
 				stopTerm()
 				if rec != nil {
@@ -124,61 +120,8 @@ func writeTraceOnTerm(rec *trace.Recorder, path string, stderr io.Writer) (stop 
 	}
 }
 
-// cutExperiments remembers, for each experiment open when a top-level
-// statement failed, the error that cut it, so that its record says "oom"
-// (an out-of-memory error) or "error", not "ok".
-type cutExperiments struct {
-	s   *scope.Session
-	cut map[*scope.Experiment]error
-}
-
-func trackCutExperiments(s *scope.Session) *cutExperiments {
-	c := &cutExperiments{s: s, cut: map[*scope.Experiment]error{}}
-	s.OnStatement(func(e env.StatementEvent) {
-		if e.Start || e.Err == nil {
-			return
-		}
-		for _, x := range s.Experiments() {
-			if _, ok := c.cut[x]; !ok {
-				c.cut[x] = e.Err
-			}
-		}
-	})
-	return c
-}
-
-// adjust gives an experiment that a failed statement cut that failure's
-// status. The finish event comes right after the experiment stops running,
-// so the one cut experiment of that name no longer running is it.
-func (c *cutExperiments) adjust(e *env.FinishEvent) {
-	if e.Kind != "experiment" || e.Status != "ok" {
-		return
-	}
-	for x, err := range c.cut {
-		if !x.Running() {
-			if x.Name() == e.Name {
-				e.Status, e.Error = failureStatus(err)
-				delete(c.cut, x)
-				return
-			}
-		}
-	}
-}
-
-// failureStatus is the record status of a block cut by err.
-func failureStatus(err error) (status, msg string) {
-	msg = err.Error()
-	var ee *starlark.EvalError
-	if errors.As(err, &ee) {
-		msg = ee.Msg
-	}
-	if backend.IsOOM(err) {
-		return "oom", msg
-	}
-	return "error", msg
-}
-
-// finishOpen finishes the experiments still open, without reports.
+// finishOpen finishes the experiments still open, without reports, with
+// their own status.
 func finishOpen(s *scope.Session) {
 	open := s.Experiments()
 	if len(open) == 0 {

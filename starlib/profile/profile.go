@@ -47,8 +47,8 @@
 // of growth: backend.PeakWindow bounds the error); that costs a full GC per
 // such allocation (see the benchmarks). --peak lazy skips it and says so.
 //
-// Source lines are read from the script file; for REPL input and -c code
-// only lines with events are listed, without their text.
+// Source lines are read from the script file; for REPL inputs and -c code
+// from the Session, which keeps their text.
 package profile
 
 import (
@@ -102,7 +102,7 @@ func profileBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.
 	t := newTable(idOf(fn))
 	v, err := call(e, thread, fn, args[1:], kwargs, t)
 	if err == nil || len(t.lines) > 0 {
-		t.write(e.Out, defaultColumns(), e.Manager.PeakMode() == backend.PeakLazy)
+		t.write(e.Out, e.Session, defaultColumns(), e.Manager.PeakMode() == backend.PeakLazy)
 	}
 	return v, err
 }
@@ -212,7 +212,7 @@ func (p *Profiled) CallInternal(thread *starlark.Thread, args starlark.Tuple, kw
 	}
 	v, err := call(e, thread, p.fn, args, kwargs, p.t)
 	if p.every > 0 && int64(p.t.calls)%p.every == 0 {
-		p.t.write(e.Out, defaultColumns(), e.Manager.PeakMode() == backend.PeakLazy)
+		p.t.write(e.Out, e.Session, defaultColumns(), e.Manager.PeakMode() == backend.PeakLazy)
 	}
 	return v, err
 }
@@ -270,7 +270,7 @@ func (p *Profiled) report(thread *starlark.Thread, b *starlark.Builtin, args sta
 	if err != nil {
 		return nil, err
 	}
-	p.t.write(e.Out, cols, e.Manager.PeakMode() == backend.PeakLazy)
+	p.t.write(e.Out, e.Session, cols, e.Manager.PeakMode() == backend.PeakLazy)
 	return starlark.None, nil
 }
 
@@ -371,7 +371,7 @@ func reportBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.T
 	n := 0
 	for _, w := range r.list {
 		if p := w.Value(); p != nil {
-			p.t.write(e.Out, cols, e.Manager.PeakMode() == backend.PeakLazy)
+			p.t.write(e.Out, e.Session, cols, e.Manager.PeakMode() == backend.PeakLazy)
 			n++
 		}
 	}

@@ -8,22 +8,34 @@ import (
 	"strings"
 )
 
-// sources reads source files for tables, once per report.
-type sources map[string][]string
+// sources reads source files for tables, once per report. Pseudo-files
+// ("<stdin-3>" REPL inputs, "<cmd>" code) come from the Session, which
+// keeps their text (scope.Session.Source).
+type sources struct {
+	files   map[string][]string
+	session any // the env's Session: asked for the lines of pseudo-files
+}
 
-// lines returns the lines of file, or nil if it cannot be read (REPL
-// input "<stdin>", code given with -c).
+func newSources(session any) sources {
+	return sources{files: map[string][]string{}, session: session}
+}
+
+// lines returns the lines of file, or nil if they cannot be read.
 func (s sources) lines(file string) []string {
-	if l, ok := s[file]; ok {
+	if l, ok := s.files[file]; ok {
 		return l
 	}
 	var l []string
-	if !strings.HasPrefix(file, "<") {
-		if b, err := os.ReadFile(file); err == nil {
-			l = strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if strings.HasPrefix(file, "<") {
+		if src, ok := s.session.(interface{ Source(string) ([]string, bool) }); ok {
+			if lines, ok := src.Source(file); ok {
+				l = lines
+			}
 		}
+	} else if b, err := os.ReadFile(file); err == nil {
+		l = strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 	}
-	s[file] = l
+	s.files[file] = l
 	return l
 }
 
@@ -58,9 +70,10 @@ func indentOf(l string) int { return len(l) - len(strings.TrimLeft(l, " \t")) }
 
 // write prints every table of t, pytorch_memlab LineProfiler style: per
 // function and device, the selected columns for each source line, then the
-// line number and the code.
-func (t *table) write(w io.Writer, cols []column, lazy bool) {
-	src := sources{}
+// line number and the code. Source lines of pseudo-files come from session
+// (the env's Session).
+func (t *table) write(w io.Writer, session any, cols []column, lazy bool) {
+	src := newSources(session)
 	printed := false
 	for _, fn := range t.funcs {
 		for _, dev := range t.devs[fn] {
