@@ -454,3 +454,70 @@ func Randint(c *Context, low, high int64, shape []int, dt DType, device string) 
 	}
 	return t, nil
 }
+
+// ScatterAdd_ is dst.scatter_add_(dim, index, src): for every position p
+// of index (whose shape src shares), dst[p with p[dim] = index[p]] +=
+// src[p]. index is int64; nothing is allocated on the device.
+func ScatterAdd_(dst *Tensor, dim int, index, src *Tensor) error {
+	const fname = "tensor.scatter_add_"
+	if index.dtype != Int64 {
+		return errorf(fname, "scatter_add_(): Expected dtype int64 for index")
+	}
+	if len(index.shape) != len(dst.shape) || !slices.Equal(index.shape, src.shape) {
+		return errorf(fname, "Index tensor must have the same number of dimensions as self tensor")
+	}
+	if err := checkSameDevice(fname, dst, index, src); err != nil {
+		return err
+	}
+	run := func(d, ix, s *Tensor) error {
+		if !d.hasData() || ix.Numel() == 0 {
+			return nil
+		}
+		idx, err := ix.ToFloat64s()
+		if err != nil {
+			return err
+		}
+		vals, err := s.ToFloat64s()
+		if err != nil {
+			return err
+		}
+		nd := len(ix.shape)
+		pos := make([]int, nd)
+		load, store := loadF64[d.dtype], storeF64[d.dtype]
+		for k := range idx {
+			off := d.offset
+			for i := range nd {
+				c := pos[i]
+				if i == dim {
+					c = int(idx[k])
+					if c < 0 || c >= d.shape[i] {
+						return errorf(fname, "index %d is out of bounds for dimension %d with size %d", c, i, d.shape[i])
+					}
+				}
+				off += c * d.strides[i]
+			}
+			p := unsafe.Add(d.mem.Pointer(), off*d.dtype.Size())
+			store(p, load(p)+vals[k])
+			for i := nd - 1; i >= 0; i-- {
+				pos[i]++
+				if pos[i] < ix.shape[i] {
+					break
+				}
+				pos[i] = 0
+			}
+		}
+		return nil
+	}
+	var err error
+	if anyOnGPU(dst, index, src) {
+		err = staged(dst.ctx, fname, []*Tensor{dst, index, src}, func(s *staging) error {
+			return run(s.shadowOf(dst), s.shadowOf(index), s.shadowOf(src))
+		})
+	} else {
+		err = run(dst, index, src)
+	}
+	if err == nil {
+		dst.st.BumpVersion()
+	}
+	return err
+}
