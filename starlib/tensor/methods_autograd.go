@@ -222,7 +222,7 @@ func withRequiresGrad(b *starlark.Builtin) *starlark.Builtin {
 				}
 			}
 		}
-		v, err := starlark.Call(thread, b, args, rest)
+		v, err := b.CallInternal(thread, args, rest)
 		if err != nil || !rg {
 			return v, err
 		}
