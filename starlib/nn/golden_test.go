@@ -32,6 +32,8 @@ type goldenCase struct {
 	phases []goldenPhase
 	// correct adjusts the golden figures of one phase (nil: none).
 	correct func(phase string, step int, f *figures)
+	// scripts: setup may load() from scripts/models.
+	scripts bool
 }
 
 type goldenPhase struct {
@@ -85,7 +87,15 @@ func runGolden(t *testing.T, c goldenCase) {
 		want[fmt.Sprintf("%s/%d", p.Phase, p.Step)] = figures{p.Start, p.End, p.Peak}
 	}
 	var out bytes.Buffer
-	s, err := scope.New(scope.Options{Device: "sim:8GiB", Out: &out, Err: &out, Quiet: true})
+	opts := scope.Options{Device: "sim:8GiB", Out: &out, Err: &out, Quiet: true}
+	if c.scripts {
+		dir, err := filepath.Abs(filepath.Join("..", "..", "scripts", "models"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.LoadPath = []string{dir}
+	}
+	s, err := scope.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
