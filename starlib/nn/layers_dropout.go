@@ -1,0 +1,86 @@
+package nn
+
+import (
+	"fmt"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/tensor/autograd"
+)
+
+// Dropout with CUDA's semantics (native_dropout):
+//
+//	nn.Dropout(p=0.5, inplace=False)   uses the module's training flag (train()/eval())
+//	nn.functional.dropout(input, p=0.5, training=True, inplace=False)
+//
+// In training with 0 < p < 1: a bool mask (1 byte per element, saved as
+// in PyTorch's derivatives.yaml for native_dropout: result1) and the
+// output (input's shape and dtype); backward allocates one input-sized
+// gradient. p == 0 or not training: the input itself, nothing allocated.
+// p == 1: zeros (input * a 0-dim zero tensor). p outside [0, 1] is an
+// error. inplace=True is not supported.
+func init() {
+	register("Dropout", newDropout)
+	registerF("dropout", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		var x starlark.Value
+		p, training, inplace := 0.5, true, false
+		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "input", &x, "p?", &p, "training?", &training, "inplace?", &inplace); err != nil {
+			return nil, err
+		}
+		return dropout(b.Name(), x, p, training, inplace)
+	})
+}
+
+func checkDropoutP(fname string, p float64) error {
+	if p < 0 || p > 1 {
+		return fmt.Errorf("%s: dropout probability has to be between 0 and 1, but got %s", fname, pyFloatRepr(p))
+	}
+	return nil
+}
+
+func dropout(fname string, x starlark.Value, p float64, training, inplace bool) (starlark.Value, error) {
+	if err := checkDropoutP(fname, p); err != nil {
+		return nil, err
+	}
+	if inplace {
+		return nil, fmt.Errorf("%s: inplace=True is not supported", fname)
+	}
+	xt, err := tensorArg(fname, "input", x)
+	if err != nil {
+		return nil, err
+	}
+	out, err := autograd.Dropout(xt, p, training)
+	if err != nil {
+		return nil, renameErr(err, fname)
+	}
+	if out == xt {
+		return x, nil // the input itself, as PyTorch returns it
+	}
+	return wrap(out, nil)
+}
+
+// newDropout is nn.Dropout(p=0.5, inplace=False).
+func newDropout(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	p, inplace := 0.5, false
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "p?", &p, "inplace?", &inplace); err != nil {
+		return nil, err
+	}
+	if err := checkDropoutP(b.Name(), p); err != nil {
+		return nil, err
+	}
+	m := newModule("Dropout")
+	m.set("p", starlark.Float(p), kindAttr)
+	m.set("inplace", starlark.Bool(inplace), kindAttr)
+	m.extra = func(*Layer) string { return fmt.Sprintf("p=%s, inplace=%s", pyFloatRepr(p), pyBool(inplace)) }
+	m.forward = func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		var x starlark.Value
+		if err := starlark.UnpackPositionalArgs("Dropout", args, kwargs, 1, &x); err != nil {
+			return nil, err
+		}
+		return dropout("Dropout", x, p, m.training, inplace)
+	}
+	return m, nil
+}
+
+// pyFloatRepr formats f as Python's repr of a float ("0.5", "2.0", "1e-05").
+func pyFloatRepr(f float64) string { return starlark.Float(f).String() }
