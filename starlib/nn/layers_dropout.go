@@ -23,25 +23,33 @@ func init() {
 	register("Dropout", newDropout)
 	registerF("dropout", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var x starlark.Value
-		p, training, inplace := 0.5, true, false
-		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "input", &x, "p?", &p, "training?", &training, "inplace?", &inplace); err != nil {
+		var pV starlark.Value = starlark.Float(0.5)
+		training, inplace := true, false
+		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "input", &x, "p?", &pV, "training?", &training, "inplace?", &inplace); err != nil {
+			return nil, err
+		}
+		p, err := dropoutP(b.Name(), pV)
+		if err != nil {
 			return nil, err
 		}
 		return dropout(b.Name(), x, p, training, inplace)
 	})
 }
 
-func checkDropoutP(fname string, p float64) error {
-	if p < 0 || p > 1 {
-		return fmt.Errorf("%s: dropout probability has to be between 0 and 1, but got %s", fname, pyFloatRepr(p))
+// dropoutP reads p (a number in [0, 1]; the error shows it as given, as
+// Python's f-string does).
+func dropoutP(fname string, v starlark.Value) (float64, error) {
+	p, ok := starlark.AsFloat(v)
+	if !ok {
+		return 0, fmt.Errorf("%s: for parameter p: got %s, want float", fname, v.Type())
 	}
-	return nil
+	if p < 0 || p > 1 {
+		return 0, fmt.Errorf("%s: dropout probability has to be between 0 and 1, but got %s", fname, v)
+	}
+	return p, nil
 }
 
 func dropout(fname string, x starlark.Value, p float64, training, inplace bool) (starlark.Value, error) {
-	if err := checkDropoutP(fname, p); err != nil {
-		return nil, err
-	}
 	if inplace {
 		return nil, fmt.Errorf("%s: inplace=True is not supported", fname)
 	}
@@ -61,17 +69,19 @@ func dropout(fname string, x starlark.Value, p float64, training, inplace bool) 
 
 // newDropout is nn.Dropout(p=0.5, inplace=False).
 func newDropout(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	p, inplace := 0.5, false
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "p?", &p, "inplace?", &inplace); err != nil {
+	var pV starlark.Value = starlark.Float(0.5)
+	inplace := false
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "p?", &pV, "inplace?", &inplace); err != nil {
 		return nil, err
 	}
-	if err := checkDropoutP(b.Name(), p); err != nil {
+	p, err := dropoutP(b.Name(), pV)
+	if err != nil {
 		return nil, err
 	}
 	m := newModule("Dropout")
-	m.set("p", starlark.Float(p), kindAttr)
+	m.set("p", pV, kindAttr)
 	m.set("inplace", starlark.Bool(inplace), kindAttr)
-	m.extra = func(*Layer) string { return fmt.Sprintf("p=%s, inplace=%s", pyFloatRepr(p), pyBool(inplace)) }
+	m.extra = func(*Layer) string { return fmt.Sprintf("p=%s, inplace=%s", pV, pyBool(inplace)) }
 	m.forward = func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var x starlark.Value
 		if err := starlark.UnpackPositionalArgs("Dropout", args, kwargs, 1, &x); err != nil {
