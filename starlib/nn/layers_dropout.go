@@ -74,17 +74,20 @@ func newDropout(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "p?", &pV, "inplace?", &inplace); err != nil {
 		return nil, err
 	}
-	p, err := dropoutP(b.Name(), pV)
-	if err != nil {
+	if _, err := dropoutP(b.Name(), pV); err != nil {
 		return nil, err
 	}
 	m := newModule("Dropout")
 	m.set("p", pV, kindAttr)
 	m.set("inplace", starlark.Bool(inplace), kindAttr)
-	m.extra = func(*Layer) string { return fmt.Sprintf("p=%s, inplace=%s", pV, pyBool(inplace)) }
+	m.extra = func(m *Layer) string { return fmt.Sprintf("p=%s, inplace=%s", m.entries["p"], pyBool(inplace)) }
 	m.forward = func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var x starlark.Value
 		if err := starlark.UnpackPositionalArgs("Dropout", args, kwargs, 1, &x); err != nil {
+			return nil, err
+		}
+		p, err := dropoutP("Dropout", m.entries["p"]) // drop.p may have been reassigned
+		if err != nil {
 			return nil, err
 		}
 		return dropout("Dropout", x, p, m.training, inplace)
