@@ -1,0 +1,128 @@
+package autograd
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/memsh/memsh/tensor"
+)
+
+// Normalisations: layer_norm as native_layer_norm (one node), rms_norm as
+// PyTorch 2.x's CompositeImplicitAutograd decomposition (a chain of
+// nodes).
+
+// LayerNorm is layer_norm(x, normalized_shape, w, b, eps) =
+// native_layer_norm's output: NativeLayerNormBackward0 saves input,
+// weight, bias and the mean and rstd results; its backward
+// (native_layer_norm_backward) allocates grad_input, grad_weight,
+// grad_bias in that order, each only where needed. w and b may be nil.
+// Without a node the mean and rstd are dropped when the op returns.
+func LayerNorm(x *tensor.Tensor, normalized []int, w, b *tensor.Tensor, eps float64) (*tensor.Tensor, error) {
+	n := newNode("NativeLayerNormBackward0", x, w, b)
+	var sx, sw, sb, smean, srstd *SavedTensor
+	if n != nil {
+		sx, sw, sb = n.save(x), n.save(w), n.save(b)
+	}
+	out, mean, rstd, err := tensor.NativeLayerNorm(x, normalized, w, b, eps)
+	if err != nil || n == nil {
+		return out, err
+	}
+	n.setOutputs(out, mean, rstd)
+	smean, srstd = n.saveOutput(mean, 1), n.saveOutput(rstd, 2)
+	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		if g[0] == nil {
+			return make([]*tensor.Tensor, 3), nil
+		}
+		var vs [5]*tensor.Tensor
+		for i, s := range []*SavedTensor{sx, sw, sb, smean, srstd} {
+			v, err := s.Unpack()
+			if err != nil {
+				return nil, err
+			}
+			vs[i] = v
+		}
+		mask := [3]bool{n.needsGrad(0), n.needsGrad(1), n.needsGrad(2)}
+		gx, gw, gb, err := tensor.NativeLayerNormBackward(g[0], vs[0], normalized, vs[3], vs[4], vs[1], vs[2], mask)
+		if err != nil {
+			return nil, err
+		}
+		return []*tensor.Tensor{gx, gw, gb}, nil
+	}
+	return out, nil
+}
+
+// RMSNormEps is rms_norm's default eps for an input of dtype dt: the
+// machine epsilon of its opmath type (float32 for float16, bfloat16 and
+// float32; float64 for float64).
+func RMSNormEps(dt tensor.DType) float64 {
+	if dt == tensor.Float64 {
+		return math.Nextafter(1, 2) - 1
+	}
+	return float64(math.Nextafter32(1, 2) - 1)
+}
+
+// RMSNorm is rms_norm(x, normalized_shape, w, eps) as PyTorch 2.x's
+// decomposition (aten/src/ATen/native/layer_norm.cpp, rms_norm_symint):
+//
+//	up = x.to(opmath)                       // float32 for half types: ToCopyBackward0
+//	r = rsqrt(pow(up, 2).mean(dims, keepdim=True).add_(eps))
+//	y = up.mul(r)                            // MulBackward0
+//	y = y.mul(w)                             // when w is given
+//	return y.type_as(x)
+//
+// dims are the normalised trailing dimensions, last first. The pow and
+// mean results are C++ temporaries of the full expression: alive until
+// rsqrt's result exists. eps nil is RMSNormEps.
+func RMSNorm(x *tensor.Tensor, normalized []int, w *tensor.Tensor, eps *float64) (*tensor.Tensor, error) {
+	const fname = "tensor.rms_norm"
+	if err := x.CheckLive(fname); err != nil {
+		return nil, err
+	}
+	if !x.DType().IsFloat() {
+		return nil, &tensor.Error{Op: fname, Err: fmt.Errorf("\"rms_norm\" not implemented for '%s'", x.DType())}
+	}
+	if _, _, err := tensor.CheckNormInputs(fname, x, normalized, w, nil); err != nil {
+		return nil, err
+	}
+	opmath := tensor.NormAccDType(x.DType())
+	e := RMSNormEps(x.DType())
+	if eps != nil {
+		e = *eps
+	}
+	dims := make([]int, len(normalized))
+	for i := range dims {
+		dims[i] = x.Dim() - i - 1
+	}
+	up, err := To(x, "", opmath, false)
+	if err != nil {
+		return nil, err
+	}
+	p, err := PowScalar(up, 2)
+	if err != nil {
+		return nil, err
+	}
+	m, err := Mean(p, dims, true, tensor.Undefined)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := BinaryInPlace(tensor.OpAdd, m, tensor.Float(e)); err != nil {
+		return nil, err
+	}
+	r, err := Rsqrt(m)
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(m)
+	if err != nil {
+		return nil, err
+	}
+	y, err := Mul(up, r)
+	if err != nil {
+		return nil, err
+	}
+	if w != nil {
+		if y, err = Mul(y, w); err != nil {
+			return nil, err
+		}
+	}
+	return To(y, "", x.DType(), false)
+}

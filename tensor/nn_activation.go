@@ -1,0 +1,306 @@
+package tensor
+
+import (
+	"math"
+	"runtime"
+	"slices"
+)
+
+// Activation kernels that training needs as single ATen kernels: gelu and
+// its backward (exact erf form or the tanh approximation), silu and its
+// backward, softmax / log_softmax along one dimension and their backward
+// (_softmax_backward_data, _log_softmax_backward_data). Each allocates one
+// result of its first operand's shape (plus a contiguous copy of a
+// non-contiguous operand, as CUDA's softmax kernels do); everything else is
+// Go-heap scratch.
+
+// checkFloatOp is the dtype check of ATen's floating-point-only kernels:
+// `"name" not implemented for 'Long'`.
+func checkFloatOp(fname, kernel string, ts ...*Tensor) error {
+	for _, t := range ts {
+		if err := t.checkLive(fname); err != nil {
+			return err
+		}
+		if !t.dtype.IsFloat() {
+			return errorf(fname, "\"%s\" not implemented for '%s'", kernel, dtypes[t.dtype].torch)
+		}
+	}
+	return nil
+}
+
+const (
+	geluSqrt2OverPi = 0.7978845608028654 // √(2/π)
+	geluInvSqrt2Pi  = 0.3989422804014327 // 1/√(2π)
+	geluCoeff       = 0.044715
+)
+
+// Gelu is torch.nn.functional.gelu(a, approximate): "none" is
+// x·Φ(x) = ½x(1 + erf(x/√2)), "tanh" is ½x(1 + tanh(√(2/π)(x + 0.044715x³))).
+// One allocation of a's shape and dtype.
+func Gelu(a *Tensor, approximate string) (*Tensor, error) {
+	const fname = "tensor.gelu"
+	if err := checkFloatOp(fname, "GeluKernelImpl", a); err != nil {
+		return nil, err
+	}
+	if approximate == "tanh" {
+		return mapNew(fname, a, a.dtype, []*Tensor{a}, func(x []float64) float64 {
+			v := x[0]
+			return 0.5 * v * (1 + math.Tanh(geluSqrt2OverPi*(v+geluCoeff*v*v*v)))
+		})
+	}
+	return mapNew(fname, a, a.dtype, []*Tensor{a}, func(x []float64) float64 {
+		return 0.5 * x[0] * (1 + math.Erf(x[0]/math.Sqrt2))
+	})
+}
+
+// GeluBackward is gelu_backward(grad, self, approximate): grad·gelu'(self),
+// one allocation of grad's shape.
+func GeluBackward(g, self *Tensor, approximate string) (*Tensor, error) {
+	const fname = "tensor.gelu_backward"
+	if err := checkFloatOp(fname, "GeluBackwardKernelImpl", g, self); err != nil {
+		return nil, err
+	}
+	if err := checkSameDevice(fname, g, self); err != nil {
+		return nil, err
+	}
+	if approximate == "tanh" {
+		return mapNew(fname, g, g.dtype, []*Tensor{g, self}, func(x []float64) float64 {
+			v := x[1]
+			inner := geluSqrt2OverPi * (v + geluCoeff*v*v*v)
+			t := math.Tanh(inner)
+			left, right := 0.5*v, 1+t
+			dleft := 0.5 * right
+			dright := (1 - t*t) * geluSqrt2OverPi * (1 + 3*geluCoeff*v*v)
+			return x[0] * (dleft + left*dright)
+		})
+	}
+	return mapNew(fname, g, g.dtype, []*Tensor{g, self}, func(x []float64) float64 {
+		v := x[1]
+		cdf := 0.5 * (1 + math.Erf(v/math.Sqrt2))
+		pdf := geluInvSqrt2Pi * math.Exp(-0.5*v*v)
+		return x[0] * (cdf + v*pdf)
+	})
+}
+
+// Silu is torch.nn.functional.silu: x·σ(x), one allocation.
+func Silu(a *Tensor) (*Tensor, error) {
+	const fname = "tensor.silu"
+	if err := checkFloatOp(fname, "silu", a); err != nil {
+		return nil, err
+	}
+	return mapNew(fname, a, a.dtype, []*Tensor{a}, func(x []float64) float64 {
+		return x[0] / (1 + math.Exp(-x[0]))
+	})
+}
+
+// SiluBackward is silu_backward(grad, self): grad·σ(x)(1 + x(1 − σ(x))),
+// one allocation.
+func SiluBackward(g, self *Tensor) (*Tensor, error) {
+	const fname = "tensor.silu_backward"
+	if err := checkFloatOp(fname, "silu_backward", g, self); err != nil {
+		return nil, err
+	}
+	if err := checkSameDevice(fname, g, self); err != nil {
+		return nil, err
+	}
+	return mapNew(fname, g, g.dtype, []*Tensor{g, self}, func(x []float64) float64 {
+		s := 1 / (1 + math.Exp(-x[1]))
+		return x[0] * s * (1 + x[1]*(1-s))
+	})
+}
+
+// Softmax is torch.softmax(a, dim) (log: torch.log_softmax), the ATen
+// _softmax / _log_softmax kernel: a new contiguous tensor of a's shape and
+// dtype. A non-contiguous input is first copied contiguous (a temporary
+// freed when the op returns), as CUDA's host_softmax does.
+func Softmax(a *Tensor, dim int, log bool) (*Tensor, error) {
+	fname, kernel := "tensor.softmax", "softmax"
+	if log {
+		fname, kernel = "tensor.log_softmax", "log_softmax"
+	}
+	if err := checkFloatOp(fname, kernel, a); err != nil {
+		return nil, err
+	}
+	d, err := wrapDim(fname, dim, a.Dim())
+	if err != nil {
+		return nil, err
+	}
+	x, err := Contiguous(a)
+	if err != nil {
+		return nil, Renamed(err, fname)
+	}
+	out, err := newTensor(a.ctx, fname, a.mem.Device(), a.dtype, slices.Clone(a.shape))
+	if err != nil {
+		return nil, err
+	}
+	err = actHostKernel(a.ctx, fname, []*Tensor{out}, []*Tensor{x}, func(outs, ins []*Tensor) {
+		softmaxRows(outs[0], ins[0], nil, d, log)
+	})
+	runtime.KeepAlive(x)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SoftmaxBackward is _softmax_backward_data(grad, output, dim) (log:
+// _log_softmax_backward_data): grad_input = y·(g − Σg·y) for softmax,
+// g − exp(y)·Σg for log_softmax; one allocation of grad's shape and dtype
+// (after contiguous copies of non-contiguous grad and output).
+func SoftmaxBackward(g, y *Tensor, dim int, log bool) (*Tensor, error) {
+	fname, kernel := "tensor._softmax_backward_data", "softmax_backward"
+	if log {
+		fname, kernel = "tensor._log_softmax_backward_data", "log_softmax_backward"
+	}
+	if err := checkFloatOp(fname, kernel, g, y); err != nil {
+		return nil, err
+	}
+	if err := checkSameDevice(fname, g, y); err != nil {
+		return nil, err
+	}
+	if !slices.Equal(g.shape, y.shape) {
+		return nil, errorf(fname, "grad and output must have the same shape, got %s and %s", SizeString(g.shape), SizeString(y.shape))
+	}
+	d, err := wrapDim(fname, dim, y.Dim())
+	if err != nil {
+		return nil, err
+	}
+	out, err := newTensor(g.ctx, fname, g.mem.Device(), g.dtype, slices.Clone(g.shape))
+	if err != nil {
+		return nil, err
+	}
+	gc, err := Contiguous(g)
+	if err != nil {
+		return nil, Renamed(err, fname)
+	}
+	yc, err := Contiguous(y)
+	if err != nil {
+		return nil, Renamed(err, fname)
+	}
+	err = actHostKernel(g.ctx, fname, []*Tensor{out}, []*Tensor{gc, yc}, func(outs, ins []*Tensor) {
+		softmaxRows(outs[0], ins[1], ins[0], d, log)
+	})
+	runtime.KeepAlive(gc)
+	runtime.KeepAlive(yc)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// softmaxRows computes along dim d of contiguous tensors: with g == nil the
+// forward (out = softmax(x) or log_softmax(x)), else the backward with x
+// the saved output.
+func softmaxRows(out, x, g *Tensor, d int, log bool) {
+	if !out.hasData() || out.Numel() == 0 {
+		return
+	}
+	outer, n, inner := actSplitDim(x.shape, d)
+	xs := actReadF64(x)
+	var gs []float64
+	if g != nil {
+		gs = actReadF64(g)
+	}
+	res := make([]float64, len(xs))
+	parallelFor(outer*inner, parallelThreshold/max(n, 1), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			o, i := r/inner, r%inner
+			base := o*n*inner + i
+			at := func(k int) int { return base + k*inner }
+			if g == nil {
+				m := math.Inf(-1)
+				for k := range n {
+					m = math.Max(m, xs[at(k)])
+				}
+				s := 0.0
+				for k := range n {
+					s += math.Exp(xs[at(k)] - m)
+				}
+				for k := range n {
+					if log {
+						res[at(k)] = xs[at(k)] - m - math.Log(s)
+					} else {
+						res[at(k)] = math.Exp(xs[at(k)]-m) / s
+					}
+				}
+				continue
+			}
+			s := 0.0
+			for k := range n {
+				if log {
+					s += gs[at(k)]
+				} else {
+					s += gs[at(k)] * xs[at(k)]
+				}
+			}
+			for k := range n {
+				if log {
+					res[at(k)] = gs[at(k)] - math.Exp(xs[at(k)])*s
+				} else {
+					res[at(k)] = xs[at(k)] * (gs[at(k)] - s)
+				}
+			}
+		}
+	})
+	actWriteF64(out, res)
+}
+
+// actSplitDim returns the sizes before, at and after dim d (1s for a 0-dim
+// shape).
+func actSplitDim(shape []int, d int) (outer, n, inner int) {
+	if len(shape) == 0 {
+		return 1, 1, 1
+	}
+	return numel(shape[:d]), shape[d], numel(shape[d+1:])
+}
+
+// actReadF64 returns t's values in row-major order as float64 (Go-heap
+// scratch).
+func actReadF64(t *Tensor) []float64 {
+	vals := make([]float64, 0, t.Numel())
+	load := loadF64[t.dtype]
+	forEachElem(t, func(p elemPtr) bool {
+		vals = append(vals, load(p))
+		return true
+	})
+	return vals
+}
+
+// actWriteF64 stores vals into t in row-major order, rounding to t's dtype.
+func actWriteF64(t *Tensor, vals []float64) {
+	store := storeF64[t.dtype]
+	i := 0
+	forEachElem(t, func(p elemPtr) bool {
+		store(p, vals[i])
+		i++
+		return true
+	})
+}
+
+// actHostKernel runs compute over outs (already allocated) and ins on host
+// memory: directly for CPU and simulator tensors, not at all on a meta
+// device (allocations only), and through host shadows on a real GPU.
+func actHostKernel(c *Context, fname string, outs, ins []*Tensor, compute func(outs, ins []*Tensor)) error {
+	all := append(slices.Clone(outs), ins...)
+	if anyOnGPU(all...) {
+		return staged(c, fname, all, func(s *staging) error {
+			so := make([]*Tensor, len(outs))
+			for k, t := range outs {
+				so[k] = s.shadowOf(t)
+			}
+			si := make([]*Tensor, len(ins))
+			for k, t := range ins {
+				si[k] = s.shadowOf(t)
+			}
+			compute(so, si)
+			return nil
+		})
+	}
+	for _, t := range all {
+		if t != nil && !t.hasData() {
+			return nil
+		}
+	}
+	compute(outs, ins)
+	return nil
+}
