@@ -11,37 +11,6 @@ import (
 // masked_fill, triu/tril, where, scalar_tensor. Each allocates what ATen
 // allocates; values go through hostCompute.
 
-// RandInt is torch.randint(low, high, shape): integers drawn uniformly
-// from [low, high) with the Context's generator (int64 unless dt says
-// otherwise). One allocation.
-func RandInt(c *Context, low, high int64, shape []int, dt DType, device string) (*Tensor, error) {
-	const fname = "tensor.randint"
-	if high <= low {
-		return nil, errorf(fname, "random_ expects 'from' to be less than 'to', but got from=%d >= to=%d", low, high)
-	}
-	dt = orDefault(dt, Int64)
-	device, err := c.device(fname, device)
-	if err != nil {
-		return nil, err
-	}
-	out, err := newTensor(c, fname, device, dt, shape)
-	if err != nil {
-		return nil, err
-	}
-	n := out.Numel()
-	seed, offset := c.draw(n)
-	err = hostCompute(fname, []*Tensor{out}, func(sh []*Tensor) {
-		vals := make([]float64, n)
-		span := float64(high - low)
-		for k := range vals {
-			u := randomValue(seed, offset+uint64(k), Float64, false)
-			vals[k] = float64(low + int64(math.Min(math.Floor(u*span), span-1)))
-		}
-		setF64(sh[0], vals)
-	})
-	return out, err
-}
-
 // checkIndex checks an index tensor's dtype (int64 or int32).
 func checkIndex(fname, what string, idx *Tensor) error {
 	if idx.dtype != Int64 && idx.dtype != Int32 {

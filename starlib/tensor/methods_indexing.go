@@ -45,9 +45,6 @@ func init() {
 		Module.Members[name] = starlark.NewBuiltin("tensor."+name, methodAsFunction(name))
 	}
 	Module.Members["where"] = starlark.NewBuiltin("tensor.where", whereFunction)
-	if _, ok := Module.Members["randint"]; !ok {
-		Module.Members["randint"] = starlark.NewBuiltin("tensor.randint", randint)
-	}
 }
 
 func tensorTuple(fname string) func(ts []*tensor.Tensor, err error) (starlark.Value, error) {
@@ -201,36 +198,4 @@ func whereFunction(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple,
 		return nil, err
 	}
 	return where(b.Name(), cv, xv, yv)
-}
-
-// randint is tensor.randint(low=0, high, size, dtype=None, device=None)
-// (also randint(high, size)).
-func randint(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	fname := b.Name()
-	c, err := contextOf(thread, fname)
-	if err != nil {
-		return nil, err
-	}
-	var low, high int64
-	var sizeV, dtV, devV starlark.Value
-	if len(args) == 2 {
-		if err := starlark.UnpackArgs(fname, args, kwargs, "high", &high, "size", &sizeV, "dtype?", &dtV, "device?", &devV); err != nil {
-			return nil, err
-		}
-	} else if err := starlark.UnpackArgs(fname, args, kwargs, "low", &low, "high", &high, "size", &sizeV, "dtype?", &dtV, "device?", &devV); err != nil {
-		return nil, err
-	}
-	shape, err := shapeArg(fname, "size", sizeV)
-	if err != nil {
-		return nil, err
-	}
-	dt, err := dtypeArg(fname, dtV, tensor.Int64)
-	if err != nil {
-		return nil, err
-	}
-	device, err := deviceArg(c, fname, devV)
-	if err != nil {
-		return nil, err
-	}
-	return resultAs(fname)(tensor.RandInt(c, low, high, shape, dt, device))
 }
