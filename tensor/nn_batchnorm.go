@@ -73,7 +73,7 @@ func checkBatchNorm(fname string, x, w, b, rm, rv *Tensor, training bool) error 
 	if training {
 		n := x.Numel() / max(c, 1)
 		if n == 1 {
-			return errorf(fname, "Expected more than 1 value per channel when training, got input size %s", SizeString(x.shape))
+			return errorf(fname, "Expected more than 1 value per channel when training, got input size %s", sizeList(x.shape))
 		}
 	}
 	return nil

@@ -59,23 +59,23 @@ func checkConv2d(fname string, x, w, bias *Tensor, p ConvParams) ([]int, error) 
 		}
 	}
 	if len(x.shape) != 4 {
-		return nil, errorf(fname, "Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: %s", SizeString(x.shape))
+		return nil, errorf(fname, "Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: %s", sizeList(x.shape))
 	}
 	ws := w.shape
 	if len(ws) != 4 {
-		return nil, errorf(fname, "Expected %d-dimensional input for %d-dimensional weight %s, but got 4-dimensional input of size %s instead", len(ws), len(ws), SizeString(ws), SizeString(x.shape))
+		return nil, errorf(fname, "Expected %d-dimensional input for %d-dimensional weight %s, but got 4-dimensional input of size %s instead", len(ws), len(ws), sizeList(ws), sizeList(x.shape))
 	}
 	if ws[0] < p.Groups {
-		return nil, errorf(fname, "Given groups=%d, expected weight to be at least %d at dimension 0, but got weight of size %s instead", p.Groups, p.Groups, SizeString(ws))
+		return nil, errorf(fname, "Given groups=%d, expected weight to be at least %d at dimension 0, but got weight of size %s instead", p.Groups, p.Groups, sizeList(ws))
 	}
 	if ws[0]%p.Groups != 0 {
-		return nil, errorf(fname, "Given groups=%d, expected weight to be divisible by %d at dimension 0, but got weight of size [%s] instead", p.Groups, p.Groups, SizeString(ws))
+		return nil, errorf(fname, "Given groups=%d, expected weight to be divisible by %d at dimension 0, but got weight of size [%s] instead", p.Groups, p.Groups, sizeList(ws))
 	}
 	if x.shape[1] != ws[1]*p.Groups {
-		return nil, errorf(fname, "Given groups=%d, weight of size %s, expected input%s to have %d channels, but got %d channels instead", p.Groups, SizeString(ws), SizeString(x.shape), ws[1]*p.Groups, x.shape[1])
+		return nil, errorf(fname, "Given groups=%d, weight of size %s, expected input%s to have %d channels, but got %d channels instead", p.Groups, sizeList(ws), sizeList(x.shape), ws[1]*p.Groups, x.shape[1])
 	}
 	if bias != nil && (len(bias.shape) != 1 || bias.shape[0] != ws[0]) {
-		return nil, errorf(fname, "Given weight of size %s, expected bias to be 1-dimensional with %d elements, but got bias of size %s instead", SizeString(ws), ws[0], SizeString(bias.shape))
+		return nil, errorf(fname, "Given weight of size %s, expected bias to be 1-dimensional with %d elements, but got bias of size %s instead", sizeList(ws), ws[0], sizeList(bias.shape))
 	}
 	var in, k [2]int
 	bad := false
@@ -110,6 +110,15 @@ func checkConv2d(fname string, x, w, bias *Tensor, p ConvParams) ([]int, error) 
 	oh := (in[0]-k[0])/p.Stride[0] + 1
 	ow := (in[1]-k[1])/p.Stride[1] + 1
 	return []int{x.shape[0], ws[0], oh, ow}, nil
+}
+
+// sizeList formats a shape as ATen's IntArrayRef: "[16, 3, 3, 3]".
+func sizeList(shape []int) string {
+	parts := make([]string, len(shape))
+	for i, s := range shape {
+		parts[i] = fmt.Sprint(s)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // dtypeTitle is ATen's ScalarType name ("Float", "Long").

@@ -64,7 +64,7 @@ func checkPool2d(fname string, x *Tensor, p PoolParams) ([]int, error) {
 		}
 	}
 	if !okShape {
-		return nil, errorf(fname, "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got:%s", SizeString(x.shape))
+		return nil, errorf(fname, "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got:%s", sizeList(x.shape))
 	}
 	for i := range 2 {
 		if p.Padding[i] < 0 || p.Padding[i] > ((p.Kernel[i]-1)*p.Dilation[i]+1)/2 {

@@ -18,7 +18,7 @@ import (
 // The cuDNN workspace is not modelled (tensor.Conv2d).
 func Conv2d(x, w, bias *tensor.Tensor, p tensor.ConvParams) (*tensor.Tensor, error) {
 	if d := x.Dim(); d != 3 && d != 4 {
-		return nil, fmt.Errorf("Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: %s", tensor.SizeString(x.Shape()))
+		return nil, fmt.Errorf("Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: %v", fmtSizes(x.Shape()))
 	}
 	if x.Dim() == 3 {
 		x4, err := Unsqueeze(x, 0)
@@ -144,4 +144,16 @@ func BatchNorm(x, w, b, rm, rv *tensor.Tensor, training bool, momentum, eps floa
 		return []*tensor.Tensor{gi, gw, gb}, nil
 	}
 	return out, nil
+}
+
+// fmtSizes formats a shape as ATen's IntArrayRef: "[4, 4]".
+func fmtSizes(shape []int) string {
+	s := "["
+	for i, d := range shape {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprint(d)
+	}
+	return s + "]"
 }
