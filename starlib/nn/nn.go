@@ -21,6 +21,11 @@
 //	Module(forward, **children)
 //	functional: the functional forms (see functional.go)
 //
+// Conv2d and nn.functional.conv2d model cudnn_convolution's tensors only:
+// the cuDNN workspace (its size depends on the algorithm cuDNN picks) is
+// not modelled, so memsh allocates none; likewise cudnn_batch_norm's
+// workspace and reserve space (0 bytes here).
+//
 // Module methods: parameters(), named_parameters(prefix="", recurse=True),
 // buffers(), named_buffers(), children(), named_children(), modules(),
 // named_modules(), train(mode=True), eval(), to(device=None, dtype=None),
