@@ -121,27 +121,6 @@ func sizeList(shape []int) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
-// dtypeTitle is ATen's ScalarType name ("Float", "Long").
-func dtypeTitle(dt DType) string {
-	s := dt.String()
-	switch s {
-	case "float32":
-		return "Float"
-	case "float64":
-		return "Double"
-	case "float16":
-		return "Half"
-	case "bfloat16":
-		return "BFloat16"
-	case "int64":
-		return "Long"
-	case "int32":
-		return "Int"
-	case "bool":
-		return "Bool"
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
-}
 
 // Conv2d is at::convolution for 2-D inputs: x [N, C, H, W], w [O, C/groups,
 // KH, KW], bias [O] or nil; the result [N, O, OH, OW] has x's dtype.
