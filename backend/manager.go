@@ -330,6 +330,17 @@ func (m *Manager) wouldRaise(a Allocator, nbytes uint64) bool {
 	return ok && g.NeedsSegment(nbytes)
 }
 
+// NoteGarbage tells the Manager that memory may just have become
+// unreachable (an autograd node released its saved tensors, the backward
+// engine dropped a gradient): the PeakWindow wait after a fruitless
+// reclaim ends, so the next allocation that would raise a peak reclaims
+// first and the freed bytes do not count toward it.
+func (m *Manager) NoteGarbage() {
+	m.mu.Lock()
+	clear(m.quiet)
+	m.mu.Unlock()
+}
+
 // ResetPeakStats resets a's ".peak" statistics to the current figures, as
 // torch.cuda.reset_peak_memory_stats does.
 func (m *Manager) ResetPeakStats(a Allocator) {

@@ -121,7 +121,6 @@ func sizeList(shape []int) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
-
 // Conv2d is at::convolution for 2-D inputs: x [N, C, H, W], w [O, C/groups,
 // KH, KW], bias [O] or nil; the result [N, O, OH, OW] has x's dtype.
 func Conv2d(x, w, bias *Tensor, p ConvParams) (*Tensor, error) {

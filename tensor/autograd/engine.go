@@ -83,6 +83,9 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 	return nil
 }
 
+// ctxOf returns the tensor context of the graph a node belongs to.
+func ctxOf(n *Node) *tensor.Context { return n.ctx }
+
 type engine struct {
 	deps    map[*Node]int
 	buffers map[*Node][]*tensor.Tensor
@@ -230,6 +233,11 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 	clear(grads)
 	if !retainGraph {
 		n.release()
+	}
+	// The node's incoming gradients and (unless retained) its saved
+	// tensors may have become garbage: exact-peak mode must see them go.
+	if n.variable == nil {
+		ctxOf(n).Manager.NoteGarbage()
 	}
 	for i, edge := range n.next {
 		if edge.Node == nil {

@@ -140,7 +140,7 @@ func accumulator(t *tensor.Tensor, m *tensor.AutogradMeta) *Node {
 	if a, ok := m.Accumulator.(*Node); ok && a != nil {
 		return a
 	}
-	a := &Node{name: "AccumulateGrad", seq: accumulateSeq, variable: t, nOutputs: 1}
+	a := &Node{ctx: t.Context(), name: "AccumulateGrad", seq: accumulateSeq, variable: t, nOutputs: 1}
 	a.apply = accumulateGrad
 	m.Accumulator = a
 	return a

@@ -15,6 +15,7 @@ import (
 // edges lead to the nodes of its differentiable inputs, in input order (an
 // edge with a nil Node is an input that needs no gradient).
 type Node struct {
+	ctx   *tensor.Context
 	name  string
 	seq   uint64
 	next  []Edge

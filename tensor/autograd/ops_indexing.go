@@ -256,7 +256,9 @@ func Split(a *tensor.Tensor, size int, sizes []int, dim int) ([]*tensor.Tensor, 
 	if n == nil {
 		return outs, nil
 	}
-	dt := a.DType()
+	// The node keeps the input's metadata, never the input: the views'
+	// base is freed once no output is alive (as in PyTorch).
+	dt, ctx, dev := a.DType(), a.Context(), a.Device()
 	n.setOutputs(outs...)
 	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		all := make([]*tensor.Tensor, len(sizes))
@@ -267,7 +269,7 @@ func Split(a *tensor.Tensor, size int, sizes []int, dim int) ([]*tensor.Tensor, 
 			}
 			gs := append([]int(nil), shape...)
 			gs[d] = s
-			z, err := tensor.Zeros(a.Context(), gs, dt, a.Device())
+			z, err := tensor.Zeros(ctx, gs, dt, dev)
 			if err != nil {
 				return nil, err
 			}

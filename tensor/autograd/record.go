@@ -25,7 +25,7 @@ func newNode(name string, inputs ...*tensor.Tensor) *Node {
 	if !any || !GradEnabled(ctx) {
 		return nil
 	}
-	n := &Node{name: name, seq: seqCounter.Add(1), nOutputs: 1}
+	n := &Node{ctx: ctx, name: name, seq: seqCounter.Add(1), nOutputs: 1}
 	n.next = make([]Edge, len(inputs))
 	n.input = make([]inputMeta, len(inputs))
 	for i, in := range inputs {

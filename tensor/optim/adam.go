@@ -3,6 +3,7 @@ package optim
 import (
 	"fmt"
 	"math"
+	"runtime"
 
 	"github.com/memsh/memsh/tensor"
 	"github.com/memsh/memsh/tensor/autograd"
@@ -161,6 +162,9 @@ func (o *Adam) stepLoop(idx []int) error {
 			}
 			sq = s.maxExpSq
 		}
+		// Python rebinds denom only after the new one is computed: the
+		// previous parameter's denominator is alive meanwhile.
+		prev := denom
 		r, err := tensor.Sqrt(sq)
 		if err != nil {
 			return err
@@ -169,6 +173,7 @@ func (o *Adam) stepLoop(idx []int) error {
 		if err != nil {
 			return err
 		}
+		runtime.KeepAlive(prev)
 		r = nil
 		if err := tensor.AddScalar_(d, o.Eps); err != nil {
 			return err
