@@ -42,6 +42,21 @@ func TestBanner(t *testing.T) {
 	}
 }
 
+// A simulator preset is named as the real card, and the banner says it is
+// simulated.
+func TestBannerPreset(t *testing.T) {
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: "sim:2xH100,meta", Out: &out, Err: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want := "device: cuda:0 = NVIDIA H100 80GB HBM3 (simulated, meta), 79.65 GiB (2 GPUs: :devices)"
+	if got := repl.Banner(s, "v0.0.0-test"); !strings.Contains(got, want) {
+		t.Errorf("banner:\n%s\nwant a line %q", got, want)
+	}
+}
+
 // historyReader is a Plain reader that records saved history entries.
 type historyReader struct {
 	*repl.Plain

@@ -50,7 +50,8 @@ func Banner(s *scope.Session, version string) string {
 }
 
 // deviceLine describes the current GPU ("cuda:0 = simulated GPU 16.00
-// GiB", "cuda:0 = NVIDIA H100 80GB HBM3, 79.19 GiB"), or the CPU.
+// GiB", "cuda:0 = NVIDIA H100 80GB HBM3, 79.19 GiB", a simulator preset
+// "cuda:0 = NVIDIA H100 80GB HBM3 (simulated), 79.65 GiB"), or the CPU.
 func deviceLine(s *scope.Session) string {
 	gpus := s.Devices()
 	if len(gpus) == 0 {
@@ -62,6 +63,14 @@ func deviceLine(s *scope.Session) string {
 	}
 	d := gpus[i]
 	line := d.Name() + " = " + d.Description()
+	if desc := d.Description(); d.Kind() == "sim" && !strings.HasPrefix(desc, "simulated") {
+		// a GPU preset of the simulator, named as the real card: say it is simulated
+		line += " (simulated"
+		if m, ok := d.(interface{ Meta() bool }); ok && m.Meta() {
+			line += ", meta"
+		}
+		line += ")"
+	}
 	if _, total, err := d.MemGetInfo(); err == nil {
 		if t := backend.FormatBytes(int64(total)); !strings.Contains(line, t) {
 			line += ", " + t

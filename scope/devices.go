@@ -196,3 +196,19 @@ func unservedRows(tw *tabwriter.Writer, g *nvml.Gate, served map[string]bool) {
 		}
 	}
 }
+
+// PresetTable formats the simulator's GPU presets as `memsh devices
+// --presets` prints them: the spec word, the device name, the total memory
+// (IEC units and bytes), the default context size and where the total was
+// published.
+func PresetTable() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "PRESET\tNAME\tTOTAL\tBYTES\tCONTEXT\tSOURCE\n")
+	for _, p := range sim.Presets() {
+		fmt.Fprintf(tw, "sim:%s\t%s\t%s\t%d\t%s\t%s; context: %s\n", p.Key, p.Name, fmtSize(p.Total), p.Total,
+			fmtSize(p.Ctx), p.Source, p.CtxSource)
+	}
+	tw.Flush()
+	return b.String()
+}

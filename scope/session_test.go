@@ -202,7 +202,7 @@ func TestOpenDevices(t *testing.T) {
 		{"sim:2x80GiB,meta", 2, false, ""},
 		{"sim:16GiB,ctx=300MiB", 1, false, ""},
 		{"sim:80GiB,meta", 1, false, ""},
-		{"sim:lots", 0, false, "bad capacity"},
+		{"sim:lots", 0, false, "unknown GPU preset \"lots\" (known: A100-40GB"},
 		{"sim:1GiB,ctx=2GiB", 0, false, "does not fit"},
 		{"sim:1GiB,fast", 0, false, "unknown option"},
 		{"tpu", 0, false, "unknown device"},

@@ -11,6 +11,9 @@
 //	2x80GiB               two 80 GiB GPUs
 //	16GiB,ctx=300MiB      300 MiB taken by the context (framework preload)
 //	80GiB,meta            meta mode
+//	H100                  a preset: one GPU named and sized as PyTorch sees an
+//	                      H100, with that card's context size (see Presets)
+//	2xH100,ctx=0B,meta    presets combine with the count and options
 package sim
 
 import (
@@ -20,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/dustin/go-humanize"
 	"github.com/memsh/memsh/backend"
@@ -35,6 +39,9 @@ type Spec struct {
 	Total uint64 // capacity of each, bytes
 	Ctx   uint64 // bytes taken by the context on each, as a CUDA context would
 	Meta  bool   // keep no data
+	// Preset is the preset's key ("H100") when the spec names one, and
+	// Name the device name it gives ("NVIDIA H100 80GB HBM3"); "" without.
+	Preset, Name string
 }
 
 // ParseSpec parses a spec string (see the package doc). The empty string
@@ -46,18 +53,27 @@ func ParseSpec(s string) (Spec, error) {
 	sp := Spec{Count: 1}
 	parts := strings.Split(s, ",")
 	size := strings.TrimSpace(parts[0])
-	if i := strings.IndexByte(size, 'x'); i > 0 {
-		n, err := strconv.Atoi(size[:i])
-		if err != nil || n < 1 || n > 64 {
-			return Spec{}, fmt.Errorf("sim spec %q: bad device count %q (want 1 to 64)", s, size[:i])
+	if _, ok := LookupPreset(size); !ok {
+		if i := strings.IndexByte(size, 'x'); i > 0 {
+			n, err := strconv.Atoi(size[:i])
+			if err != nil || n < 1 || n > 64 {
+				return Spec{}, fmt.Errorf("sim spec %q: bad device count %q (want 1 to 64)", s, size[:i])
+			}
+			sp.Count, size = n, size[i+1:]
 		}
-		sp.Count, size = n, size[i+1:]
 	}
-	total, err := parseSize(size)
-	if err != nil || total == 0 {
-		return Spec{}, fmt.Errorf("sim spec %q: bad capacity %q (want a size such as 16GiB%s)", s, size, why(err))
+	if p, ok := LookupPreset(size); ok {
+		sp.Total, sp.Ctx, sp.Preset, sp.Name = p.Total, p.Ctx, p.Key, p.Name
+	} else {
+		total, err := parseSize(size)
+		switch {
+		case err != nil && looksLikeName(size):
+			return Spec{}, fmt.Errorf("sim spec %q: unknown GPU preset %q (known: %s; or a size such as 16GiB)", s, size, presetKeys())
+		case err != nil || total == 0:
+			return Spec{}, fmt.Errorf("sim spec %q: bad capacity %q (want a size such as 16GiB%s)", s, size, why(err))
+		}
+		sp.Total = total
 	}
-	sp.Total = total
 	for _, p := range parts[1:] {
 		p = strings.TrimSpace(p)
 		switch {
@@ -78,6 +94,12 @@ func ParseSpec(s string) (Spec, error) {
 			backend.FormatSize(sp.Ctx), backend.FormatSize(sp.Total))
 	}
 	return sp, nil
+}
+
+// looksLikeName reports whether a spec's first word is meant as a preset
+// name rather than a size: it starts with a letter and names no size unit.
+func looksLikeName(w string) bool {
+	return w != "" && unicode.IsLetter(rune(w[0])) && !hasUnit(w)
 }
 
 // maxSize is the largest capacity a spec may give (sizes are int64 in
@@ -133,9 +155,17 @@ func (sp Spec) String() string {
 	if sp.Count > 1 {
 		fmt.Fprintf(&b, "%dx", sp.Count)
 	}
-	b.WriteString(exactSize(sp.Total))
-	if sp.Ctx > 0 {
-		b.WriteString(",ctx=" + exactSize(sp.Ctx))
+	p, preset := LookupPreset(sp.Preset)
+	if preset && p.Total == sp.Total {
+		b.WriteString(p.Key)
+		if sp.Ctx != p.Ctx {
+			b.WriteString(",ctx=" + exactSize(sp.Ctx))
+		}
+	} else {
+		b.WriteString(exactSize(sp.Total))
+		if sp.Ctx > 0 {
+			b.WriteString(",ctx=" + exactSize(sp.Ctx))
+		}
 	}
 	if sp.Meta {
 		b.WriteString(",meta")
@@ -201,7 +231,12 @@ func HostBackingWarning(sp Spec) string {
 	}
 	return fmt.Sprintf("warning: %s with data needs up to %s of host memory to back it, more than this machine's %s; "+
 		"filling it fails with \"host memory exhausted\" (or the kernel's OOM killer ends memsh); use sim:%s to simulate sizes only",
-		what, backend.FormatSize(need), backend.FormatSize(total), Spec{Count: sp.Count, Total: sp.Total, Ctx: sp.Ctx, Meta: true})
+		what, backend.FormatSize(need), backend.FormatSize(total), metaSpec(sp))
+}
+
+func metaSpec(sp Spec) Spec {
+	sp.Meta = true
+	return sp
 }
 
 // hostMemTotal is the host's RAM (MemTotal of /proc/meminfo); tests
@@ -259,7 +294,12 @@ func (d *Device) Meta() bool { return d.spec.Meta }
 func (d *Device) Spec() Spec { return d.spec }
 
 // Description implements backend.Device.
+// A preset's device has the preset's name, as torch.cuda.get_device_name()
+// shows it for the real card.
 func (d *Device) Description() string {
+	if d.spec.Name != "" {
+		return d.spec.Name
+	}
 	s := "simulated GPU " + backend.FormatBytes(int64(d.spec.Total))
 	if d.spec.Meta {
 		s += ", meta"

@@ -25,11 +25,25 @@ func TestParseSpec(t *testing.T) {
 		{"16GB", Spec{Count: 1, Total: 16e9}, ""}, // SI units are SI
 		{"0x1GiB", Spec{}, "bad device count"},
 		{"99x1GiB", Spec{}, "bad device count"},
-		{"lots", Spec{}, "bad capacity"},
+		{"lots", Spec{}, "unknown GPU preset"},
 		{"0B", Spec{}, "bad capacity"},
 		{"1GiB,ctx=2GiB", Spec{}, "does not fit"},
 		{"1GiB,ctx=x", Spec{}, "bad context size"},
 		{"1GiB,fast", Spec{}, "unknown option"},
+		// presets
+		{"H100", Spec{Count: 1, Total: 85520809984, Ctx: 500 << 20, Preset: "H100", Name: "NVIDIA H100 80GB HBM3"}, ""},
+		{"h100", Spec{Count: 1, Total: 85520809984, Ctx: 500 << 20, Preset: "H100", Name: "NVIDIA H100 80GB HBM3"}, ""},
+		{"2xH100", Spec{Count: 2, Total: 85520809984, Ctx: 500 << 20, Preset: "H100", Name: "NVIDIA H100 80GB HBM3"}, ""},
+		{"H100,meta", Spec{Count: 1, Total: 85520809984, Ctx: 500 << 20, Meta: true, Preset: "H100", Name: "NVIDIA H100 80GB HBM3"}, ""},
+		{"H100,ctx=1GiB", Spec{Count: 1, Total: 85520809984, Ctx: gib, Preset: "H100", Name: "NVIDIA H100 80GB HBM3"}, ""},
+		{"8xH200,ctx=0B,meta", Spec{Count: 8, Total: 150754820096, Meta: true, Preset: "H200", Name: "NVIDIA H200"}, ""},
+		{"2xrtx4090", Spec{Count: 2, Total: 25757220864, Ctx: 400 << 20, Preset: "RTX4090", Name: "NVIDIA GeForce RTX 4090"}, ""},
+		{"H100,ctx=80GiB", Spec{}, "does not fit"},
+		{"H100,turbo", Spec{}, "unknown option"},
+		{"0xH100", Spec{}, "bad device count"},
+		{"B200", Spec{}, "unknown GPU preset \"B200\" (known: A100-40GB, A100-80GB, H100, H200, L4, RTX4090, T4, V100-16GB; or a size such as 16GiB)"},
+		{"2xA100", Spec{}, "unknown GPU preset \"A100\""},
+		{"16XB", Spec{}, "bad capacity"},
 	} {
 		got, err := ParseSpec(tc.in)
 		if tc.wantErr != "" {
@@ -44,6 +58,56 @@ func TestParseSpec(t *testing.T) {
 		if back, err := ParseSpec(got.String()); err != nil || back != got {
 			t.Errorf("ParseSpec(%q.String() = %q) = %+v, %v", tc.in, got.String(), back, err)
 		}
+	}
+}
+
+// TestPresets checks every preset: its spec word, the device's name and
+// memory, and that figures agree with their MiB sources.
+func TestPresets(t *testing.T) {
+	for _, tc := range []struct {
+		key, name string
+		total     uint64
+		ctxMiB    uint64
+	}{
+		{"H100", "NVIDIA H100 80GB HBM3", 81559 << 20, 500},
+		{"H200", "NVIDIA H200", 143771 << 20, 500},
+		{"A100-80GB", "NVIDIA A100-SXM4-80GB", 81920 << 20, 400},
+		{"A100-40GB", "NVIDIA A100-SXM4-40GB", 42505273344, 400}, // 40536.19 MiB
+		{"L4", "NVIDIA L4", 23034 << 20, 400},
+		{"RTX4090", "NVIDIA GeForce RTX 4090", 24564 << 20, 400},
+		{"T4", "Tesla T4", 15843721216, 300},                    // 15109.75 MiB
+		{"V100-16GB", "Tesla V100-SXM2-16GB", 16945512448, 300}, // 16160.5 MiB
+	} {
+		sp, err := ParseSpec(tc.key)
+		if err != nil {
+			t.Errorf("ParseSpec(%q): %v", tc.key, err)
+			continue
+		}
+		if sp.Name != tc.name || sp.Total != tc.total || sp.Ctx != tc.ctxMiB<<20 || sp.Count != 1 || sp.Meta {
+			t.Errorf("ParseSpec(%q) = %+v; want %s, %d bytes, ctx %d MiB", tc.key, sp, tc.name, tc.total, tc.ctxMiB)
+		}
+		if sp.String() != tc.key {
+			t.Errorf("ParseSpec(%q).String() = %q", tc.key, sp.String())
+		}
+		d := New(sp)[0]
+		if d.Description() != tc.name {
+			t.Errorf("%s: Description() = %q, want %q", tc.key, d.Description(), tc.name)
+		}
+		free, total, _ := d.MemGetInfo()
+		if total != tc.total || free != tc.total-tc.ctxMiB<<20 {
+			t.Errorf("%s: MemGetInfo() = %d, %d", tc.key, free, total)
+		}
+		p, ok := LookupPreset(tc.key)
+		if !ok || p.Source == "" || p.CtxSource == "" {
+			t.Errorf("%s: preset %+v has no source", tc.key, p)
+		}
+	}
+	if len(Presets()) != 8 {
+		t.Errorf("Presets() has %d presets, the test covers 8", len(Presets()))
+	}
+	meta, _ := ParseSpec("H100,meta")
+	if d := New(meta)[0]; d.Description() != "NVIDIA H100 80GB HBM3" {
+		t.Errorf("meta H100: Description() = %q", d.Description())
 	}
 }
 

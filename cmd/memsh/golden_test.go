@@ -30,6 +30,8 @@ func TestGolden(t *testing.T) {
 		{"piped_script", []string{"--device", "sim:1GiB"}, "def f(n):\n    x = tensor.zeros([n], device='cuda')\n\n    return x.nbytes\n\nprint(f(1024), argv)\n"},
 		{"piped_error", []string{"--device", "sim:1GiB", "-"}, "x = 1\ny = x // 0\n"},
 		{"oom", []string{"--device", "sim:1GiB,ctx=100MiB"}, "x = tensor.zeros([64, 1024, 1024], device='cuda')\ny = tensor.zeros([256, 1024, 1024], device='cuda')\n"},
+		{"devices_presets", []string{"devices", "--presets"}, ""},
+		{"preset_device", []string{"--device", "sim:2xH100,meta", "-c", "print(cuda.get_device_name(), cuda.device_count(), cuda.mem_get_info())"}, ""},
 		{"log_stderr", []string{"--device", "sim:1GiB", "--log=compact", "-c", "print(1)"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,6 +7,7 @@
 //	memsh -c CODE                run code
 //	memsh -i FILE.star           run a script, then the REPL
 //	memsh devices                list devices and memory
+//	memsh devices --presets      list the simulator's GPU presets (--device sim:H100)
 //	memsh test DIR|FILE...       run test_* functions, one fresh session each
 //	memsh version | --version
 //	memsh help | -h | --help
@@ -60,7 +61,7 @@ func main() {
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 	fs := flag.NewFlagSet("memsh", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	device := fs.String("device", "auto", "GPU backend: auto, cuda, sim[:SPEC] (e.g. sim:16GiB, sim:2x80GiB,ctx=300MiB), or cpu")
+	device := fs.String("device", "auto", "GPU backend: auto, cuda, sim[:SPEC] (e.g. sim:16GiB, sim:2x80GiB,ctx=300MiB, sim:H100; memsh devices --presets), or cpu")
 	peak := fs.String("peak", "exact", "peak mode: exact (reclaim before an allocation that would raise a peak) or lazy")
 	quiet := fs.Bool("quiet", false, "do not print experiment reports")
 	code := fs.String("c", "", "run `CODE` and exit")
@@ -105,7 +106,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 			fs.Usage()
 			return 0
 		case "devices":
-			return devices(*device, stdout, stderr)
+			return devices(*device, rest[1:], stdout, stderr)
 		case "test":
 			mode, err := backend.ParsePeakMode(*peak)
 			if err != nil {
@@ -246,7 +247,7 @@ func usage(fs *flag.FlagSet) {
        memsh [flags] -c CODE [ARG...]       run code
        memsh [flags] -i FILE.star           run a script, then the REPL
        memsh [flags] test DIR|FILE...       run test_*.star files' test_* functions, each in a fresh session
-       memsh devices | version | help
+       memsh devices [--presets] | version | help   (--presets: the simulator's GPU presets, sim:H100 ...)
        memsh plot FILE -o OUT.svg|png
        memsh merge A.jsonl B.jsonl ... -o OUT.jsonl
 exit status: 0 ok, 1 script error or failed test, 2 usage error, 3 memory budget exceeded, 130 interrupted
@@ -304,7 +305,15 @@ func printError(w io.Writer, err error) {
 	fmt.Fprintln(w, "memsh:", err)
 }
 
-func devices(spec string, stdout, stderr io.Writer) int {
+func devices(spec string, args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 1 && (args[0] == "--presets" || args[0] == "-presets"):
+		fmt.Fprint(stdout, scope.PresetTable())
+		return 0
+	case len(args) > 0:
+		fmt.Fprintf(stderr, "memsh devices: unexpected %q (usage: memsh devices [--presets])\n", strings.Join(args, " "))
+		return 2
+	}
 	gpus, notice, err := scope.OpenDevices(spec)
 	if err != nil {
 		fmt.Fprintln(stderr, "memsh:", err)

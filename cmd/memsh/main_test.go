@@ -30,6 +30,9 @@ func TestCLI(t *testing.T) {
 	}{
 		{"version", []string{"version"}, "", 0, "memsh ", ""},
 		{"devices", []string{"--device", "sim:2x8GiB", "devices"}, "", 0, "cuda:1", ""},
+		{"devices preset", []string{"--device", "sim:2xH100", "devices"}, "", 0, "NVIDIA H100 80GB HBM3", ""},
+		{"devices bad arg", []string{"devices", "--nope"}, "", 2, "", "usage: memsh devices [--presets]"},
+		{"unknown preset", []string{"--device", "sim:B200", "-c", "1"}, "", 1, "", "unknown GPU preset \"B200\" (known: A100-40GB"},
 		{"devices auto notice", []string{"devices"}, "", 0, "simulated GPU", "using the simulator"},
 		{"code", []string{"--device", "sim:1GiB", "-c", "print(cuda.device_count(), argv)", "a"}, "", 0, `1 ["a"]`, ""},
 		{"script with args", []string{"--device", "sim:1GiB", script, "x", "y"}, "", 0, "args [\"x\", \"y\"]\ncuda:0", ""},

@@ -1,0 +1,72 @@
+package sim
+
+import (
+	"sort"
+	"strings"
+)
+
+// Preset is a real GPU the simulator can stand in for: --device sim:H100
+// gives a device named and sized as PyTorch sees that card.
+type Preset struct {
+	Key   string // the spec word: "H100"
+	Name  string // what torch.cuda.get_device_name() returns: "NVIDIA H100 80GB HBM3"
+	Total uint64 // bytes the driver reports (cuDeviceTotalMem; torch's total_memory and mem_get_info()[1])
+	Ctx   uint64 // default ctx=: the memory a PyTorch process's CUDA context takes on the card
+	// Source says where Total was published; CtxSource where Ctx was
+	// (docs/gpu.md has the full references).
+	Source, CtxSource string
+}
+
+const mib = 1 << 20
+
+// Context sizes. They vary with the driver, the CUDA version, the card and
+// CUDA_MODULE_LOADING; these are documented typical figures of PyTorch with
+// CUDA >= 11.7 and lazy module loading (its default since 1.13).
+const (
+	ctxPreAmpere = 300 * mib // ptrblck, pytorch/pytorch#107667: "~300MB"; #86509 measured 287,047,680 B
+	ctxAmpere    = 400 * mib // ptrblck, pytorch/pytorch#109888: "around 400MB if CUDA >= 11.7 ... lazy"
+	ctxHopper    = 500 * mib // estimate: no published per-card measurement found
+)
+
+var presets = []Preset{
+	{"H100", "NVIDIA H100 80GB HBM3", 85520809984, ctxHopper,
+		"81559 MiB: nvidia-smi (modal-labs/modal-client#2797), torch total_memory", "estimate"},
+	{"H200", "NVIDIA H200", 150754820096, ctxHopper,
+		"143771 MiB: nvidia-smi, torch/NVML total_memory_bytes", "estimate"},
+	{"A100-80GB", "NVIDIA A100-SXM4-80GB", 85899345920, ctxAmpere,
+		"81920 MiB: torch total_memory=81920MB, nvidia-smi (modal-labs/modal-client#2797)", "pytorch/pytorch#109888"},
+	{"A100-40GB", "NVIDIA A100-SXM4-40GB", 42505273344, ctxAmpere,
+		"40536.19 MiB: paddle total_memory=40536MB, cuda-samples matrixMulDrv", "pytorch/pytorch#109888"},
+	{"L4", "NVIDIA L4", 24152899584, ctxAmpere,
+		"23034 MiB: nvidia-smi (modal-labs/modal-client#2797), NVML/DCGM total bytes", "pytorch/pytorch#109888"},
+	{"RTX4090", "NVIDIA GeForce RTX 4090", 25757220864, ctxAmpere,
+		"24564 MiB: ComfyUI torch_vram_total (torch.cuda.mem_get_info)", "pytorch/pytorch#109888"},
+	{"T4", "Tesla T4", 15843721216, ctxPreAmpere,
+		"15109.75 MiB: cuda-samples deviceQuery, torch total_memory", "pytorch/pytorch#107667"},
+	{"V100-16GB", "Tesla V100-SXM2-16GB", 16945512448, ctxPreAmpere,
+		"16160.5 MiB: cuda-samples deviceQuery, cudaMemGetInfo total", "pytorch/pytorch#107667"},
+}
+
+// Presets returns the GPU presets, in the order `memsh devices --presets`
+// lists them.
+func Presets() []Preset { return append([]Preset(nil), presets...) }
+
+// LookupPreset finds a preset by its key, ignoring case ("h100", "rtx4090").
+func LookupPreset(key string) (Preset, bool) {
+	for _, p := range presets {
+		if strings.EqualFold(p.Key, key) {
+			return p, true
+		}
+	}
+	return Preset{}, false
+}
+
+// presetKeys lists the known keys for an error message.
+func presetKeys() string {
+	keys := make([]string, len(presets))
+	for i, p := range presets {
+		keys[i] = p.Key
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ", ")
+}
