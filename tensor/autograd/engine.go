@@ -32,6 +32,7 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 		return errors.New("backward: no tensors")
 	}
 	ctx := roots[0].Context()
+	defer beginGraphTask(ctx)()
 	e := &engine{refs: map[*tensor.Tensor]int{}, srefs: map[*tensor.Storage]int{}, buffers: map[*Node][]*tensor.Tensor{}, deps: map[*Node]int{}}
 	rootEdges := make([]Edge, len(roots))
 	rootGrads := make([]*tensor.Tensor, len(roots))

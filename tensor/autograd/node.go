@@ -68,7 +68,7 @@ func (n *Node) NextFunctions() []Edge { return n.next }
 func (n *Node) Variable() *tensor.Tensor { return n.variable }
 
 // SavedTensors returns the tensors the node keeps for its backward (nil
-// entries after release).
+// entries after release, and for tensors a saved-tensor pack hook replaced).
 func (n *Node) SavedTensors() []*tensor.Tensor {
 	out := make([]*tensor.Tensor, len(n.saved))
 	for i, s := range n.saved {
@@ -84,6 +84,7 @@ func (n *Node) Released() bool { return n.released }
 func (n *Node) release() {
 	for _, s := range n.saved {
 		s.t = nil
+		s.hooked = nil // SavedVariable::reset_data drops the hooks and the packed value
 		s.released = true
 	}
 	n.released = true
@@ -98,8 +99,13 @@ func (n *Node) needsGrad(i int) bool { return i < len(n.next) && n.next[i].Node 
 // SavedTensor is a tensor a node keeps for its backward: PyTorch's
 // SavedVariable. It remembers the storage version at save time; unpacking
 // after an in-place write is PyTorch's error.
+//
+// While saved-tensor hooks are installed (WithSavedTensorHooks), the tensor
+// is not kept: hooked holds what the pack hook returned and unpacking calls
+// the unpack hook (PyTorch's SavedVariable with hooks_).
 type SavedTensor struct {
 	t        *tensor.Tensor
+	hooked   *hookedSave
 	version  uint64
 	node     *Node
 	output   int  // the output number when the saved tensor is an output of node
@@ -112,7 +118,12 @@ func (n *Node) save(t *tensor.Tensor) *SavedTensor {
 	if t == nil {
 		return nil
 	}
-	s := &SavedTensor{t: t, version: t.Version(), node: n}
+	s := &SavedTensor{version: t.Version(), node: n}
+	if h := currentHooks(t.Context()); h != nil {
+		s.hooked = packSaved(h, t)
+	} else {
+		s.t = t
+	}
 	n.saved = append(n.saved, s)
 	return s
 }
@@ -136,6 +147,11 @@ func (s *SavedTensor) Unpack() (*tensor.Tensor, error) {
 	}
 	if s.released {
 		return nil, fmt.Errorf("%s", errFreed)
+	}
+	if s.hooked != nil {
+		// No version check through hooks (PyTorch cannot track versions
+		// through them either).
+		return s.hooked.unpack(s)
 	}
 	if v := s.t.Version(); v != s.version {
 		by := "is output 0 of " + s.node.name
