@@ -227,9 +227,12 @@ func (r *run) observe(ev backend.Event) {
 func call(e *env.Env, thread *starlark.Thread, fn *starlark.Function, args starlark.Tuple, kwargs []starlark.Tuple, t *table) (starlark.Value, error) {
 	r := startRun(e, thread, t.top)
 	remove := e.Manager.Observe(r.observe)
-	v, err := starlark.Call(thread, fn, args, kwargs)
-	remove()
-	r.close()
-	t.add(r)
-	return v, err
+	// Deferred: a checkpoint's recomputation stops early by unwinding
+	// through fn (tensor/autograd.Checkpoint).
+	defer func() {
+		remove()
+		r.close()
+		t.add(r)
+	}()
+	return starlark.Call(thread, fn, args, kwargs)
 }
