@@ -1,5 +1,5 @@
 # The same MLP training step in PyTorch (CPU), timed the same way.
-#   python3 bench/train/mlp_step.py [STEPS]
+#   /usr/bin/python3 bench/train/mlp_step.py [STEPS]
 import sys, time, torch
 import torch.nn as nn, torch.nn.functional as F
 torch.set_num_threads(int(__import__("os").environ.get("THREADS", torch.get_num_threads())))

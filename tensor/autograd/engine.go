@@ -63,6 +63,9 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 	}
 	prev := SetGradEnabled(ctx, false)
 	defer SetGradEnabled(ctx, prev)
+	// A failed node (an out-of-memory error, a freed graph) must not leave
+	// the engine — and the gradients in its buffers — reachable.
+	defer func() { argRefs = nil }()
 
 	e.countDependencies(rootEdges)
 	for i, edge := range rootEdges {
