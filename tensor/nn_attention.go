@@ -110,7 +110,7 @@ func FlashAttentionBackward(g, q, k, v, out, lse *Tensor, dropoutP float64, caus
 		}
 	}
 	spec := attnSpec{scale: scale, causal: causal, p: dropoutP, seed: seed, offset: offset}
-	err = actHostKernel(c, fname, views[:], []*Tensor{g, q, k, v, nil}, spec.backward)
+	err = actHostKernel(c, fname, views[:], []*Tensor{g, q, k, v}, spec.backward)
 	runtime.KeepAlive(dqAccum) // freed when mha_bwd returns
 	dqAccum = nil
 	runtime.KeepAlive(softmaxD)
@@ -165,7 +165,11 @@ func EfficientAttentionForward(q, k, v, bias *Tensor, computeLSE bool, dropoutP 
 		return nil, nil, nil, nil, err
 	}
 	spec := attnSpec{scale: scale, causal: causal, p: dropoutP, seed: rs, offset: ro, lseLen: lseLen}
-	err = actHostKernel(c, fname, []*Tensor{out, lse}, []*Tensor{q, k, v, bias}, spec.forward)
+	ins := []*Tensor{q, k, v}
+	if bias != nil {
+		ins = append(ins, bias)
+	}
+	err = actHostKernel(c, fname, []*Tensor{out, lse}, ins, spec.forward)
 	runtime.KeepAlive(accum)
 	return out, lse, seed, offset, err
 }
@@ -229,7 +233,11 @@ func EfficientAttentionBackward(g, q, k, v, bias *Tensor, dropoutP float64, caus
 		}
 	}
 	spec := attnSpec{scale: scale, causal: causal, p: dropoutP, seed: seed, offset: offset}
-	err = actHostKernel(c, fname, views[:], []*Tensor{g, q, k, v, bias}, spec.backward)
+	ins := []*Tensor{g, q, k, v}
+	if bias != nil {
+		ins = append(ins, bias)
+	}
+	err = actHostKernel(c, fname, views[:], ins, spec.backward)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -402,7 +410,7 @@ func (s *attnSpec) forward(outs, ins []*Tensor) {
 	B, H, L, E, S, Ev := q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[2], v.shape[3]
 	qs, ks, vs := actReadF64(q), actReadF64(k), actReadF64(v)
 	var bias []float64
-	if len(ins) > 3 && ins[3] != nil {
+	if len(ins) > 3 {
 		bias = actReadF64(ins[3])
 	}
 	o := make([]float64, B*H*L*Ev)
@@ -443,7 +451,7 @@ func (s *attnSpec) backward(outs, ins []*Tensor) {
 	B, H, L, E, S, Ev := q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[2], v.shape[3]
 	gs, qs, ks, vs := actReadF64(g), actReadF64(q), actReadF64(k), actReadF64(v)
 	var bias []float64
-	if ins[4] != nil {
+	if len(ins) > 4 {
 		bias = actReadF64(ins[4])
 	}
 	dq := make([]float64, B*H*L*E)
