@@ -18,6 +18,12 @@ type Context struct {
 	// package tensor/autograd reads and sets it.
 	GradDisabled bool
 
+	// SDPDisabled is the set of scaled_dot_product_attention backends
+	// turned off (torch.nn.attention.sdpa_kernel, torch.backends.cuda.
+	// enable_{flash,mem_efficient,math}_sdp(False)); the zero value
+	// enables them all. See SelectSDPBackend.
+	SDPDisabled SDPBackends
+
 	rng *rngState // shared with staging contexts
 }
 

@@ -8,7 +8,7 @@ import (
 	"github.com/memsh/memsh/tensor"
 )
 
-// ScaledDotProductAttention is torch.nn.functional.scaled_dot_product_attention
+// sdpaMath is torch.nn.functional.scaled_dot_product_attention
 // on PyTorch's math backend (aten::_scaled_dot_product_attention_math), as
 // a composite of autograd ops so that the graph and its saved tensors are
 // PyTorch's: q·√s and kᵀ·√s (s = scale, default 1/√E), their product (the
@@ -21,7 +21,7 @@ import (
 // Shapes: q [..., L, E], k [..., S, E], v [..., S, Ev] → [..., L, Ev];
 // attnMask broadcastable to [..., L, S], bool (True: attend) or of q's
 // dtype (added). scale <= 0 means the default.
-func ScaledDotProductAttention(q, k, v, attnMask *tensor.Tensor, dropoutP float64, isCausal bool, scale float64) (*tensor.Tensor, error) {
+func sdpaMath(q, k, v, attnMask *tensor.Tensor, dropoutP float64, isCausal bool, scale float64) (*tensor.Tensor, error) {
 	const fname = "scaled_dot_product_attention"
 	if q.Dim() < 2 || k.Dim() < 2 || v.Dim() < 2 {
 		return nil, fmt.Errorf("%s: query, key and value must have at least 2 dimensions", fname)

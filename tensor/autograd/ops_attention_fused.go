@@ -1,0 +1,206 @@
+package autograd
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/memsh/memsh/tensor"
+)
+
+// ScaledDotProductAttention is torch.nn.functional.scaled_dot_product_
+// attention: after PyTorch's input validation (validate_sdpa_input), the
+// backend is chosen as PyTorch 2.x chooses it for the device
+// (tensor.SelectSDPBackend: flash → efficient → math on CUDA, within the
+// backends the Context enables) and run:
+//
+//   - math: the composite decomposition (sdpaMath), which materialises
+//     and saves the L×S scores;
+//   - flash: _scaled_dot_product_flash_attention on q, k, v padded to a
+//     head dim multiple of 8 (pad_last_dim<8>), the output sliced back;
+//     one ScaledDotProductFlashAttentionBackward0 node saving query, key,
+//     value (the padded ones), output, logsumexp and the philox seed and
+//     offset (derivatives.yaml);
+//   - efficient: _scaled_dot_product_efficient_attention with the mask
+//     (bool turned additive) padded if misaligned and expanded to
+//     [B, H, L, S]; the logsumexp is computed when grad is needed; one
+//     ScaledDotProductEfficientAttentionBackward0 node saving query, key,
+//     value, attn_bias, output, logsumexp, seed and offset.
+//
+// Neither fused path allocates an L×S tensor. A gradient for attn_mask is
+// not propagated through the efficient kernel (memsh gives the mask no
+// edge).
+func ScaledDotProductAttention(q, k, v, attnMask *tensor.Tensor, dropoutP float64, isCausal bool, scale float64) (*tensor.Tensor, error) {
+	const fname = "scaled_dot_product_attention"
+	if q.DType() != k.DType() || q.DType() != v.DType() {
+		return nil, fmt.Errorf("%s: Expected query, key, and value to have the same dtype, but got query.dtype: %s key.dtype: %s and value.dtype: %s instead.", fname, q.DType(), k.DType(), v.DType())
+	}
+	if q.Device() != k.Device() || q.Device() != v.Device() {
+		return nil, fmt.Errorf("%s: Expected query, key, and value to have the same device type, but got query.device: %s key.device: %s and value.device: %s instead.", fname, q.Device(), k.Device(), v.Device())
+	}
+	if q.Dim() < 2 || k.Dim() < 2 || v.Dim() < 2 {
+		return nil, fmt.Errorf("%s: Expected query, key, and value to all be  at least 2 dimensional, but got query.dim: %d key.dim: %d and value.dim: %d instead.", fname, q.Dim(), k.Dim(), v.Dim())
+	}
+	if attnMask != nil && attnMask.DType() != tensor.Bool && attnMask.DType() != q.DType() {
+		return nil, fmt.Errorf("%s: Expected attn_mask dtype to be bool or float or to match query dtype, but got attn_mask.dtype: %s and  query.dtype: %s instead.", fname, attnMask.DType(), q.DType())
+	}
+	reqGrad := GradEnabled(q.Context()) && (RequiresGrad(q) || RequiresGrad(k) || RequiresGrad(v))
+	backend, err := tensor.SelectSDPBackend(tensor.SDPParams{Q: q, K: k, V: v, Mask: attnMask, Dropout: dropoutP, Causal: isCausal, RequiresGrad: reqGrad})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fname, err)
+	}
+	switch backend {
+	case tensor.SDPFlash:
+		return sdpaFlash(q, k, v, dropoutP, isCausal, scale)
+	case tensor.SDPEfficient:
+		return sdpaEfficient(q, k, v, attnMask, reqGrad, dropoutP, isCausal, scale)
+	}
+	return sdpaMath(q, k, v, attnMask, dropoutP, isCausal, scale)
+}
+
+// SDPBackendFor returns the backend scaled_dot_product_attention would
+// run for these inputs (torch._fused_sdp_choice).
+func SDPBackendFor(q, k, v, attnMask *tensor.Tensor, dropoutP float64, isCausal bool) (tensor.SDPBackend, error) {
+	reqGrad := GradEnabled(q.Context()) && (RequiresGrad(q) || RequiresGrad(k) || RequiresGrad(v))
+	return tensor.SelectSDPBackend(tensor.SDPParams{Q: q, K: k, V: v, Mask: attnMask, Dropout: dropoutP, Causal: isCausal, RequiresGrad: reqGrad})
+}
+
+func sdpaScale(q *tensor.Tensor, scale float64) float64 {
+	if scale > 0 {
+		return scale
+	}
+	return 1 / math.Sqrt(float64(q.Shape()[q.Dim()-1]))
+}
+
+// sdpaFlash is the flash branch of scaled_dot_product_attention.
+func sdpaFlash(q, k, v *tensor.Tensor, dropoutP float64, causal bool, scale float64) (*tensor.Tensor, error) {
+	s := sdpaScale(q, scale) // from the original head dim
+	E := q.Shape()[3]
+	var pads [3]*tensor.Tensor
+	for i, t := range []*tensor.Tensor{q, k, v} {
+		p, err := tensor.PadLastDim(t, 8)
+		if err != nil {
+			return nil, err
+		}
+		pads[i] = p
+	}
+	n := newNode("ScaledDotProductFlashAttentionBackward0", q, k, v)
+	var sq, sk, sv, sout, slse, sseed, soff *SavedTensor
+	if n != nil {
+		sq, sk, sv = n.save(pads[0]), n.save(pads[1]), n.save(pads[2])
+	}
+	out, lse, seed, off, err := tensor.FlashAttentionForward(pads[0], pads[1], pads[2], dropoutP, causal, s)
+	if err != nil {
+		return nil, err
+	}
+	if n != nil {
+		n.setOutputs(out)
+		sout, slse, sseed, soff = n.saveOutput(out, 0), n.save(lse), n.save(seed), n.save(off)
+		rs, ro := philoxValues(seed, off, dropoutP)
+		n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
+			if g[0] == nil {
+				return make([]*tensor.Tensor, 3), nil
+			}
+			vs, err := unpackAll(sq, sk, sv, sout, slse, sseed, soff)
+			if err != nil {
+				return nil, err
+			}
+			gq, gk, gv, err := tensor.FlashAttentionBackward(g[0], vs[0], vs[1], vs[2], vs[3], vs[4], dropoutP, causal, s, rs, ro)
+			if err != nil {
+				return nil, err
+			}
+			grads := []*tensor.Tensor{gq, gk, gv}
+			for i, gr := range grads {
+				if gr.Shape()[3] != E { // ConstantPadNdBackward0: a slice
+					if grads[i], err = tensor.Narrow(gr, 3, 0, E); err != nil {
+						return nil, err
+					}
+				}
+			}
+			return grads, nil
+		}
+	}
+	runtime.KeepAlive(lse)
+	if out.Shape()[3] != E { // post_process_flash_output
+		return Narrow(out, 3, 0, E)
+	}
+	return out, nil
+}
+
+// sdpaEfficient is the efficient branch of scaled_dot_product_attention.
+func sdpaEfficient(q, k, v, mask *tensor.Tensor, computeLSE bool, dropoutP float64, causal bool, scale float64) (*tensor.Tensor, error) {
+	s := sdpaScale(q, scale)
+	var bias *tensor.Tensor
+	if mask != nil {
+		var err error
+		bias = mask
+		if mask.DType() == tensor.Bool {
+			if bias, err = additiveMask(mask, q.DType()); err != nil {
+				return nil, err
+			}
+		}
+		if bias, err = tensor.PadBias(bias); err != nil {
+			return nil, err
+		}
+		qs, ks := q.Shape(), k.Shape()
+		if bias, err = tensor.Expand(bias, []int{qs[0], qs[1], qs[2], ks[2]}); err != nil {
+			return nil, err
+		}
+	}
+	n := newNode("ScaledDotProductEfficientAttentionBackward0", q, k, v)
+	var sq, sk, sv, sb, sout, slse, sseed, soff *SavedTensor
+	if n != nil {
+		sq, sk, sv, sb = n.save(q), n.save(k), n.save(v), n.save(bias)
+	}
+	out, lse, seed, off, err := tensor.EfficientAttentionForward(q, k, v, bias, computeLSE, dropoutP, causal, s)
+	if err != nil {
+		return nil, err
+	}
+	if n != nil {
+		n.setOutputs(out)
+		sout, slse, sseed, soff = n.saveOutput(out, 0), n.save(lse), n.save(seed), n.save(off)
+		rs, ro := philoxValues(seed, off, dropoutP)
+		n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
+			if g[0] == nil {
+				return make([]*tensor.Tensor, 3), nil
+			}
+			vs, err := unpackAll(sq, sk, sv, sb, sout, slse, sseed, soff)
+			if err != nil {
+				return nil, err
+			}
+			gq, gk, gv, err := tensor.EfficientAttentionBackward(g[0], vs[0], vs[1], vs[2], vs[3], dropoutP, causal, s, rs, ro)
+			if err != nil {
+				return nil, err
+			}
+			return []*tensor.Tensor{gq, gk, gv}, nil
+		}
+	}
+	runtime.KeepAlive(lse)
+	return out, nil
+}
+
+// philoxValues reads back the seed and offset the forward recorded (0-dim
+// int64 CPU tensors, values only with dropout).
+func philoxValues(seed, off *tensor.Tensor, dropoutP float64) (uint64, uint64) {
+	if dropoutP <= 0 {
+		return 0, 0
+	}
+	a, _ := seed.Item()
+	b, _ := off.Item()
+	return uint64(a.Int64()), uint64(b.Int64())
+}
+
+func unpackAll(ss ...*SavedTensor) ([]*tensor.Tensor, error) {
+	out := make([]*tensor.Tensor, len(ss))
+	for i, s := range ss {
+		if s == nil {
+			continue
+		}
+		t, err := s.Unpack()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = t
+	}
+	return out, nil
+}
