@@ -18,6 +18,10 @@ type Context struct {
 	// package tensor/autograd reads and sets it.
 	GradDisabled bool
 
+	// Autocast is the torch.autocast("cuda") state (nil until autocast is
+	// first used; see AutocastState), shared with staging contexts.
+	Autocast *AutocastState
+
 	rng *rngState // shared with staging contexts
 }
 
