@@ -37,8 +37,11 @@ import (
 //	                    left the list when they learned type promotion)
 //
 // Ops off the lists run in whatever dtype their inputs have; composite
-// ops off the lists (cross_entropy = log_softmax + nll_loss, rms_norm)
-// reach the listed ops they are made of, which cast.
+// ops off the lists reach the listed ops they are made of, which cast:
+// cross_entropy is log_softmax(x, 1, dtype=x.dtype) — an explicit dtype,
+// so a bf16 input stays bf16 there (LogSoftmaxBackward0 saves a bf16
+// result) — then nll_loss, which casts the log-probabilities to float32
+// (a recorded _to_copy that NllLossBackward0 saves).
 
 // castPolicy is an autocast CastPolicy.
 type castPolicy uint8
@@ -94,15 +97,27 @@ func castArgs(policy castPolicy, args ...**tensor.Tensor) (release func(), err e
 	case promote:
 		to = promoteType(st.DType, ts)
 	}
+	var ctx *tensor.Context
 	for _, a := range args {
 		c, err := cachedCast(st, to, *a)
 		if err != nil {
 			return noRelease, err
 		}
+		if c != *a {
+			ctx = c.Context()
+		}
 		*a = c
 	}
 	st.Excluded = true
-	return func() { st.Excluded = false }, nil
+	return func() {
+		st.Excluded = false
+		if ctx != nil {
+			// The casts not saved by the graph become garbage when the
+			// op returns: end the Manager's PeakWindow wait so that they
+			// do not count toward a later peak.
+			ctx.Manager.NoteGarbage()
+		}
+	}, nil
 }
 
 // setOptDType is the fp32_set_opt_dtype policy (softmax, log_softmax,
@@ -188,8 +203,9 @@ func Autocast(ctx *tensor.Context, enabled bool, dt tensor.DType, f func() error
 	st.Nesting++
 	defer func() {
 		st.Nesting--
-		if st.Nesting == 0 {
+		if st.Nesting == 0 && len(st.Cache) > 0 {
 			clear(st.Cache)
+			ctx.Manager.NoteGarbage()
 		}
 		st.Enabled, st.DType, st.Excluded = prevOn, prevDT, prevEx
 	}()
@@ -202,18 +218,4 @@ func AutocastCacheLen(ctx *tensor.Context) int {
 		return 0
 	}
 	return len(ctx.Autocast.Cache)
-}
-
-// autocastLogSoftmaxInput is the autocast step of cross_entropy's
-// log_softmax(input, 1) (fp32_set_opt_dtype: cross_entropy_loss is not on
-// the CUDA lists, its log_softmax is): an eligible input of another dtype
-// is converted to float32 first (softmax's input.toType(dtype), a recorded
-// _to_copy), the copy kept only by the graph.
-func autocastLogSoftmaxInput(a *tensor.Tensor) (*tensor.Tensor, error) {
-	dt := tensor.Undefined
-	setOptDType(a, &dt)()
-	if dt == tensor.Undefined || dt == a.DType() {
-		return a, nil
-	}
-	return To(a, "", dt, false)
 }

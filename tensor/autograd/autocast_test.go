@@ -159,3 +159,44 @@ func TestAutocastAttentionExcluded(t *testing.T) {
 		t.Error("no SoftmaxBackward0 in the graph")
 	}
 }
+
+// TestAutocastCrossEntropy: cross_entropy is off the lists; its
+// log_softmax gets an explicit dtype (the input's), so it runs in bf16,
+// and nll_loss (fp32) casts the log-probabilities: NllLossBackward0 →
+// ToCopyBackward0 → LogSoftmaxBackward0 (saving a bf16 result).
+func TestAutocastCrossEntropy(t *testing.T) {
+	f := newFixture(t, false)
+	c := f.ctx
+	must := mustT(t)
+	x := must(tensor.Randn(c, []int{4, 10}, tensor.BFloat16, "cuda:0"))
+	must(x, autograd.SetRequiresGrad(x, true))
+	target := must(tensor.Zeros(c, []int{4}, tensor.Int64, "cuda:0"))
+	var loss *tensor.Tensor
+	if err := autograd.Autocast(c, true, tensor.BFloat16, func() error {
+		var err error
+		loss, err = autograd.CrossEntropy(x, target, tensor.ReductionMean, -100)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if loss.DType() != tensor.Float32 {
+		t.Fatalf("loss dtype %s", loss.DType())
+	}
+	var names []string
+	for n := autograd.GradFn(loss); n != nil; {
+		names = append(names, n.Name())
+		if n.Name() == "LogSoftmaxBackward0" {
+			if s := n.SavedTensors(); len(s) != 1 || s[0].DType() != tensor.BFloat16 {
+				t.Errorf("log_softmax saved %v", s)
+			}
+		}
+		next := n.NextFunctions()
+		n = nil
+		if len(next) > 0 {
+			n = next[0].Node
+		}
+	}
+	if got := strings.Join(names, " "); got != "NllLossBackward0 ToCopyBackward0 LogSoftmaxBackward0 AccumulateGrad" {
+		t.Errorf("graph: %s", got)
+	}
+}

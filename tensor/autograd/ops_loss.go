@@ -78,11 +78,7 @@ func CrossEntropy(a, target *tensor.Tensor, red tensor.Reduction, ignoreIndex in
 	if a.Dim() == 1 {
 		dim = 0
 	}
-	err := checkCrossEntropy(a, target)
-	if err != nil {
-		return nil, err
-	}
-	if a, err = autocastLogSoftmaxInput(a); err != nil {
+	if err := checkCrossEntropy(a, target); err != nil {
 		return nil, err
 	}
 	lp, err := logSoftmax(a, dim)

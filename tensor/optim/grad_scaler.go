@@ -157,12 +157,14 @@ func (s *GradScaler) Unscale(o Optimizer) error {
 	if err != nil {
 		return err
 	}
-	d = nil
+	d = nil // a temporary of the expression, freed once reciprocal returns
+	s.scale.Context().Manager.NoteGarbage()
 	inv, err := tensor.To(rec, "", tensor.Float32, false)
 	if err != nil {
 		return err
 	}
 	rec = nil
+	s.scale.Context().Manager.NoteGarbage()
 	found, err := tensor.Full(s.scale.Context(), nil, tensor.Float(0), tensor.Float32, s.scale.Device())
 	if err != nil {
 		return err
