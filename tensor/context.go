@@ -24,6 +24,10 @@ type Context struct {
 	// enables them all. See SelectSDPBackend.
 	SDPDisabled SDPBackends
 
+	// Autocast is the torch.autocast("cuda") state (nil until autocast is
+	// first used; see AutocastState), shared with staging contexts.
+	Autocast *AutocastState
+
 	rng *rngState // shared with staging contexts
 }
 

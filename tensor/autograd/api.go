@@ -240,7 +240,7 @@ func BinaryInPlace(op tensor.BinaryOp, self *tensor.Tensor, other tensor.Operand
 
 // Unary is op(t) (tensor.Unary) with its backward node.
 func Unary(op tensor.UnaryOp, t *tensor.Tensor) (*tensor.Tensor, error) {
-	if !recording(t) {
+	if !recording(t) && !((op == tensor.OpExp || op == tensor.OpLog) && autocastState(t) != nil) { // exp, log: autocast fp32
 		return tensor.Unary(op, t)
 	}
 	switch op {

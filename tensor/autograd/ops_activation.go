@@ -41,6 +41,7 @@ func LogSoftmax(a *tensor.Tensor, dim int) (*tensor.Tensor, error) {
 // first (a.to(dtype), ToCopyBackward0) and the converted copy is freed
 // when the op returns unless the graph keeps it; log selects log_softmax.
 func SoftmaxDType(a *tensor.Tensor, dim int, dt tensor.DType, log bool) (*tensor.Tensor, error) {
+	defer setOptDType(a, &dt)()
 	f := Softmax
 	if log {
 		f = LogSoftmax

@@ -23,6 +23,11 @@ import (
 // dtype (added). scale <= 0 means the default.
 func sdpaMath(q, k, v, attnMask *tensor.Tensor, dropoutP float64, isCausal bool, scale float64) (*tensor.Tensor, error) {
 	const fname = "scaled_dot_product_attention"
+	release, err := castArgs(lowerPrecision, &q, &k, &v, &attnMask)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if q.Dim() < 2 || k.Dim() < 2 || v.Dim() < 2 {
 		return nil, fmt.Errorf("%s: query, key and value must have at least 2 dimensions", fname)
 	}
@@ -43,7 +48,6 @@ func sdpaMath(q, k, v, attnMask *tensor.Tensor, dropoutP float64, isCausal bool,
 	if isCausal && attnMask != nil {
 		return nil, fmt.Errorf("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
 	}
-	var err error
 	// scaled_dot_product_attention turns a bool mask into an additive one
 	// before dispatching (convert_boolean_attn_mask).
 	if attnMask != nil && attnMask.DType() == tensor.Bool {

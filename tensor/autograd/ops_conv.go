@@ -17,6 +17,11 @@ import (
 // gradient: grad_input, grad_weight, grad_bias allocated in that order.
 // The cuDNN workspace is not modelled (tensor.Conv2d).
 func Conv2d(x, w, bias *tensor.Tensor, p tensor.ConvParams) (*tensor.Tensor, error) {
+	release, err := castArgs(lowerPrecision, &x, &w, &bias)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if d := x.Dim(); d != 3 && d != 4 {
 		return nil, fmt.Errorf("Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: %v", fmtSizes(x.Shape()))
 	}

@@ -35,6 +35,11 @@ func logSoftmax(a *tensor.Tensor, dim int) (*tensor.Tensor, error) {
 // and total_weight (weight is None); the forward's total_weight (a 0-dim
 // tensor) lives as long as the node.
 func NllLoss(a, target *tensor.Tensor, red tensor.Reduction, ignoreIndex int64) (*tensor.Tensor, error) {
+	release, err := castArgs(fp32, &a, &target)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	n := newNode("NllLossBackward0", a)
 	var sSelf, sTarget *SavedTensor
 	if n != nil {
@@ -95,6 +100,11 @@ func checkCrossEntropy(a, target *tensor.Tensor) error {
 // target), target's mse_loss_backward(grad, target, self), one allocation
 // each).
 func MseLoss(a, b *tensor.Tensor, red tensor.Reduction) (*tensor.Tensor, error) {
+	release, err := castArgs(fp32, &a, &b)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	n := newNode("MseLossBackward0", a, b)
 	var sa, sb *SavedTensor
 	if n != nil {

@@ -22,6 +22,11 @@ func Addmm(bias, a, b *tensor.Tensor) (*tensor.Tensor, error) {
 }
 
 func mmLike(name string, bias, a, b *tensor.Tensor) (*tensor.Tensor, error) {
+	release, err := castArgs(lowerPrecision, &bias, &a, &b)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var n *Node
 	if bias != nil {
 		n = newNode(name, bias, a, b)
@@ -44,7 +49,6 @@ func mmLike(name string, bias, a, b *tensor.Tensor) (*tensor.Tensor, error) {
 		}
 	}
 	var out *tensor.Tensor
-	var err error
 	if bias != nil {
 		out, err = addmm(bias, a, b)
 	} else {
@@ -132,6 +136,11 @@ func mmMat2Backward(g, mat1 *tensor.Tensor, shape, strides []int) (*tensor.Tenso
 // Bmm is the batched product of two 3-D tensors (BmmBackward0: saves both
 // as needed; gradients grad @ mat2ᵀ and selfᵀ @ grad).
 func Bmm(a, b *tensor.Tensor) (*tensor.Tensor, error) {
+	release, err := castArgs(lowerPrecision, &a, &b)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	n := newNode("BmmBackward0", a, b)
 	var sa, sb *SavedTensor
 	if n != nil {
@@ -187,6 +196,11 @@ func Bmm(a, b *tensor.Tensor) (*tensor.Tensor, error) {
 // shape, reshaped to 3-D (a copy when the batch dimensions cannot be
 // merged) and multiplied with bmm.
 func Matmul(a, b *tensor.Tensor) (*tensor.Tensor, error) {
+	release, err := castArgs(lowerPrecision, &a, &b)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if !recording(a, b) {
 		return tensor.Matmul(a, b)
 	}
@@ -363,6 +377,11 @@ func broadcastShape(a, b []int) ([]int, error) {
 // through addmm and viewed back; otherwise matmul(input, weight.t()) plus
 // an in-place bias add.
 func Linear(x, w, bias *tensor.Tensor) (*tensor.Tensor, error) {
+	release, err := castArgs(lowerPrecision, &x, &w, &bias)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	ws := w.Shape()
 	xs := x.Shape()
 	if len(ws) != 2 {

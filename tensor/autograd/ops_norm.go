@@ -19,6 +19,11 @@ import (
 // grad_bias in that order, each only where needed. w and b may be nil.
 // Without a node the mean and rstd are dropped when the op returns.
 func LayerNorm(x *tensor.Tensor, normalized []int, w, b *tensor.Tensor, eps float64) (*tensor.Tensor, error) {
+	release, err := castArgs(fp32, &x, &w, &b)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	n := newNode("NativeLayerNormBackward0", x, w, b)
 	var sx, sw, sb, smean, srstd *SavedTensor
 	if n != nil {

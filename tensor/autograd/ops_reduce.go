@@ -9,6 +9,7 @@ import (
 // sum, SumBackward1 over dims; nothing saved; the gradient is the incoming
 // one expanded back (a view).
 func Sum(a *tensor.Tensor, dims []int, keepdim bool, dt tensor.DType) (*tensor.Tensor, error) {
+	defer setOptDType(a, &dt)()
 	name := "SumBackward1"
 	if len(dims) == 0 {
 		name = "SumBackward0"

@@ -37,11 +37,21 @@ func unaryOp(name string, a *tensor.Tensor, saveResult bool, fwd func(*tensor.Te
 
 // Exp: ExpBackward0, saves the result; gradient grad * result.
 func Exp(a *tensor.Tensor) (*tensor.Tensor, error) {
+	release, err := castArgs(fp32, &a)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	return unaryOp("ExpBackward0", a, true, func(t *tensor.Tensor) (*tensor.Tensor, error) { return unary("exp", t) }, mul)
 }
 
 // Log: LogBackward0, saves the input; gradient grad / self.
 func Log(a *tensor.Tensor) (*tensor.Tensor, error) {
+	release, err := castArgs(fp32, &a)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	return unaryOp("LogBackward0", a, false, func(t *tensor.Tensor) (*tensor.Tensor, error) { return unary("log", t) }, div)
 }
 
@@ -82,6 +92,11 @@ func Sqrt(a *tensor.Tensor) (*tensor.Tensor, error) {
 // Rsqrt: RsqrtBackward0, saves the result; gradient -0.5 * grad *
 // result.pow(3), evaluated left to right as in C++.
 func Rsqrt(a *tensor.Tensor) (*tensor.Tensor, error) {
+	release, err := castArgs(fp32, &a)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	return unaryOp("RsqrtBackward0", a, true, func(t *tensor.Tensor) (*tensor.Tensor, error) { return unary("rsqrt", t) },
 		func(g, y *tensor.Tensor) (*tensor.Tensor, error) {
 			h, err := mulScalar(g, tensor.Float(-0.5))
@@ -99,6 +114,11 @@ func Rsqrt(a *tensor.Tensor) (*tensor.Tensor, error) {
 // PowScalar is a ** e (pow.Tensor_Scalar, PowBackward0: saves self;
 // gradient grad * (e * self.pow(e - 1)), or zeros for e == 0).
 func PowScalar(a *tensor.Tensor, e float64) (*tensor.Tensor, error) {
+	release, err := castArgs(fp32, &a)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	return unaryOp("PowBackward0", a, false, func(t *tensor.Tensor) (*tensor.Tensor, error) { return powScalar(t, e) },
 		func(g, x *tensor.Tensor) (*tensor.Tensor, error) {
 			if e == 0 {
