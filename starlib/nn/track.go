@@ -348,7 +348,7 @@ func rst(b *strings.Builder, head []string, rows [][]string) {
 	line := func(cells []string) {
 		var parts []string
 		for i, c := range cells {
-			if i < 2 && !isNumberCell(c) {
+			if head[i] == "Module" || head[i] == "State" {
 				parts = append(parts, c+strings.Repeat(" ", w[i]-len(c)))
 			} else {
 				parts = append(parts, strings.Repeat(" ", w[i]-len(c))+c)
@@ -364,8 +364,6 @@ func rst(b *strings.Builder, head []string, rows [][]string) {
 	}
 	rule()
 }
-
-func isNumberCell(s string) bool { return s != "" && s[0] >= '0' && s[0] <= '9' }
 
 // breakdown is the report as its --out record field.
 func (r *TrackReport) breakdown() *record.Breakdown {
