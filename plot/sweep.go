@@ -53,6 +53,12 @@ func Sweeps(recs []*record.Record, param, name string) ([]*gplot.Plot, error) {
 			return nil, err
 		}
 		plots = append(plots, p)
+		// A panel of its points' nn.track breakdowns, when they have any.
+		if b, err := Breakdown(bySweep[n]); err != nil {
+			return nil, err
+		} else if b != nil {
+			plots = append(plots, b)
+		}
 	}
 	return plots, nil
 }

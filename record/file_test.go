@@ -179,7 +179,7 @@ func TestOpenWriterResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 2 || recs[0].Schema != 1 || recs[1].Schema != 2 || recs[0].Status != "oom" {
+	if len(recs) != 2 || recs[0].Schema != 1 || recs[1].Schema != SchemaVersion || recs[0].Status != "oom" {
 		t.Fatalf("records %+v", recs)
 	}
 	if err := w.Write(sample(3)); err != nil {

@@ -54,13 +54,40 @@ type Record struct {
 	// Baseline is, for a sweep point, each GPU's allocated bytes before
 	// the sweep began (what the point's peak includes but did not cause).
 	Baseline map[string]int64 `json:"baseline,omitempty"`
+	// Breakdown is, for a sweep point that called nn.track, the last
+	// breakdown it measured (schema 3).
+	Breakdown *Breakdown `json:"breakdown,omitempty"`
 }
+
+// Breakdown is nn.track's memory breakdown (PyTorch MemTracker's
+// categories): bytes by category name ("Parameter", "Buffer", "Gradient",
+// "Activation", "Temp", "Optstate", "Other", "Total") at the peak and at
+// the end, and each module's at the peak of its forward and backward.
+type Breakdown struct {
+	Device  string            `json:"device"`
+	Peak    map[string]int64  `json:"peak"`
+	End     map[string]int64  `json:"end"`
+	Modules []ModuleBreakdown `json:"modules,omitempty"`
+}
+
+// ModuleBreakdown is one module's entry of a Breakdown.
+type ModuleBreakdown struct {
+	Name     string           `json:"name"`
+	Type     string           `json:"type"`
+	Forward  map[string]int64 `json:"forward,omitempty"`
+	Backward map[string]int64 `json:"backward,omitempty"`
+}
+
+// BreakdownCategories are a Breakdown's categories, in MemTracker's order
+// (without "Total").
+var BreakdownCategories = []string{"Parameter", "Buffer", "Gradient", "Activation", "Temp", "Optstate", "Other"}
 
 // SchemaVersion is the version of the records this memsh writes: 2 added
 // the "schema" field itself, and experiments with status "oom" or "error"
 // (an experiment cut by an out-of-memory error or still open when a script
-// stopped on an error).
-const SchemaVersion = 2
+// stopped on an error); 3 the optional "breakdown" of a sweep point that
+// called nn.track.
+const SchemaVersion = 3
 
 // validate checks what every memsh record has.
 func (r *Record) validate() error {

@@ -40,6 +40,16 @@ type Point struct {
 	// Baseline is each GPU's allocated bytes before the sweep, by device.
 	Baseline map[string]int64
 	n        int
+
+	breakdown *Breakdown // set by nn.track during the point
+}
+
+// SetBreakdown attaches b to the running sweep point's record (the last
+// call wins); outside a sweep point it does nothing.
+func (s *State) SetBreakdown(b *Breakdown) {
+	if n := len(s.points); n > 0 {
+		s.points[n-1].breakdown = b
+	}
 }
 
 // Of returns e's State, creating an empty one (no shard, no --out).
@@ -193,6 +203,7 @@ func (s *State) onFinish(e env.FinishEvent) {
 		if n := len(s.points); n > 0 && e.Kind == "trial" && e.Params != nil && e.Name == s.points[n-1].Name {
 			r.Sweep = s.points[n-1].Sweep
 			r.Baseline = s.points[n-1].Baseline
+			r.Breakdown = s.points[n-1].breakdown
 		}
 		err = s.writer.Write(r)
 	}

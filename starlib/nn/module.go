@@ -189,8 +189,12 @@ func (m *Layer) SetField(name string, v starlark.Value) error {
 	return nil
 }
 
-// CallInternal runs forward.
+// CallInternal runs forward (inside nn.track, between its module hooks).
 func (m *Layer) CallInternal(thread *starlark.Thread, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if ts := trackOf(thread); ts != nil {
+		ts.enter(m)
+		defer ts.tr.Exit()
+	}
 	if m.userForward != nil {
 		return starlark.Call(thread, m.userForward, append(starlark.Tuple{m}, args...), kwargs)
 	}

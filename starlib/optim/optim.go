@@ -45,6 +45,14 @@ var (
 	_ starlark.HasAttrs = (*Optimizer)(nil)
 )
 
+// StepHookKey is the thread-local key of a func(optim.Optimizer) that
+// every optimizer's step() calls before it updates (nn.track registers the
+// optimizer's state with it, as MemTracker's optimizer step pre-hook).
+const StepHookKey = "memsh.optim.step_hook"
+
+// Engine returns the engine optimizer.
+func (o *Optimizer) Engine() optim.Optimizer { return o.o }
+
 func (o *Optimizer) String() string        { return o.o.Name() + "(...)" }
 func (o *Optimizer) Type() string          { return "optim." + o.o.Name() }
 func (o *Optimizer) Freeze()               {}
@@ -61,6 +69,9 @@ func (o *Optimizer) Attr(name string) (starlark.Value, error) {
 		return starlark.NewBuiltin(o.o.Name()+".step", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
 				return nil, err
+			}
+			if h, ok := thread.Local(StepHookKey).(func(optim.Optimizer)); ok {
+				h(o.o)
 			}
 			if err := o.o.Step(); err != nil {
 				return nil, fmt.Errorf("%s: %w", b.Name(), err)

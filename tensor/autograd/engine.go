@@ -78,9 +78,17 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 			e.push(edge.Node)
 		}
 	}
+	obs := observerOf(ctx)
 	for e.ready.Len() > 0 {
 		n := heap.Pop(&e.ready).(readyItem).n
-		if err := e.evaluate(n, retainGraph); err != nil {
+		if obs != nil && obs.NodeStart != nil {
+			obs.NodeStart(n)
+		}
+		err := e.evaluate(n, retainGraph)
+		if obs != nil && obs.NodeEnd != nil {
+			obs.NodeEnd(n)
+		}
+		if err != nil {
 			return err
 		}
 	}

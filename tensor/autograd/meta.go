@@ -142,6 +142,7 @@ func accumulator(t *tensor.Tensor, m *tensor.AutogradMeta) *Node {
 	}
 	a := &Node{ctx: t.Context(), name: "AccumulateGrad", seq: accumulateSeq, variable: t, nOutputs: 1}
 	a.apply = accumulateGrad
+	a.noteScope()
 	m.Accumulator = a
 	return a
 }

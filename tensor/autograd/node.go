@@ -36,6 +36,9 @@ type Node struct {
 
 	// variable is the leaf of an AccumulateGrad node.
 	variable *tensor.Tensor
+
+	// scope is the Observer's scope when the node was made (Scope).
+	scope any
 }
 
 // Edge is a graph edge: the gradient of an input flows to input number
@@ -125,6 +128,7 @@ func (n *Node) save(t *tensor.Tensor) *SavedTensor {
 		s.t = t
 	}
 	n.saved = append(n.saved, s)
+	noteSaved(s)
 	return s
 }
 

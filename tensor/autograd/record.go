@@ -26,6 +26,7 @@ func newNode(name string, inputs ...*tensor.Tensor) *Node {
 		return nil
 	}
 	n := &Node{ctx: ctx, name: name, seq: seqCounter.Add(1), nOutputs: 1}
+	n.noteScope()
 	n.next = make([]Edge, len(inputs))
 	n.input = make([]inputMeta, len(inputs))
 	for i, in := range inputs {

@@ -1,0 +1,385 @@
+package nn
+
+import (
+	"fmt"
+	"strings"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/record"
+	staroptim "github.com/memsh/memsh/starlib/optim"
+	startensor "github.com/memsh/memsh/starlib/tensor"
+	"github.com/memsh/memsh/tensor/memtrack"
+	"github.com/memsh/memsh/tensor/optim"
+)
+
+// nn.track(fn, *args, **kwargs) runs fn(*args, **kwargs) and reports what
+// PyTorch's MemTracker (torch.distributed._tools.mem_tracker) reports for
+// it, exactly (see package tensor/memtrack): the current device's bytes by
+// category — Parameter, Buffer, Gradient, Activation (tensors saved for
+// backward), Temp, Optstate, Other (live before the call, none of the
+// former) and Total (memory_allocated) — at the peak and at the end, and
+// for every module that ran, the breakdown at the peak of its forward
+// and of its backward. Modules are named as named_parameters' prefixes
+// ("h.0.attn") below the root module, which is named by its class: a
+// module found in fn's arguments (or their lists, tuples and dicts), or
+// else the first module called that no known module contains. Optimizers
+// in the arguments, or stepped during fn, count their state as Optstate.
+//
+// It prints the table (display_snapshot and display_modulewise_snapshots
+// in one) and returns a value with .peak and .end (dicts: category →
+// bytes), .modules (a list of structs: name, type, depth, forward,
+// backward — dicts, backward None when the module had no backward), .device,
+// .result (fn's result) and .display(units="auto", depth=None). Inside a
+// sweep point the breakdown also goes into the point's --out record.
+func init() { register("track", nnTrack) }
+
+const trackKey = "memsh.nn.track"
+
+type trackState struct {
+	tr    *memtrack.Tracker
+	names map[*Layer]string
+	mods  map[*Layer]*memtrack.Module
+	depth map[*memtrack.Module]int
+}
+
+func trackOf(thread *starlark.Thread) *trackState {
+	ts, _ := thread.Local(trackKey).(*trackState)
+	return ts
+}
+
+// root names m's tree: m by its class, descendants by their path.
+func (ts *trackState) root(m *Layer) {
+	if _, ok := ts.names[m]; ok {
+		return
+	}
+	paths, mods := m.modulesPreorder("")
+	for i, sub := range mods {
+		if _, ok := ts.names[sub]; ok {
+			continue
+		}
+		if paths[i] == "" {
+			ts.names[sub] = m.typ
+		} else {
+			ts.names[sub] = paths[i]
+		}
+		_, ps := sub.namedTensors(kindParam, "", false)
+		for _, p := range ps {
+			ts.tr.AddParams(p.Engine())
+		}
+		_, bs := sub.namedTensors(kindBuffer, "", false)
+		for _, b := range bs {
+			ts.tr.AddBuffers(b.Engine())
+		}
+	}
+}
+
+func (ts *trackState) enter(m *Layer) {
+	ts.root(m) // a module no known module contains is a root
+	// Parameters and buffers may have been replaced since (MemTracker
+	// tracks them again at each pre-forward hook).
+	for _, p := range m.Parameters() {
+		ts.tr.AddParams(p)
+	}
+	_, bs := m.namedTensors(kindBuffer, "", false)
+	for _, b := range bs {
+		ts.tr.AddBuffers(b.Engine())
+	}
+	mod := ts.mods[m]
+	if mod == nil {
+		name := ts.names[m]
+		mod = ts.tr.NewModule(name, m.typ)
+		ts.mods[m] = mod
+		if name == m.typ {
+			ts.depth[mod] = 1
+		} else {
+			ts.depth[mod] = strings.Count(name, ".") + 2
+		}
+	}
+	ts.tr.Enter(mod)
+}
+
+// walk registers the modules and optimizers among v (lists, tuples and
+// dicts searched).
+func (ts *trackState) walk(v starlark.Value, depth int) {
+	if depth > 4 {
+		return
+	}
+	switch v := v.(type) {
+	case *Layer:
+		ts.root(v)
+	case *staroptim.Optimizer:
+		ts.tr.AddOptimizer(v.Engine())
+	case *starlark.List:
+		for i := range v.Len() {
+			ts.walk(v.Index(i), depth+1)
+		}
+	case starlark.Tuple:
+		for _, x := range v {
+			ts.walk(x, depth+1)
+		}
+	case *starlark.Dict:
+		for _, kv := range v.Items() {
+			ts.walk(kv[1], depth+1)
+		}
+	}
+}
+
+func nnTrack(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if len(args) == 0 {
+		return nil, fmt.Errorf("%s: missing argument for fn", b.Name())
+	}
+	fn, ok := args[0].(starlark.Callable)
+	if !ok {
+		return nil, fmt.Errorf("%s: for parameter fn: got %s, want callable", b.Name(), args[0].Type())
+	}
+	e, err := env.Of(thread, b.Name())
+	if err != nil {
+		return nil, err
+	}
+	c := startensor.Context(e)
+	device := "cpu"
+	if c.Manager.NumGPUs() > 0 {
+		device = fmt.Sprintf("cuda:%d", c.Manager.Current())
+	}
+	tr, err := memtrack.New(c, device)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", b.Name(), err)
+	}
+	ts := &trackState{tr: tr, names: map[*Layer]string{}, mods: map[*Layer]*memtrack.Module{}, depth: map[*memtrack.Module]int{}}
+	for _, a := range args[1:] {
+		ts.walk(a, 0)
+	}
+	for _, kv := range kwargs {
+		ts.walk(kv[1], 0)
+	}
+	prev, prevHook := thread.Local(trackKey), thread.Local(staroptim.StepHookKey)
+	thread.SetLocal(trackKey, ts)
+	thread.SetLocal(staroptim.StepHookKey, func(o optim.Optimizer) { tr.AddOptimizer(o) })
+	tr.Start()
+	res, callErr := starlark.Call(thread, fn, args[1:], kwargs)
+	rep := tr.Stop()
+	thread.SetLocal(trackKey, prev)
+	thread.SetLocal(staroptim.StepHookKey, prevHook)
+	if callErr != nil {
+		return nil, callErr
+	}
+	out := &TrackReport{rep: rep, result: res, depth: ts.depth}
+	fmt.Fprint(e.Out, out.table("auto", 0))
+	if rs := record.Of(e); rs != nil {
+		rs.SetBreakdown(out.breakdown())
+	}
+	return out, nil
+}
+
+// TrackReport is nn.track's result (type "nn.MemTrackReport").
+type TrackReport struct {
+	rep    *memtrack.Report
+	result starlark.Value
+	depth  map[*memtrack.Module]int
+}
+
+var _ starlark.HasAttrs = (*TrackReport)(nil)
+
+func (r *TrackReport) String() string        { return r.table("auto", 0) }
+func (r *TrackReport) Type() string          { return "nn.MemTrackReport" }
+func (r *TrackReport) Freeze()               {}
+func (r *TrackReport) Truth() starlark.Bool  { return true }
+func (r *TrackReport) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable: %s", r.Type()) }
+func (r *TrackReport) AttrNames() []string {
+	return []string{"device", "display", "end", "modules", "peak", "result"}
+}
+
+func snapDict(s *memtrack.Snapshot) starlark.Value {
+	if s == nil {
+		return starlark.None
+	}
+	d := starlark.NewDict(int(memtrack.NumCategories) + 1)
+	for c := range memtrack.NumCategories {
+		d.SetKey(starlark.String(c.String()), starlark.MakeUint64(s.Bytes[c]))
+	}
+	d.SetKey(starlark.String("Total"), starlark.MakeUint64(s.Total))
+	return d
+}
+
+func (r *TrackReport) Attr(name string) (starlark.Value, error) {
+	switch name {
+	case "device":
+		return starlark.String(r.rep.Device), nil
+	case "peak":
+		return snapDict(&r.rep.Peak), nil
+	case "end":
+		return snapDict(&r.rep.End), nil
+	case "result":
+		return r.result, nil
+	case "modules":
+		var vs []starlark.Value
+		for _, m := range r.rep.Modules {
+			vs = append(vs, &trackModule{m: m, depth: r.depth[m]})
+		}
+		return starlark.NewList(vs), nil
+	case "display":
+		return starlark.NewBuiltin("display", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			units, depth := "auto", 0
+			if err := starlark.UnpackArgs(b.Name(), args, kwargs, "units?", &units, "depth?", &depth); err != nil {
+				return nil, err
+			}
+			if _, ok := unitDivisor[units]; !ok && units != "auto" {
+				return nil, fmt.Errorf("%s: Unsupported unit: %s. Supported units are: B, KiB, MiB, GiB", b.Name(), units)
+			}
+			e, err := env.Of(thread, b.Name())
+			if err != nil {
+				return nil, err
+			}
+			fmt.Fprint(e.Out, r.table(units, depth))
+			return starlark.None, nil
+		}), nil
+	}
+	return nil, nil
+}
+
+// trackModule is one entry of .modules.
+type trackModule struct {
+	m     *memtrack.Module
+	depth int
+}
+
+func (t *trackModule) String() string {
+	return fmt.Sprintf("MemTrackModule(name=%q, type=%q)", t.m.Name, t.m.Type)
+}
+func (t *trackModule) Type() string          { return "nn.MemTrackModule" }
+func (t *trackModule) Freeze()               {}
+func (t *trackModule) Truth() starlark.Bool  { return true }
+func (t *trackModule) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable: %s", t.Type()) }
+func (t *trackModule) AttrNames() []string {
+	return []string{"backward", "depth", "forward", "name", "type"}
+}
+func (t *trackModule) Attr(name string) (starlark.Value, error) {
+	switch name {
+	case "name":
+		return starlark.String(t.m.Name), nil
+	case "type":
+		return starlark.String(t.m.Type), nil
+	case "depth":
+		return starlark.MakeInt(t.depth), nil
+	case "forward":
+		return snapDict(t.m.Forward), nil
+	case "backward":
+		return snapDict(t.m.Backward), nil
+	}
+	return nil, nil
+}
+
+var unitDivisor = map[string]uint64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+func fmtUnits(n uint64, units string) string {
+	if units == "auto" {
+		return backend.FormatBytes(int64(n))
+	}
+	d := unitDivisor[units]
+	if d == 1 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.2f %s", float64(n)/float64(d), units)
+}
+
+// table renders the report as MemTracker's tabulated snapshots (rst):
+// the peak and end breakdowns, then each module's peaks (modules deeper
+// than depth left out; 0: all).
+func (r *TrackReport) table(units string, depth int) string {
+	head := []string{"State"}
+	for c := range memtrack.NumCategories {
+		head = append(head, c.String())
+	}
+	head = append(head, "Total")
+	row := func(first []string, s *memtrack.Snapshot) []string {
+		out := append([]string(nil), first...)
+		for c := range memtrack.NumCategories {
+			out = append(out, fmtUnits(s.Bytes[c], units))
+		}
+		return append(out, fmtUnits(s.Total, units))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Memory breakdown on %s (nn.track)\n", r.rep.Device)
+	rst(&b, head, [][]string{row([]string{"Peak"}, &r.rep.Peak), row([]string{"End"}, &r.rep.End)})
+	var rows [][]string
+	for _, m := range r.rep.Modules {
+		if depth > 0 && r.depth[m] > depth {
+			continue
+		}
+		name := m.Name
+		if m.Forward != nil {
+			rows = append(rows, row([]string{name, "Peak-Forward"}, m.Forward))
+			name = ""
+		}
+		if m.Backward != nil {
+			rows = append(rows, row([]string{name, "Peak-Backward"}, m.Backward))
+		}
+	}
+	if len(rows) > 0 {
+		b.WriteString("\n")
+		rst(&b, append([]string{"Module"}, head...), rows)
+	}
+	return b.String()
+}
+
+// rst writes a table in tabulate's "rst" format.
+func rst(b *strings.Builder, head []string, rows [][]string) {
+	w := make([]int, len(head))
+	for i, h := range head {
+		w[i] = len(h)
+	}
+	for _, r := range rows {
+		for i, c := range r {
+			w[i] = max(w[i], len(c))
+		}
+	}
+	rule := func() {
+		for i := range w {
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			b.WriteString(strings.Repeat("=", w[i]))
+		}
+		b.WriteString("\n")
+	}
+	line := func(cells []string) {
+		var parts []string
+		for i, c := range cells {
+			if head[i] == "Module" || head[i] == "State" {
+				parts = append(parts, c+strings.Repeat(" ", w[i]-len(c)))
+			} else {
+				parts = append(parts, strings.Repeat(" ", w[i]-len(c))+c)
+			}
+		}
+		b.WriteString(strings.TrimRight(strings.Join(parts, "  "), " ") + "\n")
+	}
+	rule()
+	line(head)
+	rule()
+	for _, r := range rows {
+		line(r)
+	}
+	rule()
+}
+
+// breakdown is the report as its --out record field.
+func (r *TrackReport) breakdown() *record.Breakdown {
+	cats := func(s *memtrack.Snapshot) map[string]int64 {
+		if s == nil {
+			return nil
+		}
+		m := map[string]int64{"Total": int64(s.Total)}
+		for c := range memtrack.NumCategories {
+			m[c.String()] = int64(s.Bytes[c])
+		}
+		return m
+	}
+	bd := &record.Breakdown{Device: r.rep.Device, Peak: cats(&r.rep.Peak), End: cats(&r.rep.End)}
+	for _, m := range r.rep.Modules {
+		bd.Modules = append(bd.Modules, record.ModuleBreakdown{Name: m.Name, Type: m.Type, Forward: cats(m.Forward), Backward: cats(m.Backward)})
+	}
+	return bd
+}

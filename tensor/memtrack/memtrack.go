@@ -1,0 +1,437 @@
+// Package memtrack breaks a device's memory down by what it holds, as
+// PyTorch's MemTracker (torch.distributed._tools.mem_tracker) does:
+// parameters, buffers, gradients, activations (tensors saved for
+// backward), temporaries, optimizer states and other memory (allocations
+// that were live before tracking began and are none of the former), at the
+// peak, at the end, and per module: the peak during its forward and during
+// its backward.
+//
+// The figures are exact, not sampled: the Tracker observes every
+// allocation and free of its device through the Manager (backend
+// Manager.Observe) and keeps the live total; whenever that total raises
+// the tracked peak or the local peak of a running module, it categorises
+// the live allocations at that very moment from the roles it knows:
+//
+//   - parameters and buffers of the registered modules (AddParams,
+//     AddBuffers), and each parameter's .grad;
+//   - the parameters, gradients and state tensors of registered
+//     optimizers (AddOptimizer);
+//   - the tensors autograd nodes saved while tracking and have not yet
+//     released (autograd.Observer.Saved; a graph that became garbage stops
+//     counting once the Go GC has collected it, which exact-peak mode makes
+//     happen before every allocation that raises a tracked peak);
+//
+// an allocation with several roles counts once, in the first of
+// Parameter, Buffer, Gradient, Optstate, Activation. The rest is Temp, or
+// Other when it was allocated before Start. Totals are allocator block
+// sizes (PyTorch's 512-byte rounding, as MemTracker's _calculate_mem_consumed
+// and memory_allocated count them), so Total is memory_allocated.
+//
+// In exact-peak mode the Tracker keeps a peak counter open at the lowest
+// of the levels it tracks, so the Manager reclaims garbage before any
+// allocation that would raise one of them (the Manager's PeakWindow bound
+// applies), and it reclaims when a module's forward or backward begins so
+// the level it starts from is garbage-free.
+//
+// Differences from MemTracker, which tags storages when they are created:
+// MemTracker counts every tensor made during a forward as Activation and
+// every tensor made during backward as Temp, and everything made inside
+// optimizer.step() (its temporaries included) as Optstate; memsh counts as
+// Activation what autograd saved, the state that the optimizer holds as
+// Optstate, and everything else made while tracking as Temp. MemTracker's
+// peaks are taken after each operator; memsh's at every allocation.
+package memtrack
+
+import (
+	"fmt"
+	"weak"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/tensor"
+	"github.com/memsh/memsh/tensor/autograd"
+	"github.com/memsh/memsh/tensor/optim"
+)
+
+// Category is what an allocation holds.
+type Category int
+
+// The categories, in MemTracker's _MemRefType order.
+const (
+	Parameter Category = iota
+	Buffer
+	Gradient
+	Activation
+	Temp
+	Optstate
+	Other
+	NumCategories
+)
+
+var names = [NumCategories]string{"Parameter", "Buffer", "Gradient", "Activation", "Temp", "Optstate", "Other"}
+
+// String is MemTracker's name of the category ("Parameter", "Optstate").
+func (c Category) String() string { return names[c] }
+
+// rank orders roles: an allocation with several counts in the lowest.
+var rank = [NumCategories]int{Parameter: 0, Buffer: 1, Gradient: 2, Optstate: 3, Activation: 4, Temp: 5, Other: 6}
+
+// Snapshot is a breakdown of the device's allocated bytes.
+type Snapshot struct {
+	Bytes [NumCategories]uint64 // by category
+	Total uint64                // the sum: the device's allocated bytes
+}
+
+// Module is one module's figures: the snapshot at the peak of its
+// forward and of its backward (the highest over all its calls).
+type Module struct {
+	Name, Type        string
+	Forward, Backward *Snapshot // nil when it did not run
+}
+
+// Report is what a Tracker measured.
+type Report struct {
+	Device    string
+	Peak, End Snapshot
+	Modules   []*Module // in the order they first ran
+}
+
+// frame is one running module: the forward stack, or a node's scope.
+type frame struct {
+	mod    *Module
+	parent *frame
+}
+
+// Tracker tracks one device of a Context's Manager.
+type Tracker struct {
+	ctx    *tensor.Context
+	mgr    *backend.Manager
+	alloc  backend.Allocator
+	device string
+	exact  bool
+
+	startSeq uint64
+	live     map[uint64]uint64 // seq → block size, on the device
+	total    uint64
+	preTotal uint64 // live bytes allocated before Start
+
+	params, buffers []*tensor.Tensor
+	known           map[*tensor.Tensor]bool
+	optims          []optim.Optimizer
+	saved           []weak.Pointer[autograd.SavedTensor]
+
+	peak    Snapshot
+	modules []*Module
+	fw      *frame // the forward stack's top
+	bw      *frame // the scope of the node the engine runs
+	lastBW  *frame
+
+	guard     *backend.Peak
+	stopObs   func()
+	restoreAG func()
+	started   bool
+}
+
+// New returns a Tracker of device ("cuda:0", "cpu") in ctx's Manager.
+// Register roots with AddParams, AddBuffers and AddOptimizer (before or
+// while tracking), then call Start.
+func New(ctx *tensor.Context, device string) (*Tracker, error) {
+	a, err := ctx.Manager.Allocator(device)
+	if err != nil {
+		return nil, err
+	}
+	return &Tracker{ctx: ctx, mgr: ctx.Manager, alloc: a, device: a.Device().Name(),
+		exact: ctx.Manager.PeakMode() == backend.PeakExact, live: map[uint64]uint64{}, known: map[*tensor.Tensor]bool{}}, nil
+}
+
+// Device is the tracked device's name.
+func (t *Tracker) Device() string { return t.device }
+
+// AddParams registers parameters (their .grad counts as Gradient).
+func (t *Tracker) AddParams(ps ...*tensor.Tensor) {
+	for _, p := range ps {
+		if p != nil && !t.known[p] {
+			t.known[p] = true
+			t.params = append(t.params, p)
+		}
+	}
+}
+
+// AddBuffers registers module buffers.
+func (t *Tracker) AddBuffers(bs ...*tensor.Tensor) {
+	for _, b := range bs {
+		if b != nil && !t.known[b] {
+			t.known[b] = true
+			t.buffers = append(t.buffers, b)
+		}
+	}
+}
+
+// AddOptimizer registers an optimizer: its parameters, their gradients
+// and its state.
+func (t *Tracker) AddOptimizer(o optim.Optimizer) {
+	for _, x := range t.optims {
+		if x == o {
+			return
+		}
+	}
+	t.optims = append(t.optims, o)
+}
+
+// Start begins tracking: it reclaims garbage, counts what is live, and
+// observes every allocation and free from then on.
+func (t *Tracker) Start() {
+	t.mgr.Reclaim()
+	t.mgr.Live(func(h *backend.Memory) bool {
+		if h.Device() == t.device {
+			t.live[h.Seq()] = h.BlockSize()
+			t.total += h.BlockSize()
+		}
+		return true
+	})
+	t.startSeq = t.mgr.Seq()
+	t.preTotal = t.total
+	t.stopObs = t.mgr.Observe(t.event)
+	t.restoreAG = autograd.SetObserver(t.ctx, &autograd.Observer{
+		Saved:     func(s *autograd.SavedTensor) { t.saved = append(t.saved, weak.Make(s)) },
+		Scope:     func() any { return t.fw },
+		NodeStart: t.nodeStart,
+		NodeEnd:   func(*autograd.Node) { t.bw = nil; t.updateGuard() },
+	})
+	t.peak = t.snapshot()
+	if t.exact {
+		t.guard = t.alloc.Peaks().New(t.alloc.Allocated(), t.alloc.Reserved())
+		t.updateGuard()
+	}
+	t.started = true
+}
+
+// Stop ends tracking and returns the report; the end snapshot is taken
+// after a reclaim.
+func (t *Tracker) Stop() *Report {
+	if !t.started {
+		return nil
+	}
+	t.mgr.Reclaim()
+	end := t.snapshot()
+	t.stopObs()
+	t.restoreAG()
+	if t.guard != nil {
+		t.guard.Close()
+	}
+	t.started = false
+	return &Report{Device: t.device, Peak: t.peak, End: end, Modules: t.modules}
+}
+
+// NewModule returns the record of a module named name (of class typ);
+// pass it to Enter each time the module's forward runs.
+func (t *Tracker) NewModule(name, typ string) *Module {
+	m := &Module{Name: name, Type: typ}
+	t.modules = append(t.modules, m)
+	return m
+}
+
+// Enter marks the start of m's forward (MemTracker's pre-forward hook):
+// the level now (after a reclaim in exact mode) is a candidate for its
+// forward peak, and the autograd nodes made until Exit are in its scope.
+func (t *Tracker) Enter(m *Module) {
+	if t.exact {
+		t.mgr.Reclaim()
+	}
+	t.lastBW = nil
+	s := t.snapshot()
+	raise(&m.Forward, &s)
+	t.fw = &frame{mod: m, parent: t.fw}
+	t.updateGuard()
+}
+
+// Exit marks the end of the innermost running forward.
+func (t *Tracker) Exit() {
+	if t.fw != nil {
+		t.fw = t.fw.parent
+	}
+	t.updateGuard()
+}
+
+func (t *Tracker) nodeStart(n *autograd.Node) {
+	f, _ := n.Scope().(*frame)
+	var fresh []*Module
+	for x := f; x != nil; x = x.parent {
+		if !inChain(t.lastBW, x.mod) {
+			fresh = append(fresh, x.mod)
+		}
+	}
+	if len(fresh) > 0 {
+		if t.exact {
+			t.mgr.Reclaim()
+		}
+		s := t.snapshot()
+		for _, m := range fresh {
+			raise(&m.Backward, &s)
+		}
+	}
+	t.bw, t.lastBW = f, f
+	t.updateGuard()
+}
+
+func inChain(f *frame, m *Module) bool {
+	for ; f != nil; f = f.parent {
+		if f.mod == m {
+			return true
+		}
+	}
+	return false
+}
+
+// raise replaces *p with a copy of s when s is higher.
+func raise(p **Snapshot, s *Snapshot) {
+	if *p == nil || s.Total > (*p).Total {
+		c := *s
+		*p = &c
+	}
+}
+
+// event is the Manager observer.
+func (t *Tracker) event(e backend.Event) {
+	if e.Device != t.device {
+		return
+	}
+	switch e.Kind {
+	case backend.EventAlloc:
+		t.live[e.Seq] = e.Size
+		t.total += e.Size
+		if t.needSnapshot() {
+			s := t.snapshot()
+			if s.Total > t.peak.Total {
+				t.peak = s
+			}
+			for f := t.fw; f != nil; f = f.parent {
+				raise(&f.mod.Forward, &s)
+			}
+			for f := t.bw; f != nil; f = f.parent {
+				raise(&f.mod.Backward, &s)
+			}
+		}
+		t.updateGuard()
+	case backend.EventFree:
+		size, ok := t.live[e.Seq]
+		if !ok {
+			return
+		}
+		delete(t.live, e.Seq)
+		t.total -= size
+		if e.Seq <= t.startSeq {
+			t.preTotal -= size
+		}
+	}
+}
+
+// level is the lowest of the tracked levels: the peak and the running
+// modules' local peaks.
+func (t *Tracker) level() uint64 {
+	l := t.peak.Total
+	for f := t.fw; f != nil; f = f.parent {
+		if f.mod.Forward != nil {
+			l = min(l, f.mod.Forward.Total)
+		}
+	}
+	for f := t.bw; f != nil; f = f.parent {
+		if f.mod.Backward != nil {
+			l = min(l, f.mod.Backward.Total)
+		} else {
+			l = 0
+		}
+	}
+	return l
+}
+
+func (t *Tracker) needSnapshot() bool { return t.total > t.level() }
+
+// updateGuard keeps the exact-mode counter at the lowest tracked level,
+// so an allocation that would raise any of them reclaims first.
+func (t *Tracker) updateGuard() {
+	if t.guard != nil {
+		t.guard.Reset(t.level(), t.alloc.Reserved())
+	}
+}
+
+// snapshot categorises the live allocations now.
+func (t *Tracker) snapshot() Snapshot {
+	cat := map[uint64]Category{}
+	mark := func(x *tensor.Tensor, c Category) {
+		if x == nil || x.Storage() == nil || x.Storage().Memory() == nil {
+			return
+		}
+		seq := x.Storage().Memory().Seq()
+		if _, ok := t.live[seq]; !ok {
+			return
+		}
+		if old, ok := cat[seq]; ok && rank[old] <= rank[c] {
+			return
+		}
+		cat[seq] = c
+	}
+	for _, p := range t.params {
+		mark(p, Parameter)
+		mark(autograd.Grad(p), Gradient)
+	}
+	for _, b := range t.buffers {
+		mark(b, Buffer)
+	}
+	for _, o := range t.optims {
+		for _, p := range o.Params() {
+			mark(p, Parameter)
+			mark(autograd.Grad(p), Gradient)
+			for _, v := range o.State(p) {
+				if x, ok := v.(*tensor.Tensor); ok {
+					mark(x, Optstate)
+				}
+			}
+		}
+	}
+	kept := t.saved[:0]
+	for _, w := range t.saved {
+		if s := w.Value(); s != nil {
+			if x := s.Tensor(); x != nil {
+				kept = append(kept, w)
+				mark(x, Activation)
+			}
+		}
+	}
+	clear(t.saved[len(kept):])
+	t.saved = kept
+
+	var s Snapshot
+	var pre, sum uint64
+	for seq, c := range cat {
+		n := t.live[seq]
+		s.Bytes[c] += n
+		sum += n
+		if seq <= t.startSeq {
+			pre += n
+		}
+	}
+	s.Bytes[Other] = t.preTotal - pre
+	s.Bytes[Temp] = t.total - sum - s.Bytes[Other]
+	s.Total = t.total
+	return s
+}
+
+// Get returns the bytes of category c.
+func (s *Snapshot) Get(c Category) uint64 { return s.Bytes[c] }
+
+func (s Snapshot) String() string {
+	out := ""
+	for c := range NumCategories {
+		out += fmt.Sprintf("%s=%d ", c, s.Bytes[c])
+	}
+	return out + fmt.Sprintf("Total=%d", s.Total)
+}
+
+// Current returns the breakdown now (MemTracker's "current" snapshot),
+// after a reclaim in exact-peak mode.
+func (t *Tracker) Current() Snapshot {
+	if t.exact {
+		t.mgr.Reclaim()
+	}
+	return t.snapshot()
+}
