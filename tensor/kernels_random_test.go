@@ -30,17 +30,98 @@ func randomPinHash(dt DType, normal bool, seed, offset uint64, n int) string {
 	return fmt.Sprintf("%016x", h.Sum64())
 }
 
-func TestRandomPinnedGen(t *testing.T) {
-	for _, dt := range []DType{Float32, Float64, Float16, BFloat16} {
-		for _, normal := range []bool{false, true} {
-			for _, c := range randomPinCases {
-				fmt.Printf("{%s, %v, %d, %q},\n", dt, normal, 0, randomPinHash(dt, normal, c.seed, c.offset, c.n))
-			}
+// randomPins are FNV-1a hashes of randomKernel's output for each dtype,
+// uniform or normal, and randomPinCases case, recorded from the original
+// per-element implementation.
+var randomPins = []struct {
+	dt     DType
+	normal bool
+	c      int
+	hash   string
+}{
+	{Float32, false, 0, "6a4cbe3a42e7680d"},
+	{Float32, false, 1, "4af44636d8e12932"},
+	{Float32, false, 2, "2f05aa894a163521"},
+	{Float32, false, 3, "3b730910e0ddb2bc"},
+	{Float32, false, 4, "0daad5266f362c35"},
+	{Float32, true, 0, "6aa7f65bad2f02da"},
+	{Float32, true, 1, "65d89af2066d8166"},
+	{Float32, true, 2, "7d5dbd26a9fcb332"},
+	{Float32, true, 3, "8cf6d6d94432f7ca"},
+	{Float32, true, 4, "2aab9093588dcc26"},
+	{Float64, false, 0, "fb942e232e3d2cf7"},
+	{Float64, false, 1, "dd94d05948f45007"},
+	{Float64, false, 2, "0ad4eb9cef876139"},
+	{Float64, false, 3, "2f6e8c82d0eb0d2c"},
+	{Float64, false, 4, "bd2209ae6fb4147b"},
+	{Float64, true, 0, "0ba86c34384a9c10"},
+	{Float64, true, 1, "ca0386b052481fcd"},
+	{Float64, true, 2, "0146d47c471559a1"},
+	{Float64, true, 3, "72e40904148c5699"},
+	{Float64, true, 4, "d2fc66272f78f6b0"},
+	{Float16, false, 0, "f9ab490785ae4985"},
+	{Float16, false, 1, "9a52dc8ab79227f6"},
+	{Float16, false, 2, "ad7cc216bb1e92a3"},
+	{Float16, false, 3, "09a89007b62963e7"},
+	{Float16, false, 4, "86919df02ef31480"},
+	{Float16, true, 0, "6ce9b1e2a4ff3071"},
+	{Float16, true, 1, "509cf503890303e7"},
+	{Float16, true, 2, "b14dfe8ed3f2fe5d"},
+	{Float16, true, 3, "09720607b5fae9f9"},
+	{Float16, true, 4, "46d5163ceb626c46"},
+	{BFloat16, false, 0, "eb10e76507eaf07b"},
+	{BFloat16, false, 1, "a4b215a1325d0600"},
+	{BFloat16, false, 2, "2ebcebe8745e5f66"},
+	{BFloat16, false, 3, "0a150a07b6855215"},
+	{BFloat16, false, 4, "ee01b25bca54f2d2"},
+	{BFloat16, true, 0, "7ca4f2ad10fb4c00"},
+	{BFloat16, true, 1, "8932ebd283f7fec6"},
+	{BFloat16, true, 2, "805cab7dbee90362"},
+	{BFloat16, true, 3, "09318907b5c4319d"},
+	{BFloat16, true, 4, "b3762bcec8b4db08"},
+}
+
+// TestRandomPinned checks that the generator's values never change: the
+// bytes of every dtype, uniform and normal, over ranges that start at odd
+// offsets, cross a 2^32 counter boundary and are long enough to run in
+// parallel.
+func TestRandomPinned(t *testing.T) {
+	for _, p := range randomPins {
+		c := randomPinCases[p.c]
+		if got := randomPinHash(p.dt, p.normal, c.seed, c.offset, c.n); got != p.hash {
+			t.Errorf("%s normal=%v seed=%d offset=%d n=%d: hash %s, want %s", p.dt, p.normal, c.seed, c.offset, c.n, got, p.hash)
 		}
 	}
-	for _, c := range randomPinCases {
-		for k := range 3 {
-			fmt.Printf("%d %d %x %x\n", c.seed, c.offset+uint64(k), randomValue(c.seed, c.offset+uint64(k), Float64, false), randomValue(c.seed, c.offset+uint64(k), Float64, true))
+}
+
+// TestRandomValuePinned pins the first float64 values (uniform, normal)
+// of a few seeds and offsets.
+func TestRandomValuePinned(t *testing.T) {
+	for _, c := range []struct {
+		seed, k         uint64
+		uniform, normal float64
+	}{
+		{0, 0, 0x1.989fa35785a7p-02, -0x1.7293e0b2c8f57p-04},
+		{0, 1, 0x1.f1c99948b964p-01, -0x1.d900b611cc6d7p-01},
+		{0, 2, 0x1.3ea8ca5471ccp-06, 0x1.00dedd5ea6d08p-03},
+		{42, 0, 0x1.39d5e0a6efea9p-01, 0x1.3c0aeec8cec66p+00},
+		{42, 1, 0x1.f9b6424ea774dp-01, -0x1.7a3f3026c1af2p+01},
+		{42, 2, 0x1.a6d8044b510ebp-01, -0x1.7e53e248ceffbp+00},
+		{81985529216486895, 4294967291, 0x1.a462d6e6a16dp-02, 0x1.9a68bbe9b3dbcp-03},
+		{81985529216486895, 4294967292, 0x1.f2661446ce25ep-02, 0x1.ef6eccf9290aap-01},
+		{81985529216486895, 4294967293, 0x1.2a11951d3d60dp-01, -0x1.50e2cdfc52bc9p+00},
+		{7, 12345, 0x1.2d8ee2948a7dep-02, 0x1.a96a2adcf6867p-01},
+		{7, 12346, 0x1.98406247b967ap-02, -0x1.00634f0d65d93p+00},
+		{7, 12347, 0x1.a1a9afb8abfaap-01, -0x1.68c4d9e6581bap-01},
+		{1099511627776, 3, 0x1.28599b96339e8p-01, -0x1.cf43af85cae73p-01},
+		{1099511627776, 4, 0x1.3a022bd90bb1p-01, 0x1.5bc840c6924bp+00},
+		{1099511627776, 5, 0x1.49bbb29578054p-03, -0x1.25e013f456baap-01},
+	} {
+		if u := randomValue(c.seed, c.k, Float64, false); u != c.uniform {
+			t.Errorf("seed %d offset %d: uniform %x, want %x", c.seed, c.k, u, c.uniform)
+		}
+		if z := randomValue(c.seed, c.k, Float64, true); z != c.normal {
+			t.Errorf("seed %d offset %d: normal %x, want %x", c.seed, c.k, z, c.normal)
 		}
 	}
 }
