@@ -326,6 +326,10 @@ func unaryKernel(op UnaryOp, out strided, outDT DType, in strided, inDT DType, s
 	so, si := it.inner[0], it.inner[1]
 	switch kindOf(outDT) {
 	case kindF32:
+		if code := mathOp(op); code >= 0 {
+			unaryMathKernel(code, it, outDT, inDT)
+			return
+		}
 		if outDT == Float32 && inDT == Float32 && so == 4 && si == 4 {
 			it.run(func(p []unsafe.Pointer, n int) {
 				os, is := unsafe.Slice((*float32)(p[0]), n), unsafe.Slice((*float32)(p[1]), n)
