@@ -175,3 +175,92 @@ void memsh_unary_math_f32(int op, float *o, const float *a, int64_t n, int isa) 
 #endif
 	math_default(op, o, a, n);
 }
+
+// Philox-4x32-10 (see kernels_random.go): block i of a call uses the
+// counter [low32(offset+i), high32(offset+i), 0, 0] and the key [low32(seed),
+// high32(seed)]. The loops are written for one block at a time and
+// vectorised across blocks.
+
+#define PHILOX_ROUNDS(SEED, K)                                                  \
+	uint32_t c0 = (uint32_t)(K), c1 = (uint32_t)((K) >> 32), c2 = 0, c3 = 0;   \
+	uint32_t k0 = (uint32_t)(SEED), k1 = (uint32_t)((SEED) >> 32);             \
+	for (int r = 0; r < 10; r++) {                                              \
+		uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2; \
+		uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1; \
+		c1 = (uint32_t)p1;                                                      \
+		c3 = (uint32_t)p0;                                                      \
+		c0 = n0;                                                                \
+		c2 = n2;                                                                \
+		k0 += 0x9E3779B9u;                                                      \
+		k1 += 0xBB67AE85u;                                                      \
+	}
+
+// RANDOM_BODY defines the loop of one generator kernel; EMIT stores block
+// i's outputs from c0..c3.
+#define RANDOM_BODY(EMIT)                         \
+	_Pragma("omp simd")                           \
+	for (int64_t i = 0; i < n; i++) {             \
+		uint64_t k = offset + (uint64_t)i;        \
+		PHILOX_ROUNDS(seed, k)                    \
+		EMIT                                      \
+	}
+
+// u53 returns (x >> 11) × 2^-53 exactly, without a 64-bit integer to
+// double conversion (AVX2 has none): the top 52 bits as the mantissa of a
+// double in [1, 2), minus 1, plus the 53rd bit.
+MINLINE double u53(uint64_t x) {
+	uint64_t b = 0x3FF0000000000000ull | (x >> 12);
+	double d;
+	memcpy(&d, &b, 8);
+	return (d - 1.0) + ((x >> 11) & 1 ? 0x1p-53 : 0.0);
+}
+
+// UNIFORM_F32: (x0 >> (32-bits)) × 2^-bits as float32 (exact).
+#define UNIFORM_F32 o[i] = (float)(int32_t)(c0 >> (32 - bits)) * scale;
+// UNIFORM_F64: the top 53 bits of x0:x1 × 2^-53.
+#define UNIFORM_F64 o[i] = u53(((uint64_t)c0 << 32) | c1);
+// NORMAL_U: Box-Muller's u1 = 1 - (x0:x1 >> 11)·2^-53 and u2 = (x2:x3 >> 11)·2^-53.
+#define NORMAL_U                                                                \
+	u1[i] = 1.0 - u53(((uint64_t)c0 << 32) | c1); \
+	u2[i] = u53(((uint64_t)c2 << 32) | c3);
+
+#define RANDOM_FNS(SUFFIX, ATTR)                                                                           \
+	ATTR static void uniform_f32_##SUFFIX(float *o, uint64_t seed, uint64_t offset, int64_t n, int bits) { \
+		float scale = 1.0f / (float)(1u << bits);                                                          \
+		RANDOM_BODY(UNIFORM_F32)                                                                           \
+	}                                                                                                      \
+	ATTR static void uniform_f64_##SUFFIX(double *o, uint64_t seed, uint64_t offset, int64_t n) {          \
+		RANDOM_BODY(UNIFORM_F64)                                                                           \
+	}                                                                                                      \
+	ATTR static void normal_u_##SUFFIX(double *u1, double *u2, uint64_t seed, uint64_t offset, int64_t n) { \
+		RANDOM_BODY(NORMAL_U)                                                                              \
+	}
+
+RANDOM_FNS(default, )
+#ifdef MEMSH_MATH_X86
+RANDOM_FNS(avx2, __attribute__((target("avx2,fma"))))
+RANDOM_FNS(avx512, __attribute__((target("avx512f,avx512dq,avx2,fma"))))
+#define RANDOM_DISPATCH(FN, ...)                  \
+	if (isa == 2) { FN##_avx512(__VA_ARGS__); return; } \
+	if (isa == 1) { FN##_avx2(__VA_ARGS__); return; }   \
+	FN##_default(__VA_ARGS__);
+#else
+#define RANDOM_DISPATCH(FN, ...) FN##_default(__VA_ARGS__);
+#endif
+
+// memsh_uniform_f32 stores the uniform values of generator offsets
+// offset .. offset+n-1 with bits of precision (24, 11 or 8) as float32.
+void memsh_uniform_f32(float *o, uint64_t seed, uint64_t offset, int64_t n, int bits, int isa) {
+	RANDOM_DISPATCH(uniform_f32, o, seed, offset, n, bits)
+}
+
+// memsh_uniform_f64 is memsh_uniform_f32 for float64 (53 bits).
+void memsh_uniform_f64(double *o, uint64_t seed, uint64_t offset, int64_t n, int isa) {
+	RANDOM_DISPATCH(uniform_f64, o, seed, offset, n)
+}
+
+// memsh_normal_u stores Box-Muller's u1 and u2 of generator offsets
+// offset .. offset+n-1.
+void memsh_normal_u(double *u1, double *u2, uint64_t seed, uint64_t offset, int64_t n, int isa) {
+	RANDOM_DISPATCH(normal_u, u1, u2, seed, offset, n)
+}

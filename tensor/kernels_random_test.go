@@ -125,3 +125,41 @@ func TestRandomValuePinned(t *testing.T) {
 		}
 	}
 }
+
+// TestRandomKernelISAs checks every variant of the bulk generator against
+// the per-element definition (randomValue stored with storeF64), at
+// offsets around a 2^32 counter carry.
+func TestRandomKernelISAs(t *testing.T) {
+	const n = 3000
+	for _, isa := range mathISAs() {
+		for _, dt := range []DType{Float32, Float64, Float16, BFloat16} {
+			for _, normal := range []bool{false, true} {
+				seed, offset := uint64(0xdeadbeef12345), uint64(1<<32-1000)
+				got, want := make([]byte, n*dt.Size()), make([]byte, n*dt.Size())
+				randomKernelISA(unsafe.Pointer(&got[0]), dt, n, seed, offset, normal, isa)
+				for i := range n {
+					storeF64[dt](unsafe.Pointer(&want[i*dt.Size()]), randomValue(seed, offset+uint64(i), dt, normal))
+				}
+				if string(got) != string(want) {
+					t.Errorf("isa %d %s normal=%v: bulk values differ from randomValue", isa, dt, normal)
+				}
+			}
+		}
+	}
+}
+
+func BenchmarkRandomKernel(b *testing.B) {
+	for _, c := range []struct {
+		dt     DType
+		normal bool
+	}{{Float32, false}, {Float32, true}, {Float64, false}} {
+		n := 1 << 22
+		b.Run(fmt.Sprintf("%s/normal=%v/%d", c.dt, c.normal, n), func(b *testing.B) {
+			buf := make([]byte, n*c.dt.Size())
+			b.SetBytes(int64(len(buf)))
+			for b.Loop() {
+				randomKernel(unsafe.Pointer(&buf[0]), c.dt, n, 42, 0, c.normal)
+			}
+		})
+	}
+}
