@@ -389,6 +389,9 @@ func copyKernel(dst strided, dstDT DType, src strided, srcDT DType, shape []int)
 	sd, ss := it.inner[0], it.inner[1]
 	if dstDT == srcDT {
 		size := dstDT.Size()
+		if copyTiled(it, size) {
+			return
+		}
 		it.run(func(p []unsafe.Pointer, n int) {
 			if sd == size && ss == size {
 				copy(unsafe.Slice((*byte)(p[0]), n*size), unsafe.Slice((*byte)(p[1]), n*size))
