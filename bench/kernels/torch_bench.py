@@ -1,8 +1,8 @@
 """bench/kernels: NumPy and PyTorch CPU timings of the ops kernels.star
 times in memsh, with the same thread count (THREADS, default 2) and the
 same statements (each allocates its result). Prints one line per op and
-library: LIB OP N MIN_S MEAN_S (the lowest and the mean of REPS calls
-after WARM warm-up calls).
+library: LIB OP N MIN_S MEAN_S (the lowest and the mean over REPS rounds
+of K calls, per call, after WARM warm-up rounds: kernels.star's rule).
 
 Usage: THREADS=2 python3 torch_bench.py
 """
@@ -19,17 +19,21 @@ import torch  # noqa: E402
 
 torch.set_num_threads(THREADS)
 SIZES = [1 << 20, 4 << 20]
-WARM, REPS = 3, 20
+WARM, REPS, K = 3, 10, 10
 
 
 def report(lib, op, n, fn):
+    def many():
+        for _ in range(K):
+            fn()
+
     for _ in range(WARM):
-        fn()
+        many()
     ts = []
     for _ in range(REPS):
         t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
+        many()
+        ts.append((time.perf_counter() - t0) / K)
     print(lib, op, n, min(ts), sum(ts) / len(ts), flush=True)
 
 
