@@ -403,8 +403,9 @@ func randomFill(fname string, t *Tensor, normal bool, scale func(float64) float6
 			return
 		}
 		vals := make([]float64, n)
-		for k := range vals {
-			vals[k] = scale(randomValue(seed, offset+uint64(k), Float64, normal))
+		randomF64s(vals, seed, offset, normal)
+		for k, v := range vals {
+			vals[k] = scale(v)
 		}
 		i := 0
 		forEachElem(dst, func(p elemPtr) bool {

@@ -326,6 +326,10 @@ func unaryKernel(op UnaryOp, out strided, outDT DType, in strided, inDT DType, s
 	so, si := it.inner[0], it.inner[1]
 	switch kindOf(outDT) {
 	case kindF32:
+		if code := mathOp(op); code >= 0 {
+			unaryMathKernel(code, it, outDT, inDT)
+			return
+		}
 		if outDT == Float32 && inDT == Float32 && so == 4 && si == 4 {
 			it.run(func(p []unsafe.Pointer, n int) {
 				os, is := unsafe.Slice((*float32)(p[0]), n), unsafe.Slice((*float32)(p[1]), n)
@@ -385,6 +389,9 @@ func copyKernel(dst strided, dstDT DType, src strided, srcDT DType, shape []int)
 	sd, ss := it.inner[0], it.inner[1]
 	if dstDT == srcDT {
 		size := dstDT.Size()
+		if copyTiled(it, size) {
+			return
+		}
 		it.run(func(p []unsafe.Pointer, n int) {
 			if sd == size && ss == size {
 				copy(unsafe.Slice((*byte)(p[0]), n*size), unsafe.Slice((*byte)(p[1]), n*size))

@@ -1,5 +1,13 @@
 package tensor
 
+/*
+#include <stdint.h>
+void memsh_uniform_f32(float *o, uint64_t seed, uint64_t offset, int64_t n, int bits, int isa);
+void memsh_uniform_f64(double *o, uint64_t seed, uint64_t offset, int64_t n, int isa);
+void memsh_normal_u(double *u1, double *u2, uint64_t seed, uint64_t offset, int64_t n, int isa);
+*/
+import "C"
+
 import (
 	"math"
 	"math/bits"
@@ -46,7 +54,7 @@ func randomValue(seed, k uint64, dt DType, normal bool) float64 {
 	if normal {
 		u1 := 1 - float64(hi)*(1.0/(1<<53))
 		u2 := float64((uint64(x[2])<<32|uint64(x[3]))>>11) * (1.0 / (1 << 53))
-		return math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
+		return boxMuller(u1, u2)
 	}
 	switch dt {
 	case Float64:
@@ -59,13 +67,87 @@ func randomValue(seed, k uint64, dt DType, normal bool) float64 {
 	return float64(x[0]>>8) * (1.0 / (1 << 24))
 }
 
+// randomBlock is the buffer length, in elements, of the random kernels'
+// paths that finish values in Go.
+const randomBlock = 256
+
+// The bulk generators: Philox runs in C (kernels_math.c), vectorised
+// across counters (AVX-512, AVX2 or baseline, as the math kernels), with
+// exactly randomValue's mapping; normal values take Philox's u1 and u2
+// from C and finish with Go's math.Log and math.Cos, so that they stay
+// bit-identical to randomValue's. Large requests are split over
+// goroutines by counter ranges.
+
 // randomKernel fills n contiguous elements of dtype dt at p with the
 // values of generator offsets offset, offset+1, ...
 func randomKernel(p unsafe.Pointer, dt DType, n int, seed, offset uint64, normal bool) {
-	store, size := storeF64[dt], dt.Size()
+	randomKernelISA(p, dt, n, seed, offset, normal, mathISA())
+}
+
+// randomKernelISA is randomKernel with the C loops for instruction set isa
+// (see mathISA).
+func randomKernelISA(p unsafe.Pointer, dt DType, n int, seed, offset uint64, normal bool, isa0 int) {
+	isa := C.int(isa0)
+	cs := C.uint64_t(seed)
+	size := dt.Size()
 	parallelFor(n, parallelThreshold/8, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			store(elemAddr(p, i, size), randomValue(seed, offset+uint64(i), dt, normal))
+		at := func(i int) unsafe.Pointer { return elemAddr(p, i, size) }
+		switch {
+		case normal:
+			var u1, u2 [randomBlock]float64
+			for i := lo; i < hi; i += randomBlock {
+				m := min(randomBlock, hi-i)
+				C.memsh_normal_u((*C.double)(&u1[0]), (*C.double)(&u2[0]), cs, C.uint64_t(offset+uint64(i)), C.int64_t(m), isa)
+				switch dt {
+				case Float32:
+					o := unsafe.Slice((*float32)(at(i)), m)
+					for j := range o {
+						o[j] = float32(boxMuller(u1[j], u2[j]))
+					}
+				case Float64:
+					o := unsafe.Slice((*float64)(at(i)), m)
+					for j := range o {
+						o[j] = boxMuller(u1[j], u2[j])
+					}
+				default:
+					store := storeF64[dt]
+					for j := range m {
+						store(at(i+j), boxMuller(u1[j], u2[j]))
+					}
+				}
+			}
+		case dt == Float32:
+			C.memsh_uniform_f32((*C.float)(at(lo)), cs, C.uint64_t(offset+uint64(lo)), C.int64_t(hi-lo), 24, isa)
+		case dt == Float64:
+			C.memsh_uniform_f64((*C.double)(at(lo)), cs, C.uint64_t(offset+uint64(lo)), C.int64_t(hi-lo), isa)
+		default:
+			// float16 and bfloat16: 11 or 8 bits, exact in float32 and in dt.
+			b := C.int(11)
+			if dt == BFloat16 {
+				b = 8
+			}
+			store := storeF32[dt]
+			var buf [randomBlock]float32
+			for i := lo; i < hi; i += randomBlock {
+				m := min(randomBlock, hi-i)
+				C.memsh_uniform_f32((*C.float)(&buf[0]), cs, C.uint64_t(offset+uint64(i)), C.int64_t(m), b, isa)
+				for j := range m {
+					store(at(i+j), buf[j])
+				}
+			}
 		}
 	})
+}
+
+// boxMuller is randomValue's normal value from u1 and u2.
+func boxMuller(u1, u2 float64) float64 {
+	return math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
+}
+
+// randomF64s sets vals[k] to randomValue(seed, offset+k, Float64, normal)
+// for every k, in bulk (see randomKernel).
+func randomF64s(vals []float64, seed, offset uint64, normal bool) {
+	if len(vals) > 0 {
+		randomKernel(unsafe.Pointer(&vals[0]), Float64, len(vals), seed, offset, normal)
+	}
 }

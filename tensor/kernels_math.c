@@ -1,0 +1,266 @@
+// Vectorised float32 transcendental functions: exp, log, tanh, sigmoid
+// (see kernels_math.go).
+//
+// Each function is a branch-free polynomial evaluation on one float that
+// GCC inlines into a loop and vectorises ("omp simd"). The loops are
+// compiled three times: for AVX-512 (16 lanes, FMA), AVX2 with FMA
+// (8 lanes) and baseline x86-64 / any other architecture (SSE2, 4 lanes,
+// or scalar): the portable fallback. memsh_unary_math_f32 picks the
+// widest the CPU supports at run time; memsh_math_isa tells which.
+//
+// Accuracy (float32 ulps, measured by kernels_math_test.go against the
+// float64 math functions over all float32 inputs of several ranges):
+// exp ≤ 1, log ≤ 1, tanh ≤ 1, sigmoid ≤ 2. Special values: NaN in, NaN
+// out; exp(+Inf) = +Inf, exp(-Inf) = 0, exp overflows to +Inf above
+// 88.72 and underflows through the subnormals to 0 below -103.97;
+// log(0) = -Inf, log(x < 0) = NaN, log(+Inf) = +Inf, subnormal inputs
+// are exact; tanh(±Inf) = ±1, tanh(-0) = -0; sigmoid(-Inf) = 0,
+// sigmoid(+Inf) = 1, and sigmoid's small results are exp(x)-accurate
+// down to the subnormals (never 1/(1+Inf) = 0 early).
+//
+// The reductions and coefficients: exp(x) = 2^n · e^r with
+// n = round(x / ln 2), r = x - n·ln 2 (ln 2 in two parts, the first with
+// few enough bits that n·C1 is exact), e^r by its degree-7 Taylor
+// polynomial (|r| ≤ 0.347: truncation below 2^-27), 2^n applied in two
+// halves so subnormal results come out right. log(x) = e·ln 2 +
+// log1p(f) with x = 2^e·(1+f), 1+f in [√½, √2), and log1p(f) = f -
+// (f²/2 - s·(f²/2 + R(s²))) with s = f/(2+f) and R the Taylor series of
+// 2·atanh(s)/s - 2 up to s^8. tanh(x) = x + x³·P(x²) for |x| < 0.55, with
+// P of degree 4 fitted (weighted least squares, relative error below
+// 2e-9 on [0, 0.5625]); above, 1 - 2/(e^2|x| + 1). sigmoid(x) =
+// 1/(1 + e^-|x|) for x ≥ 0 and e^x/(1 + e^x) below.
+
+#include <stdint.h>
+#include <string.h>
+
+// Float comparisons feed selects, never branches: without this GCC keeps
+// them as branches (a comparison might trap) and vectorises nothing.
+#pragma GCC optimize("no-trapping-math")
+
+#define MINLINE static inline __attribute__((always_inline))
+
+// Operation codes, as in kernels_math.go.
+enum { M_EXP, M_LOG, M_TANH, M_SIGMOID };
+
+MINLINE uint32_t f2u(float x) {
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	return u;
+}
+
+MINLINE float u2f(uint32_t u) {
+	float x;
+	memcpy(&x, &u, 4);
+	return x;
+}
+
+// exp_f32 is e^x (see above).
+MINLINE float exp_f32(float x) {
+	float c = x > 89.0f ? 89.0f : x;
+	c = c < -104.0f ? -104.0f : c;
+	// n = round(c / ln 2): adding 1.5·2^23 rounds to an integer.
+	const float shift = 12582912.0f;
+	float n = (c * 1.44269504088896341f + shift) - shift;
+	float r = c - n * 0.693359375f;
+	r = r - n * -2.12194440e-4f;
+	float p = 1.0f / 5040.0f;
+	p = p * r + 1.0f / 720.0f;
+	p = p * r + 1.0f / 120.0f;
+	p = p * r + 1.0f / 24.0f;
+	p = p * r + 1.0f / 6.0f;
+	p = p * r + 0.5f;
+	p = p * (r * r) + r;
+	p = p + 1.0f;
+	int32_t ni = (int32_t)n;
+	int32_t n1 = ni >> 1, n2 = ni - n1; // each in [-75, 64]
+	float s1 = u2f((uint32_t)(n1 + 127) << 23), s2 = u2f((uint32_t)(n2 + 127) << 23);
+	float y = (p * s1) * s2;
+	return x != x ? x : y;
+}
+
+// log_f32 is the natural logarithm (see above).
+MINLINE float log_f32(float x) {
+	int sub = x < 0x1p-126f;
+	float xs = sub ? x * 0x1p23f : x;
+	uint32_t ix = f2u(xs);
+	int32_t e = (int32_t)(ix >> 23) - 127 - (sub ? 23 : 0);
+	float m = u2f((ix & 0x007fffffu) | 0x3f800000u);
+	int big = m > 1.41421356f;
+	m = big ? m * 0.5f : m;
+	e += big;
+	float f = m - 1.0f;
+	float s = f / (2.0f + f);
+	float z = s * s;
+	float R = z * (2.0f / 3.0f + z * (2.0f / 5.0f + z * (2.0f / 7.0f + z * (2.0f / 9.0f))));
+	float hfsq = 0.5f * f * f;
+	float fe = (float)e;
+	float y = fe * 0.693359375f - ((hfsq - (s * (hfsq + R) + fe * -2.12194440e-4f)) - f);
+	y = x == __builtin_inff() ? x : y;
+	y = x == 0.0f ? -__builtin_inff() : y;
+	y = x < 0.0f ? __builtin_nanf("") : y;
+	return x != x ? x : y;
+}
+
+// tanh_f32 is the hyperbolic tangent (see above).
+MINLINE float tanh_f32(float x) {
+	uint32_t sign = f2u(x) & 0x80000000u;
+	float a = u2f(f2u(x) & 0x7fffffffu);
+	float z = a * a;
+	float p = -6.180468946695328e-03f;
+	p = p * z + 2.1007928997278214e-02f;
+	p = p * z + -5.383754521608353e-02f;
+	p = p * z + 1.33324533700943e-01f;
+	p = p * z + -3.333331346511841e-01f;
+	float small = a + (a * z) * p;
+	float e = exp_f32(2.0f * a);
+	float large = 1.0f - 2.0f / (e + 1.0f);
+	float y = a < 0.55f ? small : large;
+	return u2f(f2u(y) | sign);
+}
+
+// sigmoid_f32 is 1 / (1 + e^-x) (see above).
+MINLINE float sigmoid_f32(float x) {
+	float a = u2f(f2u(x) & 0x7fffffffu);
+	float e = exp_f32(-a);
+	float num = x >= 0.0f ? 1.0f : e;
+	return num / (1.0f + e);
+}
+
+#define MATH_LOOP(FN)                       \
+	_Pragma("omp simd")                     \
+	for (int64_t i = 0; i < n; i++) {       \
+		o[i] = FN(a[i]);                    \
+	}
+
+#define MATH_BODY                                    \
+	switch (op) {                                    \
+	case M_EXP: MATH_LOOP(exp_f32) break;            \
+	case M_LOG: MATH_LOOP(log_f32) break;            \
+	case M_TANH: MATH_LOOP(tanh_f32) break;          \
+	case M_SIGMOID: MATH_LOOP(sigmoid_f32) break;    \
+	}
+
+static void math_default(int op, float *o, const float *a, int64_t n) { MATH_BODY }
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MEMSH_MATH_X86 1
+__attribute__((target("avx2,fma"))) static void math_avx2(int op, float *o, const float *a, int64_t n) { MATH_BODY }
+__attribute__((target("avx512f,avx2,fma"))) static void math_avx512(int op, float *o, const float *a, int64_t n) { MATH_BODY }
+#endif
+
+// memsh_math_isa returns the widest instruction set the CPU supports of
+// those compiled: 2 AVX-512, 1 AVX2 with FMA, 0 the baseline.
+int memsh_math_isa(void) {
+#ifdef MEMSH_MATH_X86
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f")) return 2;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
+#endif
+	return 0;
+}
+
+// memsh_unary_math_f32 computes o[i] = op(a[i]) for n contiguous float32
+// elements (o may be a) with the loops for isa (see memsh_math_isa; the
+// caller never passes more than the CPU supports).
+void memsh_unary_math_f32(int op, float *o, const float *a, int64_t n, int isa) {
+#ifdef MEMSH_MATH_X86
+	if (isa == 2) {
+		math_avx512(op, o, a, n);
+		return;
+	}
+	if (isa == 1) {
+		math_avx2(op, o, a, n);
+		return;
+	}
+#endif
+	math_default(op, o, a, n);
+}
+
+// Philox-4x32-10 (see kernels_random.go): block i of a call uses the
+// counter [low32(offset+i), high32(offset+i), 0, 0] and the key [low32(seed),
+// high32(seed)]. The loops are written for one block at a time and
+// vectorised across blocks.
+
+#define PHILOX_ROUNDS(SEED, K)                                                  \
+	uint32_t c0 = (uint32_t)(K), c1 = (uint32_t)((K) >> 32), c2 = 0, c3 = 0;   \
+	uint32_t k0 = (uint32_t)(SEED), k1 = (uint32_t)((SEED) >> 32);             \
+	for (int r = 0; r < 10; r++) {                                              \
+		uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2; \
+		uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1; \
+		c1 = (uint32_t)p1;                                                      \
+		c3 = (uint32_t)p0;                                                      \
+		c0 = n0;                                                                \
+		c2 = n2;                                                                \
+		k0 += 0x9E3779B9u;                                                      \
+		k1 += 0xBB67AE85u;                                                      \
+	}
+
+// RANDOM_BODY defines the loop of one generator kernel; EMIT stores block
+// i's outputs from c0..c3.
+#define RANDOM_BODY(EMIT)                         \
+	_Pragma("omp simd")                           \
+	for (int64_t i = 0; i < n; i++) {             \
+		uint64_t k = offset + (uint64_t)i;        \
+		PHILOX_ROUNDS(seed, k)                    \
+		EMIT                                      \
+	}
+
+// u53 returns (x >> 11) × 2^-53 exactly, without a 64-bit integer to
+// double conversion (AVX2 has none): the top 52 bits as the mantissa of a
+// double in [1, 2), minus 1, plus the 53rd bit.
+MINLINE double u53(uint64_t x) {
+	uint64_t b = 0x3FF0000000000000ull | (x >> 12);
+	double d;
+	memcpy(&d, &b, 8);
+	return (d - 1.0) + ((x >> 11) & 1 ? 0x1p-53 : 0.0);
+}
+
+// UNIFORM_F32: (x0 >> (32-bits)) × 2^-bits as float32 (exact).
+#define UNIFORM_F32 o[i] = (float)(int32_t)(c0 >> (32 - bits)) * scale;
+// UNIFORM_F64: the top 53 bits of x0:x1 × 2^-53.
+#define UNIFORM_F64 o[i] = u53(((uint64_t)c0 << 32) | c1);
+// NORMAL_U: Box-Muller's u1 = 1 - (x0:x1 >> 11)·2^-53 and u2 = (x2:x3 >> 11)·2^-53.
+#define NORMAL_U                                                                \
+	u1[i] = 1.0 - u53(((uint64_t)c0 << 32) | c1); \
+	u2[i] = u53(((uint64_t)c2 << 32) | c3);
+
+#define RANDOM_FNS(SUFFIX, ATTR)                                                                           \
+	ATTR static void uniform_f32_##SUFFIX(float *o, uint64_t seed, uint64_t offset, int64_t n, int bits) { \
+		float scale = 1.0f / (float)(1u << bits);                                                          \
+		RANDOM_BODY(UNIFORM_F32)                                                                           \
+	}                                                                                                      \
+	ATTR static void uniform_f64_##SUFFIX(double *o, uint64_t seed, uint64_t offset, int64_t n) {          \
+		RANDOM_BODY(UNIFORM_F64)                                                                           \
+	}                                                                                                      \
+	ATTR static void normal_u_##SUFFIX(double *u1, double *u2, uint64_t seed, uint64_t offset, int64_t n) { \
+		RANDOM_BODY(NORMAL_U)                                                                              \
+	}
+
+RANDOM_FNS(default, )
+#ifdef MEMSH_MATH_X86
+RANDOM_FNS(avx2, __attribute__((target("avx2,fma"))))
+RANDOM_FNS(avx512, __attribute__((target("avx512f,avx512dq,avx2,fma"))))
+#define RANDOM_DISPATCH(FN, ...)                  \
+	if (isa == 2) { FN##_avx512(__VA_ARGS__); return; } \
+	if (isa == 1) { FN##_avx2(__VA_ARGS__); return; }   \
+	FN##_default(__VA_ARGS__);
+#else
+#define RANDOM_DISPATCH(FN, ...) FN##_default(__VA_ARGS__);
+#endif
+
+// memsh_uniform_f32 stores the uniform values of generator offsets
+// offset .. offset+n-1 with bits of precision (24, 11 or 8) as float32.
+void memsh_uniform_f32(float *o, uint64_t seed, uint64_t offset, int64_t n, int bits, int isa) {
+	RANDOM_DISPATCH(uniform_f32, o, seed, offset, n, bits)
+}
+
+// memsh_uniform_f64 is memsh_uniform_f32 for float64 (53 bits).
+void memsh_uniform_f64(double *o, uint64_t seed, uint64_t offset, int64_t n, int isa) {
+	RANDOM_DISPATCH(uniform_f64, o, seed, offset, n)
+}
+
+// memsh_normal_u stores Box-Muller's u1 and u2 of generator offsets
+// offset .. offset+n-1.
+void memsh_normal_u(double *u1, double *u2, uint64_t seed, uint64_t offset, int64_t n, int isa) {
+	RANDOM_DISPATCH(normal_u, u1, u2, seed, offset, n)
+}

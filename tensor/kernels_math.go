@@ -1,0 +1,117 @@
+package tensor
+
+/*
+#include <stdint.h>
+int memsh_math_isa(void);
+void memsh_unary_math_f32(int op, float *o, const float *a, int64_t n, int isa);
+*/
+import "C"
+
+import (
+	"sync"
+	"unsafe"
+)
+
+// Vectorised float32 exp, log, tanh and sigmoid (kernels_math.c: AVX-512,
+// AVX2+FMA or baseline loops, chosen at run time). They serve the float32
+// unary ops (and float16/bfloat16, computed in float32) for every run
+// length, so a value's result never depends on the tensor's layout.
+// Accuracy: exp, log and tanh within 1 ulp of the correctly rounded result,
+// sigmoid within 2 (kernels_math_test.go); float64 tensors keep Go's math
+// package.
+
+// Operation codes of memsh_unary_math_f32.
+const (
+	mathExp = iota
+	mathLog
+	mathTanh
+	mathSigmoid
+)
+
+// mathISA is the instruction set memsh_unary_math_f32 uses: 2 AVX-512,
+// 1 AVX2+FMA, 0 baseline. Tests lower it to check each variant.
+var mathISA = sync.OnceValue(func() int { return int(C.memsh_math_isa()) })
+
+// mathOp returns the memsh_unary_math_f32 code of op, or -1.
+func mathOp(op UnaryOp) int {
+	switch op {
+	case OpExp:
+		return mathExp
+	case OpLog:
+		return mathLog
+	case OpTanh:
+		return mathTanh
+	case OpSigmoid:
+		return mathSigmoid
+	}
+	return -1
+}
+
+// mathF32 runs the math kernel code over n contiguous float32 values (o
+// may equal a) with instruction set isa.
+func mathF32(code int, o, a unsafe.Pointer, n, isa int) {
+	if n > 0 {
+		C.memsh_unary_math_f32(C.int(code), (*C.float)(o), (*C.float)(a), C.int64_t(n), C.int(isa))
+	}
+}
+
+// ExpF32, LogF32, TanhF32 and SigmoidF32 compute dst[i] = f(src[i]) for
+// float32 slices of equal length (dst may be src) with the vectorised
+// kernels: the helpers for ops built on these functions (softmax, GELU,
+// SiLU, ...), so that they round exactly as tensor.Exp, Log, Tanh and
+// Sigmoid do. They run on the calling goroutine; split large inputs with
+// parallelFor.
+func ExpF32(dst, src []float32) { mathSlice(mathExp, dst, src) }
+
+// LogF32 is the natural logarithm (see ExpF32).
+func LogF32(dst, src []float32) { mathSlice(mathLog, dst, src) }
+
+// TanhF32 is the hyperbolic tangent (see ExpF32).
+func TanhF32(dst, src []float32) { mathSlice(mathTanh, dst, src) }
+
+// SigmoidF32 is 1/(1+e^-x) (see ExpF32).
+func SigmoidF32(dst, src []float32) { mathSlice(mathSigmoid, dst, src) }
+
+func mathSlice(code int, dst, src []float32) {
+	if len(dst) != len(src) {
+		panic("tensor: math kernel: dst and src lengths differ")
+	}
+	if len(src) == 0 {
+		return
+	}
+	mathF32(code, unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0]), len(src), mathISA())
+}
+
+// mathBlock is the buffer length, in elements, of the strided and
+// float16/bfloat16 paths of unaryMathKernel.
+const mathBlock = 512
+
+// unaryMathKernel computes out = op(in) for op with a math kernel (code)
+// and outDT of float32 kind: contiguous float32 runs go straight to the C
+// loops, others are loaded into a float32 buffer, computed and stored.
+func unaryMathKernel(code int, it *elemIter, outDT, inDT DType) {
+	so, si := it.inner[0], it.inner[1]
+	isa := mathISA()
+	if outDT == Float32 && inDT == Float32 && so == 4 && si == 4 {
+		it.run(func(p []unsafe.Pointer, n int) { mathF32(code, p[0], p[1], n, isa) })
+		return
+	}
+	load, store := loaderF32(inDT, outDT), storeF32[outDT]
+	it.run(func(p []unsafe.Pointer, n int) {
+		var buf [mathBlock]float32
+		o, x := p[0], p[1]
+		for n > 0 {
+			m := min(n, mathBlock)
+			for i := range m {
+				buf[i] = load(x)
+				x = unsafe.Add(x, si)
+			}
+			mathF32(code, unsafe.Pointer(&buf[0]), unsafe.Pointer(&buf[0]), m, isa)
+			for i := range m {
+				store(o, buf[i])
+				o = unsafe.Add(o, so)
+			}
+			n -= m
+		}
+	})
+}

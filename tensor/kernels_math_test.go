@@ -1,0 +1,201 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"unsafe"
+)
+
+// mathRef is each math kernel's float64 reference, rounded to float32 by
+// the caller: the correctly rounded result but for double rounding.
+var mathRef = []struct {
+	name   string
+	code   int
+	f      func(float64) float64
+	maxULP int // asserted bound, in float32 ulps from the rounded reference
+}{
+	{"exp", mathExp, math.Exp, 1},
+	{"log", mathLog, math.Log, 1},
+	{"tanh", mathTanh, math.Tanh, 1},
+	{"sigmoid", mathSigmoid, func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }, 2},
+}
+
+// ulpOrd maps a float32 to an integer that orders floats by value, with
+// neighbouring floats one apart (+0 and -0 both 0).
+func ulpOrd(f float32) int64 {
+	b := int64(math.Float32bits(f))
+	if b&0x80000000 != 0 {
+		return -(b & 0x7fffffff)
+	}
+	return b
+}
+
+// ulpDiff is the distance in float32 ulps between got and want; NaNs
+// match only NaNs.
+func ulpDiff(got, want float32) int64 {
+	if got != got || want != want {
+		if got != got && want != want {
+			return 0
+		}
+		return math.MaxInt32
+	}
+	if math.IsInf(float64(want), 0) || math.IsInf(float64(got), 0) {
+		if got == want {
+			return 0
+		}
+		return math.MaxInt32
+	}
+	d := ulpOrd(got) - ulpOrd(want)
+	if d < 0 {
+		d = -d
+	}
+	return d
+}
+
+// mathISAs lists the kernel variants this CPU can run.
+func mathISAs() []int {
+	var isas []int
+	for isa := 0; isa <= mathISA(); isa++ {
+		isas = append(isas, isa)
+	}
+	return isas
+}
+
+// mathInputs returns the float32 inputs of the accuracy test: every
+// step-th bit pattern (all signs, exponents, NaNs and infinities), and
+// dense sweeps of the ranges where the kernels switch method or where
+// results are large, tiny or near 1.
+func mathInputs(step uint32) []float32 {
+	var xs []float32
+	for b := uint64(0); b < 1<<32; b += uint64(step) {
+		xs = append(xs, math.Float32frombits(uint32(b)))
+	}
+	dense := func(lo, hi float32, n int) {
+		for i := range n {
+			xs = append(xs, lo+(hi-lo)*float32(i)/float32(n))
+		}
+	}
+	dense(-1, 1, 1<<18)              // tanh/sigmoid near 0, exp near 1
+	dense(0.5, 0.6, 1<<16)           // tanh's switch at 0.55
+	dense(0.5, 2, 1<<18)             // log near 1
+	dense(80, 89, 1<<16)             // exp overflow
+	dense(-105, -85, 1<<16)          // exp subnormal results, sigmoid's tail
+	dense(-12, 12, 1<<16)            // tanh/sigmoid saturation
+	dense(0x1p-149, 0x1p-120, 1<<14) // log of subnormals
+	return xs
+}
+
+// TestMathKernelsULP checks every variant of every math kernel against
+// the float64 math package over several million inputs, and reports the
+// largest error found.
+func TestMathKernelsULP(t *testing.T) {
+	step := uint32(509)
+	if testing.Short() {
+		step = 8191
+	}
+	xs := mathInputs(step)
+	got := make([]float32, len(xs))
+	for _, isa := range mathISAs() {
+		for _, m := range mathRef {
+			mathF32(m.code, unsafe.Pointer(&got[0]), unsafe.Pointer(&xs[0]), len(xs), isa)
+			var worst int64
+			var worstX float32
+			for i, x := range xs {
+				want := float32(m.f(float64(x)))
+				if d := ulpDiff(got[i], want); d > worst {
+					worst, worstX = d, x
+				}
+			}
+			t.Logf("isa %d %s: max error %d ulp (at %g) over %d inputs", isa, m.name, worst, worstX, len(xs))
+			if worst > int64(m.maxULP) {
+				x := worstX
+				t.Errorf("isa %d %s(%g) = %g, want %g: %d ulp > %d", isa, m.name, x, mathOne(m.code, x, isa), float32(m.f(float64(x))), worst, m.maxULP)
+			}
+		}
+	}
+}
+
+func mathOne(code int, x float32, isa int) float32 {
+	var y float32
+	mathF32(code, unsafe.Pointer(&y), unsafe.Pointer(&x), 1, isa)
+	return y
+}
+
+// TestMathKernelsSpecial checks special values exactly.
+func TestMathKernelsSpecial(t *testing.T) {
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	negZero := float32(math.Copysign(0, -1))
+	maxF, minSub := float32(math.MaxFloat32), float32(math.SmallestNonzeroFloat32)
+	cases := []struct {
+		code int
+		x    float32
+		want float32
+	}{
+		{mathExp, nan, nan}, {mathExp, inf, inf}, {mathExp, -inf, 0}, {mathExp, 0, 1}, {mathExp, negZero, 1},
+		{mathExp, 88.72283, float32(math.Exp(float64(float32(88.72283))))}, {mathExp, 88.72284, inf}, {mathExp, 100, inf}, {mathExp, maxF, inf},
+		{mathExp, -87.33654, float32(math.Exp(float64(float32(-87.33654))))}, {mathExp, -100, 3.7835e-44}, {mathExp, -103.2789, minSub},
+		{mathExp, -104, 0}, {mathExp, -maxF, 0},
+		{mathLog, nan, nan}, {mathLog, inf, inf}, {mathLog, -inf, nan}, {mathLog, 0, -inf}, {mathLog, negZero, -inf},
+		{mathLog, -1, nan}, {mathLog, -minSub, nan}, {mathLog, 1, 0}, {mathLog, minSub, -103.27893}, {mathLog, maxF, 88.72284},
+		{mathLog, float32(math.E), 1},
+		{mathTanh, nan, nan}, {mathTanh, inf, 1}, {mathTanh, -inf, -1}, {mathTanh, 0, 0}, {mathTanh, negZero, negZero},
+		{mathTanh, 20, 1}, {mathTanh, -20, -1}, {mathTanh, maxF, 1}, {mathTanh, minSub, minSub}, {mathTanh, 1e-20, 1e-20},
+		{mathSigmoid, nan, nan}, {mathSigmoid, inf, 1}, {mathSigmoid, -inf, 0}, {mathSigmoid, 0, 0.5},
+		{mathSigmoid, 20, 1}, {mathSigmoid, -100, 3.7835e-44}, {mathSigmoid, -maxF, 0}, {mathSigmoid, maxF, 1},
+	}
+	for _, isa := range mathISAs() {
+		for _, c := range cases {
+			got := mathOne(c.code, c.x, isa)
+			same := got == c.want && math.Signbit(float64(got)) == math.Signbit(float64(c.want)) || got != got && c.want != c.want
+			if !same {
+				t.Errorf("isa %d %s(%g) = %g, want %g", isa, mathRef[c.code].name, c.x, got, c.want)
+			}
+		}
+	}
+}
+
+// TestMathKernelsLayouts checks that a value's result does not depend on
+// the run it is in: contiguous, strided, and through float16 (computed in
+// float32, then rounded).
+func TestMathKernelsLayouts(t *testing.T) {
+	xs := mathInputs(1 << 20)
+	want := make([]float32, len(xs))
+	for _, m := range mathRef {
+		mathF32(m.code, unsafe.Pointer(&want[0]), unsafe.Pointer(&xs[0]), len(xs), mathISA())
+		// Strided: every other element of a doubled buffer.
+		n := 3001
+		src, dst := make([]float32, 2*n), make([]float32, 2*n)
+		for i := range n {
+			src[2*i] = xs[i*7]
+		}
+		it := newElemIter([]int{n}, strided{base: unsafe.Pointer(&dst[0]), size: 4, st: []int{2}}, strided{base: unsafe.Pointer(&src[0]), size: 4, st: []int{2}})
+		unaryMathKernel(m.code, it, Float32, Float32)
+		for i := range n {
+			if g, w := dst[2*i], want[i*7]; math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+				t.Fatalf("%s strided: %g -> %g, contiguous %g", m.name, xs[i*7], g, w)
+			}
+		}
+	}
+}
+
+func BenchmarkMathF32(b *testing.B) {
+	for _, m := range mathRef {
+		for _, n := range []int{1 << 20, 4 << 20} {
+			b.Run(fmt.Sprintf("%s/%d", m.name, n), func(b *testing.B) {
+				src, dst := make([]float32, n), make([]float32, n)
+				for i := range src {
+					src[i] = float32(i%20001)/1000 - 10
+					if m.code == mathLog {
+						src[i] = float32(i%20001)/100 + 1e-3
+					}
+				}
+				it := newElemIter([]int{n}, strided{base: unsafe.Pointer(&dst[0]), size: 4, st: []int{1}}, strided{base: unsafe.Pointer(&src[0]), size: 4, st: []int{1}})
+				b.SetBytes(int64(8 * n))
+				for b.Loop() {
+					unaryMathKernel(m.code, it, Float32, Float32)
+				}
+			})
+		}
+	}
+}
