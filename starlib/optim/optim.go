@@ -178,15 +178,28 @@ func foreachArg(fname string, v starlark.Value) (bool, error) {
 	return false, fmt.Errorf("%s: for parameter foreach: got %s, want bool or None", fname, v.Type())
 }
 
+// number is a float parameter that also takes an int, as Python's.
+type number float64
+
+func (n *number) Unpack(v starlark.Value) error {
+	f, ok := starlark.AsFloat(v)
+	if !ok {
+		return fmt.Errorf("got %s, want a number", v.Type())
+	}
+	*n = number(f)
+	return nil
+}
+
 func newSGD(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var paramsV starlark.Value
-	var lr, momentum, dampening, wd float64
+	var lrN, momN, dampN, wdN number
 	var nesterov bool
 	var foreachV starlark.Value = starlark.None
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "params", &paramsV, "lr", &lr, "momentum?", &momentum, "dampening?", &dampening,
-		"weight_decay?", &wd, "nesterov?", &nesterov, "foreach?", &foreachV, "maximize?", new(bool), "differentiable?", new(bool)); err != nil {
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "params", &paramsV, "lr", &lrN, "momentum?", &momN, "dampening?", &dampN,
+		"weight_decay?", &wdN, "nesterov?", &nesterov, "foreach?", &foreachV, "maximize?", new(bool), "differentiable?", new(bool)); err != nil {
 		return nil, err
 	}
+	lr, momentum, dampening, wd := float64(lrN), float64(momN), float64(dampN), float64(wdN)
 	vals, ps, err := paramsArg(b.Name(), paramsV)
 	if err != nil {
 		return nil, err
@@ -208,18 +221,19 @@ func newSGD(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 func newAdam(decoupled bool) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
 	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var paramsV starlark.Value
-		lr, eps, wd := 0.001, 1e-8, 0.0
+		lrN, epsN, wdN := number(0.001), number(1e-8), number(0.0)
 		if decoupled {
-			wd = 0.01
+			wdN = 0.01
 		}
 		var betas starlark.Tuple = starlark.Tuple{starlark.Float(0.9), starlark.Float(0.999)}
 		var amsgrad bool
 		var foreachV starlark.Value = starlark.None
-		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "params", &paramsV, "lr?", &lr, "betas?", &betas, "eps?", &eps,
-			"weight_decay?", &wd, "amsgrad?", &amsgrad, "foreach?", &foreachV, "maximize?", new(bool), "capturable?", new(bool),
+		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "params", &paramsV, "lr?", &lrN, "betas?", &betas, "eps?", &epsN,
+			"weight_decay?", &wdN, "amsgrad?", &amsgrad, "foreach?", &foreachV, "maximize?", new(bool), "capturable?", new(bool),
 			"differentiable?", new(bool), "fused?", new(starlark.Value)); err != nil {
 			return nil, err
 		}
+		lr, eps, wd := float64(lrN), float64(epsN), float64(wdN)
 		if len(betas) != 2 {
 			return nil, fmt.Errorf("%s: betas: want a pair, got %d values", b.Name(), len(betas))
 		}
