@@ -291,7 +291,7 @@ func (m *Manager) Alloc(device string, nbytes uint64) (*Memory, error) {
 func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.sinceReclaim+nbytes > m.pacing {
+	if m.sinceReclaim+nbytes > m.pacing && storesData(a) {
 		m.reclaimLocked()
 	} else if m.peak == PeakExact && nbytes > 0 && m.wouldRaise(a, nbytes) && a.Allocated()+a.RoundSize(nbytes) >= m.quiet[a] {
 		m.stats.PeakReclaims++
@@ -315,7 +315,9 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	rec := &record{alloc: a, block: b, device: a.Device().Name(), nbytes: nbytes, seq: m.seq}
 	h := &Memory{rec: rec}
 	m.entries = append(m.entries, entry{handle: weak.Make(h), rec: rec})
-	m.sinceReclaim += nbytes
+	if storesData(a) {
+		m.sinceReclaim += nbytes
+	}
 	m.emit(a, Event{Kind: EventAlloc, Addr: b.Ptr, Size: b.Size, Requested: nbytes, Seq: rec.seq})
 	return h, nil
 }
@@ -475,4 +477,15 @@ func (m *Manager) Close() {
 	for _, a := range m.gpus {
 		a.EmptyCache()
 	}
+}
+
+// storesData reports whether a's device keeps data: a meta device
+// (backend/sim with meta) holds none, so its allocations cost the process
+// nothing and do not count toward the reclaim pacing, which exists to
+// return garbage's host and device memory in time.
+func storesData(a Allocator) bool {
+	if d, ok := a.Device().(interface{ Meta() bool }); ok && d.Meta() {
+		return false
+	}
+	return true
 }
