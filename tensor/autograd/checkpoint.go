@@ -56,9 +56,14 @@ func Checkpoint[T any](ctx *tensor.Context, inputs []*tensor.Tensor, fn func(inp
 		return fn(inputs)
 	}
 	f := &ckptFrame{
-		ctx:          ctx,
-		preserve:     preserveRNG,
-		rng:          rng,
+		ctx:      ctx,
+		preserve: preserveRNG,
+		rng:      rng,
+		// The recomputation re-enters the forward's autocast state, as
+		// torch.utils.checkpoint does (device_autocast_kwargs), so that it
+		// saves what the forward saved.
+		autocastOn:   ctx.Autocast != nil && ctx.Autocast.Enabled && !ctx.Autocast.Excluded,
+		autocastDT:   ctx.AutocastOf().DType,
 		isRecomputed: map[uint64]bool{},
 		counter:      map[uint64]int{},
 	}
@@ -87,6 +92,9 @@ type ckptFrame struct {
 	recompute func(inputs []*tensor.Tensor) error
 	preserve  bool
 	rng       tensor.RNGSnapshot
+
+	autocastOn bool         // autocast was on in the forward
+	autocastDT tensor.DType // and its dtype
 
 	holders      []weak.Pointer[ckptHolder] // one per tensor saved in the forward, in order
 	metas        []savedMeta                // their shapes, dtypes, devices
@@ -212,18 +220,24 @@ func (f *ckptFrame) rerun(gid uint64) error {
 		f.ctx.RestoreRNG(f.rng)
 		defer f.ctx.RestoreRNG(cur)
 	}
-	return WithSavedTensorHooks(f.ctx, f.recomputationHooks(gid), func() (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				s, ok := r.(stopRecomputation)
-				if !ok || s.f != f {
-					panic(r)
+	run := func() error {
+		return WithSavedTensorHooks(f.ctx, f.recomputationHooks(gid), func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					s, ok := r.(stopRecomputation)
+					if !ok || s.f != f {
+						panic(r)
+					}
+					err = s.err
 				}
-				err = s.err
-			}
-		}()
-		return f.recompute(ins)
-	})
+			}()
+			return f.recompute(ins)
+		})
+	}
+	if f.autocastOn {
+		return Autocast(f.ctx, true, f.autocastDT, run)
+	}
+	return run()
 }
 
 // check compares what the rerun saved with the forward

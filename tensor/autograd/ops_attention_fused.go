@@ -32,6 +32,13 @@ import (
 // edge).
 func ScaledDotProductAttention(q, k, v, attnMask *tensor.Tensor, dropoutP float64, isCausal bool, scale float64) (*tensor.Tensor, error) {
 	const fname = "scaled_dot_product_attention"
+	// Autocast wraps the whole op (lower-precision list): q, k, v (and a
+	// float mask) are cast before the backend is chosen.
+	release, err := castArgs(lowerPrecision, &q, &k, &v, &attnMask)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if q.DType() != k.DType() || q.DType() != v.DType() {
 		return nil, fmt.Errorf("%s: Expected query, key, and value to have the same dtype, but got query.dtype: %s key.dtype: %s and value.dtype: %s instead.", fname, q.DType(), k.DType(), v.DType())
 	}
@@ -45,9 +52,9 @@ func ScaledDotProductAttention(q, k, v, attnMask *tensor.Tensor, dropoutP float6
 		return nil, fmt.Errorf("%s: Expected attn_mask dtype to be bool or float or to match query dtype, but got attn_mask.dtype: %s and  query.dtype: %s instead.", fname, attnMask.DType(), q.DType())
 	}
 	reqGrad := GradEnabled(q.Context()) && (RequiresGrad(q) || RequiresGrad(k) || RequiresGrad(v))
-	backend, err := tensor.SelectSDPBackend(tensor.SDPParams{Q: q, K: k, V: v, Mask: attnMask, Dropout: dropoutP, Causal: isCausal, RequiresGrad: reqGrad})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", fname, err)
+	backend, serr := tensor.SelectSDPBackend(tensor.SDPParams{Q: q, K: k, V: v, Mask: attnMask, Dropout: dropoutP, Causal: isCausal, RequiresGrad: reqGrad})
+	if serr != nil {
+		return nil, fmt.Errorf("%s: %w", fname, serr)
 	}
 	switch backend {
 	case tensor.SDPFlash:
