@@ -5,6 +5,7 @@
 package starlib
 
 import (
+	starlarkjson "go.starlark.net/lib/json"
 	starlarkmath "go.starlark.net/lib/math"
 	"go.starlark.net/starlark"
 
@@ -29,6 +30,8 @@ import (
 // predeclared names:
 //
 //	cuda, tensor, gpu      modules
+//	nn, optim              layers and optimizers (PyTorch's torch.nn, torch.optim)
+//	math, json             go.starlark.net's math and json modules
 //	sweep                  module: max_fit and grid, each point a trial
 //	host, log, courtesy    modules (host figures, per-statement logger, courtesy)
 //	memtrace, profile, profiled, profile_report, profile_every, report
@@ -47,6 +50,7 @@ func Predeclared() starlark.StringDict {
 		"tensor":         tensor.Module,
 		"nn":             nn.Module,
 		"math":           starlarkmath.Module,
+		"json":           starlarkjson.Module,
 		"optim":          optim.Module,
 		"sweep":          sweep.Module,
 		"gc":             starlark.NewBuiltin("gc", gc),
