@@ -28,7 +28,8 @@ func vmSize(t *testing.T) uint64 {
 func TestMapUnmapReturnsAddressSpace(t *testing.T) {
 	for _, size := range []uint64{100, 4096, HugePage, HugePage + 4, 3*HugePage + 12345} {
 		before := vmSize(t)
-		for i := 0; i < 500; i++ {
+		const pairs = 2000
+		for i := 0; i < pairs; i++ {
 			b, err := Map(size)
 			if err != nil {
 				t.Fatal(err)
@@ -44,10 +45,11 @@ func TestMapUnmapReturnsAddressSpace(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		// The Go runtime may map a little meanwhile; a leak of one page per
-		// mapping would be 2 MiB here, one huge page per mapping 1 GiB.
-		if after := vmSize(t); after > before+(1<<20) {
-			t.Errorf("size %d: VmSize grew from %d to %d over 500 map/unmap pairs", size, before, after)
+		// The Go runtime may map a few MiB meanwhile (heap arenas, stacks:
+		// 1.7 MiB was seen under load); a leak of one page per mapping
+		// would be 8 MiB here, one huge page per mapping 4 GiB.
+		if after := vmSize(t); after > before+(4<<20) {
+			t.Errorf("size %d: VmSize grew from %d to %d over %d map/unmap pairs", size, before, after, pairs)
 		}
 	}
 }
