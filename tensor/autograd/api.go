@@ -156,6 +156,16 @@ func BinaryInPlace(op tensor.BinaryOp, self *tensor.Tensor, other tensor.Operand
 	if n == nil {
 		return self, nil
 	}
+	switch {
+	case op == tensor.OpMul && !isScalar:
+		n.apply = mulBackward(sSelf, sOther)
+		rebase(n, self)
+		return self, nil
+	case op == tensor.OpDiv && !isScalar:
+		n.apply = divBackward(sSelf, sOther)
+		rebase(n, self)
+		return self, nil
+	}
 	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		res := make([]*tensor.Tensor, len(n.next))
 		gg := g[0]
@@ -175,62 +185,11 @@ func BinaryInPlace(op tensor.BinaryOp, self *tensor.Tensor, other tensor.Operand
 				res[1] = r
 			}
 		case tensor.OpMul:
-			if isScalar {
-				r, err := mulScalar(gg, s)
-				return []*tensor.Tensor{r}, err
-			}
-			if n.needsGrad(0) {
-				o, err := sOther.Unpack()
-				if err != nil {
-					return nil, err
-				}
-				if res[0], err = mul(gg, o); err != nil {
-					return nil, err
-				}
-			}
-			if n.needsGrad(1) {
-				sv, err := sSelf.Unpack()
-				if err != nil {
-					return nil, err
-				}
-				if res[1], err = mul(gg, sv); err != nil {
-					return nil, err
-				}
-			}
+			r, err := mulScalar(gg, s)
+			return []*tensor.Tensor{r}, err
 		case tensor.OpDiv:
-			if isScalar {
-				r, err := divScalar(gg, s)
-				return []*tensor.Tensor{r}, err
-			}
-			o, err := sOther.Unpack()
-			if err != nil {
-				return nil, err
-			}
-			if n.needsGrad(0) {
-				if res[0], err = div(gg, o); err != nil {
-					return nil, err
-				}
-			}
-			if n.needsGrad(1) {
-				sv, err := sSelf.Unpack()
-				if err != nil {
-					return nil, err
-				}
-				q, err := div(sv, o)
-				if err != nil {
-					return nil, err
-				}
-				if q, err = div(q, o); err != nil {
-					return nil, err
-				}
-				ng, err := neg(gg)
-				if err != nil {
-					return nil, err
-				}
-				if res[1], err = mul(ng, q); err != nil {
-					return nil, err
-				}
-			}
+			r, err := divScalar(gg, s)
+			return []*tensor.Tensor{r}, err
 		}
 		return res, nil
 	}

@@ -24,16 +24,6 @@ func addInPlace(a, b *tensor.Tensor) error {
 	return err
 }
 
-func mulInPlace(a, b *tensor.Tensor) error {
-	_, err := a.Mul_(b)
-	return err
-}
-
-func mulScalarInPlace(a *tensor.Tensor, s tensor.Scalar) error {
-	_, err := a.Mul_(s)
-	return err
-}
-
 func mm(a, b *tensor.Tensor) (*tensor.Tensor, error)  { return tensor.Matmul(a, b) }
 func bmm(a, b *tensor.Tensor) (*tensor.Tensor, error) { return tensor.Matmul(a, b) }
 
@@ -49,7 +39,6 @@ func mean(t *tensor.Tensor, dims []int, keepdim bool) (*tensor.Tensor, error) {
 
 func view(t *tensor.Tensor, shape []int) (*tensor.Tensor, error)    { return tensor.View(t, shape) }
 func reshape(t *tensor.Tensor, shape []int) (*tensor.Tensor, error) { return tensor.Reshape(t, shape) }
-func canView(t *tensor.Tensor, shape []int) bool                    { return tensor.CanView(t, shape) }
 func transpose(t *tensor.Tensor, d0, d1 int) (*tensor.Tensor, error) {
 	return tensor.Transpose(t, d0, d1)
 }

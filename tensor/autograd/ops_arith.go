@@ -70,28 +70,7 @@ func Mul(a, b *tensor.Tensor) (*tensor.Tensor, error) {
 	if err != nil || n == nil {
 		return out, err
 	}
-	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		res := make([]*tensor.Tensor, 2)
-		if n.needsGrad(0) {
-			bv, err := sb.Unpack()
-			if err != nil {
-				return nil, err
-			}
-			if res[0], err = mul(g[0], bv); err != nil {
-				return nil, err
-			}
-		}
-		if n.needsGrad(1) {
-			av, err := sa.Unpack()
-			if err != nil {
-				return nil, err
-			}
-			if res[1], err = mul(g[0], av); err != nil {
-				return nil, err
-			}
-		}
-		return res, nil
-	}
+	n.apply = mulBackward(sa, sb)
 	n.setOutputs(out)
 	return out, nil
 }
@@ -111,40 +90,7 @@ func Div(a, b *tensor.Tensor) (*tensor.Tensor, error) {
 	if err != nil || n == nil {
 		return out, err
 	}
-	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		res := make([]*tensor.Tensor, 2)
-		bv, err := sb.Unpack()
-		if err != nil {
-			return nil, err
-		}
-		if n.needsGrad(0) {
-			if res[0], err = div(g[0], bv); err != nil {
-				return nil, err
-			}
-		}
-		if n.needsGrad(1) {
-			av, err := sa.Unpack()
-			if err != nil {
-				return nil, err
-			}
-			// div_tensor_other_backward: -grad * ((self / other) / other)
-			q, err := div(av, bv)
-			if err != nil {
-				return nil, err
-			}
-			if q, err = div(q, bv); err != nil {
-				return nil, err
-			}
-			ng, err := neg(g[0])
-			if err != nil {
-				return nil, err
-			}
-			if res[1], err = mul(ng, q); err != nil {
-				return nil, err
-			}
-		}
-		return res, nil
-	}
+	n.apply = divBackward(sa, sb)
 	n.setOutputs(out)
 	return out, nil
 }
@@ -233,92 +179,67 @@ func Neg(a *tensor.Tensor) (*tensor.Tensor, error) {
 	return out, nil
 }
 
-// AddInPlace is a += b (add_.Tensor): a must not be a leaf that requires
-// grad; with grad mode on and a gradient needed, a's history is rebased on
-// AddBackward0.
-func AddInPlace(a, b *tensor.Tensor) error {
-	if err := checkInPlace(a); err != nil {
-		return err
-	}
-	n := newNode("AddBackward0", a, b)
-	if err := addInPlace(a, b); err != nil {
-		return err
-	}
-	if n != nil {
-		n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
-			return []*tensor.Tensor{pick(n, 0, g[0]), pick(n, 1, g[0])}, nil
+// mulBackward is MulBackward0's formula: grad * b for a (b saved as sb),
+// grad * a for b (a saved as sa).
+func mulBackward(sa, sb *SavedTensor) func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		res := make([]*tensor.Tensor, 2)
+		if n.needsGrad(0) {
+			bv, err := sb.Unpack()
+			if err != nil {
+				return nil, err
+			}
+			if res[0], err = mul(g[0], bv); err != nil {
+				return nil, err
+			}
 		}
-		rebase(n, a)
+		if n.needsGrad(1) {
+			av, err := sa.Unpack()
+			if err != nil {
+				return nil, err
+			}
+			if res[1], err = mul(g[0], av); err != nil {
+				return nil, err
+			}
+		}
+		return res, nil
 	}
-	return nil
 }
 
-// MulInPlace is a *= b (mul_.Tensor, MulBackward0: saves b, and the
-// original a when b needs a gradient — which PyTorch clones first).
-func MulInPlace(a, b *tensor.Tensor) error {
-	if err := checkInPlace(a); err != nil {
-		return err
-	}
-	n := newNode("MulBackward0", a, b)
-	var sa, sb *SavedTensor
-	if n != nil {
-		if n.needsGrad(1) {
-			c, err := clone(a)
-			if err != nil {
-				return err
-			}
-			sa = n.save(c)
+// divBackward is DivBackward0's formula: grad / b for a, and
+// -grad * ((a / b) / b) for b (div_tensor_other_backward).
+func divBackward(sa, sb *SavedTensor) func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	return func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		res := make([]*tensor.Tensor, 2)
+		bv, err := sb.Unpack()
+		if err != nil {
+			return nil, err
 		}
 		if n.needsGrad(0) {
-			sb = n.save(b)
-		}
-	}
-	if err := mulInPlace(a, b); err != nil {
-		return err
-	}
-	if n != nil {
-		n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
-			res := make([]*tensor.Tensor, 2)
-			if n.needsGrad(0) {
-				bv, err := sb.Unpack()
-				if err != nil {
-					return nil, err
-				}
-				if res[0], err = mul(g[0], bv); err != nil {
-					return nil, err
-				}
+			if res[0], err = div(g[0], bv); err != nil {
+				return nil, err
 			}
-			if n.needsGrad(1) {
-				av, err := sa.Unpack()
-				if err != nil {
-					return nil, err
-				}
-				if res[1], err = mul(g[0], av); err != nil {
-					return nil, err
-				}
+		}
+		if n.needsGrad(1) {
+			av, err := sa.Unpack()
+			if err != nil {
+				return nil, err
 			}
-			return res, nil
+			q, err := div(av, bv)
+			if err != nil {
+				return nil, err
+			}
+			if q, err = div(q, bv); err != nil {
+				return nil, err
+			}
+			ng, err := neg(g[0])
+			if err != nil {
+				return nil, err
+			}
+			if res[1], err = mul(ng, q); err != nil {
+				return nil, err
+			}
 		}
-		rebase(n, a)
+		return res, nil
 	}
-	return nil
-}
-
-// MulScalarInPlace is a *= s (mul_.Scalar, MulBackward1).
-func MulScalarInPlace(a *tensor.Tensor, s tensor.Scalar) error {
-	if err := checkInPlace(a); err != nil {
-		return err
-	}
-	n := newNode("MulBackward1", a)
-	if err := mulScalarInPlace(a, s); err != nil {
-		return err
-	}
-	if n != nil {
-		n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
-			r, err := mulScalar(g[0], s)
-			return []*tensor.Tensor{r}, err
-		}
-		rebase(n, a)
-	}
-	return nil
 }

@@ -424,7 +424,7 @@ func Linear(x, w, bias *tensor.Tensor) (*tensor.Tensor, error) {
 		return nil, err
 	}
 	if bias != nil {
-		if err := AddInPlace(out, bias); err != nil {
+		if _, err := BinaryInPlace(tensor.OpAdd, out, bias); err != nil {
 			return nil, err
 		}
 	}
