@@ -149,3 +149,82 @@ func unsafeBytes(t *Tensor) []byte {
 	size := t.dtype.Size()
 	return unsafe.Slice((*byte)(elemAddr(t.mem.Pointer(), t.offset, size)), t.Numel()*size)
 }
+
+// BenchmarkInterruptLatency measures Ctrl-C latency: the time from
+// Context.Interrupt (50 ms into the op) to the op's return.
+func BenchmarkInterruptLatency(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		shape []int
+		op    func(x *Tensor) (*Tensor, error)
+	}{
+		{"matmul4096", []int{4096, 4096}, func(x *Tensor) (*Tensor, error) { return Matmul(x, x) }},
+		{"add2^28", []int{1 << 28}, func(x *Tensor) (*Tensor, error) { return Add(x, x) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			m := backend.NewManager(backend.Config{Host: host.NewAllocator()})
+			defer m.Close()
+			c := NewContext(m)
+			x, err := Ones(c, tc.shape, Float32, "cpu")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var total time.Duration
+			for b.Loop() {
+				done := make(chan time.Time, 1)
+				go func() {
+					_, _ = tc.op(x)
+					done <- time.Now()
+				}()
+				time.Sleep(50 * time.Millisecond)
+				c.Interrupt()
+				at := time.Now()
+				total += (<-done).Sub(at)
+				c.ClearInterrupt()
+				m.Reclaim()
+			}
+			b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms-latency")
+		})
+	}
+}
+
+// BenchmarkInterruptChunking compares ops on a Context with the interrupt
+// flag (chunked kernels, tiled products) and without one (one parallelFor
+// range per goroutine, one BLAS call): the cost of the checks.
+func BenchmarkInterruptChunking(b *testing.B) {
+	m := backend.NewManager(backend.Config{Host: host.NewAllocator()})
+	defer m.Close()
+	c := NewContext(m)
+	plain := *c
+	plain.intr = nil
+	for _, mode := range []struct {
+		name string
+		c    *Context
+	}{{"flag", c}, {"noflag", &plain}} {
+		x, _ := Ones(mode.c, []int{1 << 24}, Float32, "cpu")
+		a, _ := Rand(mode.c, []int{1024, 1024}, Float32, "cpu")
+		s, _ := Ones(mode.c, []int{4096, 4096}, Float32, "cpu")
+		b.Run("add2^24/"+mode.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Add(x, x); err != nil {
+					b.Fatal(err)
+				}
+				m.Reclaim()
+			}
+		})
+		b.Run("matmul1024/"+mode.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Matmul(a, a); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("sum4096x4096dim1/"+mode.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Sum(s, []int{1}, false, Undefined); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
