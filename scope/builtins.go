@@ -12,6 +12,7 @@ import (
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/env/refpath"
+	"github.com/memsh/memsh/tensor"
 )
 
 // sessionBuiltins are the global builtins made of the Session itself:
@@ -207,7 +208,7 @@ func isInterrupt(err error) bool {
 	if errors.As(err, &ee) {
 		err = ee.Unwrap()
 	}
-	return err != nil && (strings.Contains(err.Error(), "Starlark computation cancelled") || strings.Contains(err.Error(), "too many steps"))
+	return err != nil && (errors.Is(err, tensor.ErrInterrupted) || strings.Contains(err.Error(), "Starlark computation cancelled") || strings.Contains(err.Error(), "too many steps"))
 }
 
 func sortedKeys(m map[string]starlark.Value) []string {

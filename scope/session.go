@@ -24,6 +24,7 @@ import (
 	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/starlib"
 	startensor "github.com/memsh/memsh/starlib/tensor"
+	"github.com/memsh/memsh/tensor"
 )
 
 // Options configure a Session.
@@ -61,6 +62,7 @@ type Session struct {
 	out     io.Writer
 	thread  *starlark.Thread
 	env     *env.Env
+	tctx    *tensor.Context // the tensor Context (its interrupt flag is set by Interrupt)
 	mgr     *backend.Manager
 	rss     *host.PeakRSS
 	devices []backend.Device
@@ -135,6 +137,10 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 	// The tensor context, and the per-input logger's seed (log.start(seed=N),
 	// :log seed N) reseeding the tensor generator as tensor.manual_seed(N).
 	startensor.Install(s.env)
+	// Ctrl-C also stops the running kernel (Interrupt); the flag is
+	// cleared as each statement starts and ends.
+	s.tctx = startensor.Context(s.env)
+	s.OnStatement(func(env.StatementEvent) { s.tctx.ClearInterrupt() })
 	s.thread = &starlark.Thread{
 		Name:  "memsh",
 		Print: func(_ *starlark.Thread, msg string) { fmt.Fprintln(s.out, msg) },
@@ -265,6 +271,7 @@ func (s *Session) Experiments() []*Experiment {
 // Session reclaims and stays usable.
 func (s *Session) Interrupt() {
 	s.thread.Cancel("interrupted")
+	s.tctx.Interrupt() // the running kernel, op or backward pass stops too
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
 	for _, t := range s.loading {

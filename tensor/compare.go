@@ -142,6 +142,9 @@ func compare(fname string, op cmpOp, t *Tensor, other operand) (*Tensor, error) 
 		compareKernel(op, layoutOf(out, shape), cmpArgOf(ops[0], shape, common), cmpArgOf(ops[1], shape, common), shape)
 	}
 	runtime.KeepAlive(ops)
+	if err := t.ctx.interrupted(fname); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

@@ -1,6 +1,11 @@
 package tensor
 
-import "github.com/memsh/memsh/backend"
+import (
+	"errors"
+	"sync/atomic"
+
+	"github.com/memsh/memsh/backend"
+)
 
 // A Context is what the engine needs from a Session: the Manager that owns
 // every tensor's memory, the random generator's state and the default
@@ -29,6 +34,10 @@ type Context struct {
 	Autocast *AutocastState
 
 	rng *rngState // shared with staging contexts
+
+	// intr is the interrupt flag (Ctrl-C), shared with staging contexts;
+	// see Interrupt.
+	intr *atomic.Bool
 }
 
 // rngState is the Philox generator's state: the key and the counter of
@@ -44,7 +53,57 @@ const DefaultSeed = 67280421310721
 // NewContext returns a Context over m with the default seed and the "cpu"
 // default device.
 func NewContext(m *backend.Manager) *Context {
-	return &Context{Manager: m, DefaultDevice: "cpu", rng: &rngState{seed: DefaultSeed}}
+	return &Context{Manager: m, DefaultDevice: "cpu", rng: &rngState{seed: DefaultSeed}, intr: new(atomic.Bool)}
+}
+
+// ErrInterrupted is the cause of the error an op returns when it stops
+// because its Context was interrupted (Ctrl-C: Python's KeyboardInterrupt).
+// Test for it with errors.Is.
+var ErrInterrupted = errors.New("interrupted")
+
+// Interrupt asks the ops running in c to stop: it is the one method of a
+// Context that is safe to call from another goroutine (a SIGINT handler).
+// Long kernels check the flag between chunks (about a million elements of
+// an elementwise, copy or reduction kernel; a panel of output rows of a
+// matrix product; a node of the backward pass) and the op then returns an
+// error wrapping ErrInterrupted, within milliseconds. A new op's result is
+// dropped (its memory goes at the next reclaim, as any garbage's); an
+// in-place or out= op may leave its destination partly written, as an
+// interrupted PyTorch op does. The flag stays set, so every op fails,
+// until ClearInterrupt: the Session clears it when the interrupted
+// statement ends.
+func (c *Context) Interrupt() {
+	if c.intr != nil {
+		c.intr.Store(true)
+	}
+}
+
+// Interrupted reports whether Interrupt was called since the last
+// ClearInterrupt. Safe from any goroutine.
+func (c *Context) Interrupted() bool { return c.intr != nil && c.intr.Load() }
+
+// ClearInterrupt resets the interrupt flag. Safe from any goroutine.
+func (c *Context) ClearInterrupt() {
+	if c.intr != nil {
+		c.intr.Store(false)
+	}
+}
+
+// stopFlag is the flag kernels poll (nil when c is nil).
+func (c *Context) stopFlag() *atomic.Bool {
+	if c == nil {
+		return nil
+	}
+	return c.intr
+}
+
+// interrupted returns op fname's error when c has been interrupted, else
+// nil. Ops call it after their kernels.
+func (c *Context) interrupted(fname string) error {
+	if c == nil || !c.Interrupted() {
+		return nil
+	}
+	return &Error{Op: fname, Err: ErrInterrupted}
 }
 
 // ManualSeed reseeds the generator (torch.manual_seed): the counter goes

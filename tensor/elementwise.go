@@ -271,6 +271,9 @@ func binaryOut(op BinaryOp, x, y operand, dst *Tensor) (*Tensor, error) {
 	}
 	runtime.KeepAlive(x.t)
 	runtime.KeepAlive(y.t)
+	if err := out.ctx.interrupted(fname); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -344,6 +347,9 @@ func inplace(fname string, op BinaryOp, self *Tensor, other operand) (*Tensor, e
 		}
 	}
 	runtime.KeepAlive(other.t)
+	if err := self.ctx.interrupted(fname); err != nil {
+		return nil, err // self may be partly written
+	}
 	return self, nil
 }
 
@@ -422,6 +428,9 @@ func unary(fname string, op UnaryOp, t *Tensor) (*Tensor, error) {
 		unaryKernel(op, layoutOf(out, out.shape), dt, layoutOf(t, out.shape), t.dtype, out.shape)
 	}
 	runtime.KeepAlive(t)
+	if err := t.ctx.interrupted(fname); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -452,7 +461,7 @@ func copyInto(fname string, dst, src *Tensor) error {
 	copyKernel(layoutOf(dst, dst.shape), dst.dtype, layoutOf(src, dst.shape), src.dtype, dst.shape)
 	runtime.KeepAlive(dst)
 	runtime.KeepAlive(src)
-	return nil
+	return dst.ctx.interrupted(fname) // dst may be partly written
 }
 
 // fillInto stores the number v into every element of dst, as Tensor.fill_.
@@ -467,7 +476,7 @@ func fillInto(fname string, dst *Tensor, o operand) error {
 		fillKernel(layoutOf(dst, dst.shape), dst.dtype, encodeValue(dst.dtype, o), dst.shape)
 	}
 	runtime.KeepAlive(dst)
-	return nil
+	return dst.ctx.interrupted(fname) // dst may be partly written
 }
 
 // fmtShape prints a shape as PyTorch does in messages: [2, 3].

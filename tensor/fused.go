@@ -30,7 +30,7 @@ func mapFloat(out *Tensor, ins []*Tensor, f func(x []float64) float64) {
 		for k, in := range ins {
 			srcs[k] = unsafe.Slice((*float32)(unsafe.Add(in.mem.Pointer(), in.offset*4)), in.Numel())
 		}
-		parallelFor(len(o), parallelThreshold, func(lo, hi int) {
+		parallelForStop(out.ctx.stopFlag(), len(o), parallelThreshold, interruptGrain/4, func(lo, hi int) {
 			xs := make([]float64, len(ins))
 			for i := lo; i < hi; i++ {
 				for k := range srcs {
@@ -51,7 +51,7 @@ func mapFloat(out *Tensor, ins []*Tensor, f func(x []float64) float64) {
 	for k, in := range ins {
 		loads[k] = loadF64[in.dtype]
 	}
-	parallelFor(it.n, parallelThreshold, func(lo, hi int) {
+	parallelForStop(it.stop, it.n, parallelThreshold, interruptGrain/4, func(lo, hi int) {
 		xs := make([]float64, len(ins))
 		q := make([]unsafe.Pointer, len(ops))
 		it.runRange(lo, hi, func(p []unsafe.Pointer, n int) {

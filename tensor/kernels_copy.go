@@ -44,7 +44,7 @@ func copyTiled(it *elemIter, size int) bool {
 	bands := (rows + tiledBand - 1) / tiledBand
 	work := outer * bands
 	threshold := max(1, parallelThreshold/(tiledBand*cols))
-	parallelFor(work, threshold, func(lo, hi int) {
+	parallelForStop(it.stop, work, threshold, max(1, interruptGrain/(tiledBand*cols)), func(lo, hi int) {
 		for w := lo; w < hi; w++ {
 			o, band := w/bands, w%bands
 			doff, soff := d.off, s.off

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 
 	"gonum.org/v1/gonum/blas"
@@ -66,19 +67,69 @@ func general[T float32 | float64](m matOperand, l matLayout) (rows, cols, ld int
 }
 
 // gemmDirect computes c = a × b for float32 or float64 matrices BLAS can
-// read in place; c is contiguous (row stride c.cols).
+// read in place; c is row-major (column stride 1, row stride c.rs).
 func gemmDirect(g *gemm, dt DType, a, b, c matOperand, la, lb matLayout) {
 	if dt == Float32 {
 		_, _, ald, ad, ta := general[float32](a, la)
 		_, _, bld, bd, tb := general[float32](b, lb)
-		cd := unsafe.Slice((*float32)(c.p), c.rows*c.cols)
-		g.sgemm(ta, tb, c.rows, c.cols, a.cols, ad, ald, bd, bld, cd, c.cols)
+		cd := unsafe.Slice((*float32)(c.p), (c.rows-1)*c.rs+c.cols)
+		g.sgemm(ta, tb, c.rows, c.cols, a.cols, ad, ald, bd, bld, cd, c.rs)
 		return
 	}
 	_, _, ald, ad, ta := general[float64](a, la)
 	_, _, bld, bd, tb := general[float64](b, lb)
-	cd := unsafe.Slice((*float64)(c.p), c.rows*c.cols)
-	g.dgemm(ta, tb, c.rows, c.cols, a.cols, ad, ald, bd, bld, cd, c.cols)
+	cd := unsafe.Slice((*float64)(c.p), (c.rows-1)*c.rs+c.cols)
+	g.dgemm(ta, tb, c.rows, c.cols, a.cols, ad, ald, bd, bld, cd, c.rs)
+}
+
+// panelFlops is the work of one tile of a large matrix product (see
+// gemmTiles), 2·rows·cols·k floating-point operations: some tens of
+// milliseconds, large enough that the per-call cost (an optimised BLAS
+// packs its operands again) is lost in the noise. gonum runs at a few
+// GFLOP/s, OpenBLAS at tens to hundreds.
+func panelFlops(g *gemm) int {
+	if g == gonumGemm {
+		return 1 << 27
+	}
+	return 1 << 31
+}
+
+// panelAlign keeps tile boundaries at multiples of gonum's block size
+// (64) and of the register tiles of optimised BLAS kernels, so each
+// tile's products are the ones the whole call would compute: the results
+// are bit-identical to one call's.
+const panelAlign = 64
+
+// gemmTiles calls f(r0, r1, c0, c1) over the output of an n×k×m product
+// of flops operations per tile: with a stop flag and a large product, in
+// panels of rows (each one BLAS call) or, when even panelAlign rows are
+// too much work, in tiles of panelAlign rows and a multiple of panelAlign
+// columns, checking the flag between calls so an interrupt stops the
+// product within one tile; else in one call.
+func gemmTiles(stop *atomic.Bool, n, k, m, flops int, f func(r0, r1, c0, c1 int)) {
+	rows, cols := n, m
+	if stop != nil && 2*n*k*m > flops {
+		rows = flops / max(1, 2*k*m) / panelAlign * panelAlign
+		if rows < panelAlign {
+			rows = panelAlign
+			cols = max(panelAlign, flops/max(1, 2*k*panelAlign)/panelAlign*panelAlign)
+		}
+	}
+	for r0 := 0; r0 < n; r0 += rows {
+		for c0 := 0; c0 < m; c0 += cols {
+			if stop != nil && stop.Load() {
+				return
+			}
+			f(r0, min(r0+rows, n), c0, min(c0+cols, m))
+		}
+	}
+}
+
+// tile returns rows [r0, r1) and columns [c0, c1) of m as a matrix.
+func tile(m matOperand, size, r0, r1, c0, c1 int) matOperand {
+	m.p = elemAddr(m.p, r0*m.rs+c0*m.cs, size)
+	m.rows, m.cols = r1-r0, c1-c0
+	return m
 }
 
 // widen copies a strided matrix of dtype dt into a row-major scratch
@@ -107,30 +158,40 @@ func widen[T float32 | float64](m matOperand, dt DType) []T {
 // gemmConvert computes c = a × b through row-major scratch buffers, for
 // operands the BLAS cannot read in place: float16 and bfloat16 in float32,
 // float64 in float64 (never narrowed).
-func gemmConvert(g *gemm, dt DType, a, b, c matOperand) {
+// With stop, the product runs in tiles (gemmTiles).
+func gemmConvert(g *gemm, dt DType, a, b, c matOperand, stop *atomic.Bool) {
 	size := dt.Size()
+	n, k, m := c.rows, a.cols, c.cols
 	if dt == Float64 {
 		ad, bd := widen[float64](a, dt), widen[float64](b, dt)
-		cd := make([]float64, c.rows*c.cols)
-		g.dgemm(blas.NoTrans, blas.NoTrans, c.rows, c.cols, a.cols, ad, a.cols, bd, b.cols, cd, c.cols)
+		cd := make([]float64, n*m)
 		store := storeF64[dt]
-		for i, v := range cd {
-			store(elemAddr(c.p, i, size), v)
-		}
+		gemmTiles(stop, n, k, m, panelFlops(g), func(r0, r1, c0, c1 int) {
+			g.dgemm(blas.NoTrans, blas.NoTrans, r1-r0, c1-c0, k, ad[r0*k:], k, bd[c0:], m, cd[r0*m+c0:], m)
+			for i := r0; i < r1; i++ {
+				for j := i*m + c0; j < i*m+c1; j++ {
+					store(elemAddr(c.p, j, size), cd[j])
+				}
+			}
+		})
 		return
 	}
 	ad, bd := widen[float32](a, dt), widen[float32](b, dt)
-	cd := make([]float32, c.rows*c.cols)
-	g.sgemm(blas.NoTrans, blas.NoTrans, c.rows, c.cols, a.cols, ad, a.cols, bd, b.cols, cd, c.cols)
+	cd := make([]float32, n*m)
 	store := storeF32[dt]
-	for i, v := range cd {
-		store(elemAddr(c.p, i, size), v)
-	}
+	gemmTiles(stop, n, k, m, panelFlops(g), func(r0, r1, c0, c1 int) {
+		g.sgemm(blas.NoTrans, blas.NoTrans, r1-r0, c1-c0, k, ad[r0*k:], k, bd[c0:], m, cd[r0*m+c0:], m)
+		for i := r0; i < r1; i++ {
+			for j := i*m + c0; j < i*m+c1; j++ {
+				store(elemAddr(c.p, j, size), cd[j])
+			}
+		}
+	})
 }
 
 // gemmInt computes c = a × b exactly in int64 arithmetic (wrapping on
 // overflow) for integer dtypes, storing into dt; rows of c in parallel.
-func gemmInt(dt DType, a, b, c matOperand) {
+func gemmInt(dt DType, a, b, c matOperand, stop *atomic.Bool) {
 	size := dt.Size()
 	load, store := loadI64[dt], storeI64[dt]
 	bd := make([]int64, b.rows*b.cols) // b, row-major, read once per row of c
@@ -139,7 +200,7 @@ func gemmInt(dt DType, a, b, c matOperand) {
 			bd[i*b.cols+j] = load(elemAddr(b.p, i*b.rs+j*b.cs, size))
 		}
 	}
-	parallelFor(c.rows, max(1, parallelThreshold/max(1, a.cols*c.cols)), func(lo, hi int) {
+	parallelForStop(stop, c.rows, max(1, parallelThreshold/max(1, a.cols*c.cols)), max(1, interruptGrain/max(1, a.cols*c.cols)), func(lo, hi int) {
 		row := make([]int64, c.cols)
 		for i := lo; i < hi; i++ {
 			clear(row)
@@ -163,6 +224,9 @@ func gemmInt(dt DType, a, b, c matOperand) {
 // batchedMatmul computes out[b] = a[b] × b[b] for every batch index. a and
 // b are given with their batch strides broadcast to batch; out is
 // contiguous with shape batch + [n, m].
+//
+// When out's Context is interrupted it stops between matrices and, in a
+// large product, between panels of rows, leaving out partly written.
 func batchedMatmul(dt DType, batch []int, a, b *Tensor, aSt, bSt []int, n, k, m int, out *Tensor) {
 	nb := numel(batch)
 	if nb == 0 || n == 0 || m == 0 {
@@ -182,7 +246,11 @@ func batchedMatmul(dt DType, batch []int, a, b *Tensor, aSt, bSt []int, n, k, m 
 	direct := (dt == Float32 || dt == Float64) && okA && okB
 	g := currentGemm()
 	aP, bP := a.mem.Pointer(), b.mem.Pointer()
+	stop := out.ctx.stopFlag()
 	one := func(i int) {
+		if stop != nil && stop.Load() {
+			return
+		}
 		aoff, boff := a.offset, b.offset
 		rem := i
 		for d := len(batch) - 1; d >= 0; d-- {
@@ -196,11 +264,13 @@ func batchedMatmul(dt DType, batch []int, a, b *Tensor, aSt, bSt []int, n, k, m 
 		cm := matOperand{p: elemAddr(outP, i*n*m, size), rows: n, cols: m, rs: m, cs: 1}
 		switch {
 		case direct:
-			gemmDirect(g, dt, am, bm, cm, la, lb)
+			gemmTiles(stop, n, k, m, panelFlops(g), func(r0, r1, c0, c1 int) {
+				gemmDirect(g, dt, tile(am, size, r0, r1, 0, k), tile(bm, size, 0, k, c0, c1), tile(cm, size, r0, r1, c0, c1), la, lb)
+			})
 		case dt.IsFloat():
-			gemmConvert(g, dt, am, bm, cm)
+			gemmConvert(g, dt, am, bm, cm, stop)
 		default:
-			gemmInt(dt, am, bm, cm)
+			gemmInt(dt, am, bm, cm, stop)
 		}
 	}
 	// Large matrices: the BLAS parallelises each product; many small ones:

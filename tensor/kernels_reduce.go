@@ -146,6 +146,9 @@ func reduceKernel(kind reduceKind, in *Tensor, red []bool, outP unsafe.Pointer, 
 	isFloat := in.dtype.IsFloat()
 	size := in.dtype.Size()
 	inner := newElemIter(iShape, strided{base: in.mem.Pointer(), size: size, st: iSt})
+	// The flag is checked between outputs (each output's sum keeps its
+	// order of summation, so results do not depend on the chunking).
+	stop := in.ctx.stopFlag()
 	stride := inner.inner[0]
 
 	reduceRange := func(sc *iterScratch, base []int, lo, hi int) accum {
@@ -202,6 +205,9 @@ func reduceKernel(kind reduceKind, in *Tensor, red []bool, outP unsafe.Pointer, 
 			sc := inner.scratch()
 			base := []int{0}
 			for o := lo; o < hi; o++ {
+				if stop != nil && stop.Load() {
+					return
+				}
 				base[0] = offsetOf(o)
 				store(o, reduceRange(sc, base, 0, nIn))
 			}
@@ -210,6 +216,9 @@ func reduceKernel(kind reduceKind, in *Tensor, red []bool, outP unsafe.Pointer, 
 	}
 	// Few outputs, many inputs each: split each reduction.
 	for o := range nOut {
+		if stop != nil && stop.Load() {
+			return
+		}
 		base := []int{offsetOf(o)}
 		chunks := make([]accum, p)
 		size := (nIn + p - 1) / p

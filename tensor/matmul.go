@@ -85,6 +85,9 @@ func matmulOut(fname string, a, b, dst *Tensor) (*Tensor, error) {
 		bSt := batchStrides(bm, batch)
 		batchedMatmul(a.dtype, batch, am, bm, aSt, bSt, n, k, m, out)
 	}
+	if err := out.ctx.interrupted(fname); err != nil {
+		return nil, err // a dst (out=) may be partly written
+	}
 	if dst != nil {
 		return dst, nil
 	}

@@ -73,6 +73,9 @@ func reduce(kind reduceKind, fname string, t *Tensor, dims []int, keepdim bool, 
 		reduceKernel(kind, t, red, out.mem.Pointer(), dt, nil)
 	}
 	runtime.KeepAlive(t)
+	if err := t.ctx.interrupted(fname); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -124,6 +127,9 @@ func extreme(kind reduceKind, fname string, t *Tensor, dim int, withDim, keepdim
 		reduceKernel(kind, t, red, vals.mem.Pointer(), t.dtype, idxP)
 	}
 	runtime.KeepAlive(t)
+	if err := t.ctx.interrupted(fname); err != nil {
+		return nil, nil, err
+	}
 	return vals, idx, nil
 }
 

@@ -286,6 +286,9 @@ func copyTo(fname string, src *Tensor, device string, dt DType) (*Tensor, error)
 		}
 	}
 	runtime.KeepAlive(src)
+	if err := src.ctx.interrupted(fname); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -353,6 +356,9 @@ func concat(fname string, all []*Tensor, dim int) (*Tensor, error) {
 		}
 	}
 	runtime.KeepAlive(all)
+	if err := ref.ctx.interrupted(fname); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

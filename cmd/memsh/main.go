@@ -35,6 +35,7 @@ import (
 	"github.com/memsh/memsh/repl"
 	"github.com/memsh/memsh/scope"
 	"github.com/memsh/memsh/starlib"
+	"github.com/memsh/memsh/tensor"
 )
 
 // A feature adds its own flags and subcommands from a file of its own, in
@@ -290,7 +291,7 @@ func historyFile() string {
 
 // exitCode is 130 (as a shell reports SIGINT) for an interrupted run, else 1.
 func exitCode(err error) int {
-	if strings.Contains(err.Error(), "Starlark computation cancelled: interrupted") {
+	if errors.Is(err, tensor.ErrInterrupted) || strings.Contains(err.Error(), "Starlark computation cancelled: interrupted") {
 		return 130
 	}
 	return 1

@@ -80,6 +80,12 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 	}
 	obs := observerOf(ctx)
 	for e.ready.Len() > 0 {
+		if ctx != nil && ctx.Interrupted() {
+			// Ctrl-C: stop between nodes. Nodes already run have
+			// accumulated their gradients and (without retain_graph)
+			// released their saved tensors, as in PyTorch.
+			return &tensor.Error{Op: "autograd.backward", Err: tensor.ErrInterrupted}
+		}
 		n := heap.Pop(&e.ready).(readyItem).n
 		if obs != nil && obs.NodeStart != nil {
 			obs.NodeStart(n)
