@@ -1,6 +1,13 @@
 package tensor
 
-import "runtime"
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend/host"
+)
 
 // Reading values. These copy a real GPU's values to the host first and
 // fail on a meta device ("tensor.item: device cuda:0 is meta: values are
@@ -34,6 +41,9 @@ func (t *Tensor) Item() (Scalar, error) {
 // flattened), each a Scalar of t's dtype.
 func (t *Tensor) Values() ([]Scalar, error) {
 	const fname = "tensor.tolist"
+	if err := CheckConversion(fname, t.Numel(), ScalarBytes); err != nil {
+		return nil, err
+	}
 	if onGPU(t) != nil {
 		var v []Scalar
 		err := staged(t.ctx, fname, []*Tensor{t}, func(s *staging) error {
@@ -48,6 +58,9 @@ func (t *Tensor) Values() ([]Scalar, error) {
 
 // ToFloat64s returns the elements in row-major order as float64s.
 func (t *Tensor) ToFloat64s() ([]float64, error) {
+	if err := CheckConversion("tensor.values", t.Numel(), ScalarBytes+8); err != nil {
+		return nil, err
+	}
 	vs, err := t.Values()
 	if err != nil {
 		return nil, err
@@ -87,4 +100,40 @@ func contains(fname string, t *Tensor, x Scalar) (bool, error) {
 	})
 	runtime.KeepAlive(t)
 	return found, nil
+}
+
+// Bounded conversions. Reading a tensor's values into Go (Values, tolist,
+// ToFloat64s) takes Go heap in proportion to its elements; a conversion that
+// would need more than the process may still take is an error before it
+// starts, not a kill by the kernel or the cgroup.
+
+// ScalarBytes is the Go heap one element takes in Values' result.
+const ScalarBytes = uint64(unsafe.Sizeof(Scalar{}))
+
+// AvailableMemory returns the memory the process may still take (host
+// MemAvailable capped by the memory cgroup's room; 0 when unknown). A
+// variable so that tests can inject a figure.
+var AvailableMemory = host.Allowance
+
+// CheckConversion returns an error naming fname when converting n elements
+// at perElem bytes of Go heap each needs more memory than AvailableMemory
+// reports ("tensor.tolist: converting 67108864 elements needs about 2.50 GiB
+// of memory; 1.20 GiB is available"). Conversions below 1 MiB, and any when
+// the available memory cannot be read, are not checked.
+func CheckConversion(fname string, n int, perElem uint64) error {
+	if n <= 0 {
+		return nil
+	}
+	need := uint64(n) * perElem
+	if perElem != 0 && need/perElem != uint64(n) {
+		need = 1<<63 - 1 // overflow
+	}
+	if need < 1<<20 {
+		return nil
+	}
+	avail := AvailableMemory()
+	if avail == 0 || need <= avail {
+		return nil
+	}
+	return fmt.Errorf("%s: converting %d elements needs about %s of memory; %s is available", fname, n, backend.FormatBytes(int64(min(need, 1<<63-1))), backend.FormatBytes(int64(min(avail, 1<<63-1))))
 }

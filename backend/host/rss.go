@@ -143,3 +143,51 @@ func HeapLive() uint64 {
 	}
 	return s[0].Value.Uint64()
 }
+
+// Allowance returns the memory this process may still take without being
+// killed or swapping: MemAvailable, capped by the room left under the
+// memory cgroup's limit (cgroup v2 memory.max less memory.current, or v1's
+// memory.limit_in_bytes less memory.usage_in_bytes) when there is one. 0 if
+// nothing can be read.
+func Allowance() uint64 {
+	avail := Available()
+	if room, ok := cgroupRoom(); ok && (avail == 0 || room < avail) {
+		avail = room
+	}
+	return avail
+}
+
+// cgroupRoom returns the bytes left under this process's memory cgroup
+// limit, and false when there is no limit or it cannot be read.
+func cgroupRoom() (uint64, bool) {
+	read := func(path string) (uint64, bool) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return 0, false
+		}
+		s := string(bytes.TrimSpace(b))
+		if s == "max" {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(s, 10, 64)
+		return v, err == nil
+	}
+	for _, p := range [][2]string{
+		{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+		{"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"},
+	} {
+		limit, ok := read(p[0])
+		if !ok || limit >= 1<<62 { // v1 reports "no limit" as a huge number
+			continue
+		}
+		used, ok := read(p[1])
+		if !ok {
+			continue
+		}
+		if used >= limit {
+			return 0, true
+		}
+		return limit - used, true
+	}
+	return 0, false
+}

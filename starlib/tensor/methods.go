@@ -320,13 +320,19 @@ func item(fname string, t *Tensor) (starlark.Value, error) {
 	return scalarValue(v), nil
 }
 
+// tolistBytes is the Go heap a Starlark number in a list takes: the
+// interface slot (16 bytes) and the boxed value (16 to 24 bytes).
+const tolistBytes = 40
+
 // tolist returns nested lists of numbers (a number for a 0-dim tensor).
 func tolist(fname string, t *Tensor) (starlark.Value, error) {
 	if err := t.t.NeedData(fname); err != nil {
 		return nil, err
 	}
-	if t.t.Numel() > 1<<26 {
-		return nil, fmt.Errorf("%s: tensor has %d elements; tolist is limited to 2^26", fname, t.t.Numel())
+	// The Go heap it takes: Values' result, then a boxed Starlark number
+	// and its slot in a list per element (and the lists themselves).
+	if err := tensor.CheckConversion(fname, t.t.Numel(), tensor.ScalarBytes+tolistBytes); err != nil {
+		return nil, err
 	}
 	vals, err := t.t.Values()
 	if err != nil {

@@ -1,0 +1,54 @@
+package scope_test
+
+import (
+	"io"
+	"testing"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/fsafe"
+	"github.com/memsh/memsh/scope"
+)
+
+// FuzzExec runs arbitrary source in a Session on a small simulated GPU
+// (meta: no data) with a step budget, so every loop ends. Invariants: no
+// panic; the Session stays usable after any error (a follow-up statement
+// runs); and once the open experiments are finished, the user globals are
+// cleared and memory is reclaimed, nothing is left allocated on the GPU.
+// The seed corpus (testdata/fuzz/FuzzExec) runs with `go test`.
+func FuzzExec(f *testing.F) {
+	f.Add("x = tensor.zeros([4, 4], device='cuda')\ny = x + 1\n")
+	f.Fuzz(func(t *testing.T, src string) {
+		if len(src) > 4096 {
+			return
+		}
+		s, err := scope.New(scope.Options{Device: "sim:64MiB,meta", Out: io.Discard, Err: io.Discard, Quiet: true, MaxSteps: 20000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		// cuda.dump_snapshot may only write to a scratch directory.
+		s.Env().Files = &fsafe.Policy{Roots: []string{t.TempDir()}}
+
+		if err := s.Exec("fuzz.star", src); err != nil && testing.Verbose() {
+			t.Logf("%v", err)
+		}
+		if err := s.Exec("after.star", "x = 1"); err != nil {
+			t.Fatalf("session unusable after %q: %v", src, err)
+		}
+		if v := s.Get("x"); v == nil || v.String() != "1" {
+			t.Fatalf("x = %v after the follow-up statement", v)
+		}
+
+		s.FinishOpen(nil)
+		for name := range s.Globals() {
+			s.Set(name, starlark.None)
+		}
+		s.Manager().Reclaim()
+		for i := 0; i < s.Manager().NumGPUs(); i++ {
+			if n := s.Manager().GPU(i).Allocated(); n != 0 {
+				t.Fatalf("cuda:%d: %d bytes still allocated after clearing the globals of %q", i, n, src)
+			}
+		}
+	})
+}
