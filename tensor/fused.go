@@ -522,3 +522,41 @@ func ScatterAdd_(dst *Tensor, dim int, index, src *Tensor) error {
 	}
 	return err
 }
+
+// AllFinite reports whether every element of t is finite (no inf, no
+// NaN), reading the values in place: no copy, no allocation proportional
+// to t's size (GradScaler's non-finite check). A meta tensor has no values
+// and counts as finite.
+func AllFinite(t *Tensor) (bool, error) {
+	const fname = "tensor.isfinite"
+	if err := t.checkLive(fname); err != nil {
+		return false, err
+	}
+	if !t.dtype.IsFloat() {
+		return true, nil
+	}
+	ok := true
+	scan := func(s *Tensor) {
+		if !s.hasData() {
+			return
+		}
+		load := loadF64[s.dtype]
+		forEachElem(s, func(p elemPtr) bool {
+			v := load(p)
+			if math.IsInf(v, 0) || math.IsNaN(v) {
+				ok = false
+				return false
+			}
+			return true
+		})
+	}
+	if onGPU(t) != nil {
+		err := staged(t.ctx, fname, []*Tensor{t}, func(s *staging) error {
+			scan(s.shadowOf(t))
+			return nil
+		})
+		return ok, err
+	}
+	scan(t)
+	return ok, nil
+}

@@ -203,24 +203,20 @@ func (s *GradScaler) Unscale(o Optimizer) error {
 
 // nonFiniteCheckAndUnscale is one gradient's share of
 // _amp_foreach_non_finite_check_and_unscale_: found = 1 when g has an inf
-// or a NaN; g *= inv in place. No device memory (the values are read on
-// the host; a meta tensor has none and counts as finite).
+// or a NaN; g *= inv in place. No device memory, and no copy of the
+// values (they are scanned in place; a meta tensor has none and counts as
+// finite).
 func nonFiniteCheckAndUnscale(g, found, inv *tensor.Tensor) error {
-	if g.NeedData("unscale_") == nil {
-		vs, err := g.ToFloat64s()
-		if err != nil {
+	finite, err := tensor.AllFinite(g)
+	if err != nil {
+		return err
+	}
+	if !finite {
+		if _, err := found.Fill_(tensor.Float(1)); err != nil {
 			return err
 		}
-		for _, v := range vs {
-			if math.IsInf(v, 0) || math.IsNaN(v) {
-				if _, err := found.Fill_(tensor.Float(1)); err != nil {
-					return err
-				}
-				break
-			}
-		}
 	}
-	_, err := tensor.BinaryInPlace(tensor.OpMul, g, inv)
+	_, err = tensor.BinaryInPlace(tensor.OpMul, g, inv)
 	return err
 }
 
