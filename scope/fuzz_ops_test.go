@@ -195,6 +195,10 @@ g = None
 // failures are ordinary errors, the same on both devices; results agree
 // (dtype, shape, allclose); nothing stays allocated once the values are
 // dropped. The seed corpus (testdata/fuzz/FuzzTensorOps) runs with `go test`.
+// opsSession is FuzzTensorOps' Session, shared by the inputs one process
+// runs.
+var opsSession *scope.Session
+
 func FuzzTensorOps(f *testing.F) {
 	f.Add([]byte{0, 2, 3, 0, 1, 4, 4, 1, 0, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -202,11 +206,18 @@ func FuzzTensorOps(f *testing.F) {
 			return
 		}
 		src := opsProgram(data)
-		s, err := scope.New(scope.Options{Device: "sim:64MiB", Out: io.Discard, Err: io.Discard, Quiet: true, MaxSteps: 100000})
-		if err != nil {
-			t.Fatal(err)
+		// One Session per fuzzing process, reset after every input (its
+		// globals dropped and every byte back, which the test checks):
+		// making a Session per input cost ~100 ms, and fuzzing needs
+		// millions of inputs.
+		if opsSession == nil {
+			s, err := scope.New(scope.Options{Device: "sim:64MiB", Out: io.Discard, Err: io.Discard, Quiet: true, MaxSteps: 100000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			opsSession = s
 		}
-		defer s.Close()
+		s := opsSession
 		if err := s.Exec("prog.star", src); err != nil {
 			t.Fatalf("%v\n%s", err, src)
 		}

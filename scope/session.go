@@ -212,9 +212,16 @@ func (s *Session) Get(name string) starlark.Value {
 	return s.live[name]
 }
 
-// Set binds a user global from Go. It must not be called while a statement
-// runs.
+// Set binds a user global from Go; a nil v deletes it. It must not be
+// called while a statement runs.
 func (s *Session) Set(name string, v starlark.Value) {
+	if v == nil {
+		if s.user[name] {
+			delete(s.live, name)
+			delete(s.user, name)
+		}
+		return
+	}
 	s.live[name] = v
 	s.user[name] = true
 }

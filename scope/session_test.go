@@ -281,3 +281,26 @@ func TestLogSeedReseedsTensors(t *testing.T) {
 		t.Errorf("output:\n%s", out.String())
 	}
 }
+
+// Set with nil deletes a user global; a later statement may bind it again
+// (it used to leave a nil entry that broke the next re-binding).
+func TestSetNilDeletes(t *testing.T) {
+	s, _ := newSession(t, "sim:1GiB")
+	if err := s.Exec("a.star", "def f(x):\n    return x\ny = f(1)\n"); err != nil {
+		t.Fatal(err)
+	}
+	s.Set("f", nil)
+	s.Set("y", nil)
+	if s.Get("f") != nil || s.Get("y") != nil {
+		t.Fatal("Set(name, nil) did not delete")
+	}
+	if _, ok := s.Globals()["f"]; ok {
+		t.Fatal("f still in Globals()")
+	}
+	if err := s.Exec("b.star", "def f(x):\n    return 2 * x\ny = f(2)\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Get("y"); got == nil || got.(starlark.Int).String() != "4" {
+		t.Fatalf("y = %v", got)
+	}
+}
