@@ -208,7 +208,23 @@ func NewManager(cfg Config) *Manager {
 }
 
 // PeakMode returns the Manager's peak mode.
-func (m *Manager) PeakMode() PeakMode { return m.peak }
+func (m *Manager) PeakMode() PeakMode {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peak
+}
+
+// SetPeakMode switches the peak mode and returns the previous one
+// (sweep.max_fit's search="lazy" runs its search trials lazily and
+// confirms the boundary in exact mode).
+func (m *Manager) SetPeakMode(p PeakMode) PeakMode {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev := m.peak
+	m.peak = p
+	clear(m.quiet)
+	return prev
+}
 
 // NumGPUs is the number of GPU devices.
 func (m *Manager) NumGPUs() int { return len(m.gpus) }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/memsh/memsh/backend"
+
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
 )
@@ -17,10 +19,13 @@ const maxSize = 1 << 62
 func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var fn starlark.Callable
 	var highV, marginV starlark.Value = starlark.None, starlark.Float(0)
-	low, mode, maxTrials, name := 1, "power", 25, ""
+	low, mode, maxTrials, name, search := 1, "power", 25, "", "exact"
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "fn", &fn, "low?", &low, "high?", &highV,
-		"mode?", &mode, "margin?", &marginV, "max_trials?", &maxTrials, "name?", &name); err != nil {
+		"mode?", &mode, "margin?", &marginV, "max_trials?", &maxTrials, "name?", &name, "search?", &search); err != nil {
 		return nil, err
+	}
+	if search != "exact" && search != "lazy" {
+		return nil, fmt.Errorf("%s: for parameter search: unknown search %q (want \"exact\" or \"lazy\")", b.Name(), search)
 	}
 	high := maxSize
 	switch h := highV.(type) {
@@ -101,6 +106,14 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		return nil, err
 	}
 
+	// search="lazy": the search trials run in lazy peak mode (no reclaim
+	// before each peak-raising allocation: fast, but their peak figures
+	// may include garbage); the boundary is then confirmed in exact mode.
+	lazy := search == "lazy" && r.env.Manager.PeakMode() == backend.PeakExact
+	if lazy {
+		r.env.Manager.SetPeakMode(backend.PeakLazy)
+		defer r.env.Manager.SetPeakMode(backend.PeakExact)
+	}
 	// Power: double from low until the first OOM (or high).
 	for n := low; step < maxTrials; {
 		status, err := try(n)
@@ -126,6 +139,14 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	}
 
 	var footer []string
+	if lazy {
+		r.env.Manager.SetPeakMode(backend.PeakExact)
+		var err error
+		if fit, oom, err = confirmExact(r, param, unit, &step, low, high, fit, oom, maxTrials); err != nil {
+			return fail(err)
+		}
+		footer = append(footer, "search trials ran in lazy peak mode; the boundary was confirmed by exact trials (confirm=True)")
+	}
 	converged := fit == high || (oom >= 0 && (mode == "power" || oom-fit <= 1))
 	if fit < 0 && oom == low {
 		converged = true
@@ -169,4 +190,84 @@ func fitResult(r *runner, fit, oom, low int, margin float64, skipped bool) starl
 		"trials":  trials,
 		"skipped": starlark.Bool(skipped),
 	})
+}
+
+// confirmExact re-runs the boundary found by a lazy search in exact peak
+// mode — fit must run and fit+1 run out of memory — and, where exact mode
+// disagrees (fragmentation can differ when garbage is freed later), moves
+// the boundary with exact trials until it holds. Its trials carry
+// confirm=True, so records keep them apart from the search's.
+func confirmExact(r *runner, param string, unit int, step *int, low, high, fit, oom, maxTrials int) (int, int, error) {
+	keys := []string{param, "confirm"}
+	try := func(n int) (string, error) {
+		p, err := r.run(keys, starlark.StringDict{param: starlark.MakeInt(n), "confirm": starlark.True}, starlark.Tuple{starlark.MakeInt(n)}, nil, unit, *step)
+		*step++
+		if err != nil {
+			return "", err
+		}
+		return p.status, nil
+	}
+	okE, oomE := -1, -1 // exact knowledge: largest n that ran, smallest that did not
+	if fit >= 0 {
+		st, err := try(fit)
+		if err != nil {
+			return 0, 0, err
+		}
+		if st == "ok" {
+			okE = fit
+		} else {
+			oomE = fit
+		}
+	}
+	if oom >= 0 && okE >= 0 {
+		st, err := try(oom)
+		if err != nil {
+			return 0, 0, err
+		}
+		if st == "ok" {
+			okE = oom
+		} else {
+			oomE = oom
+		}
+	}
+	if fit < 0 && oom == low {
+		// Nothing fit lazily: confirm low itself.
+		st, err := try(low)
+		if err != nil {
+			return 0, 0, err
+		}
+		if st == "ok" {
+			okE = low
+		} else {
+			oomE = low
+		}
+	}
+	for tries := 0; tries < maxTrials; tries++ {
+		var n int
+		switch {
+		case okE >= 0 && oomE == okE+1, oomE == low, okE == high:
+			return okE, oomE, nil
+		case okE >= 0 && oomE >= 0:
+			n = okE + (oomE-okE)/2
+		case okE >= 0: // the boundary is above: step up, then bisect
+			n = min(high, okE+max(1, okE/8))
+		case oomE >= 0: // below
+			n = max(low, oomE-max(1, oomE/8))
+			if n == oomE {
+				return okE, oomE, nil
+			}
+		default:
+			return fit, oom, nil
+		}
+		st, err := try(n)
+		if err != nil {
+			return 0, 0, err
+		}
+		if st == "ok" {
+			okE = n
+		} else {
+			oomE = n
+		}
+	}
+	return okE, oomE, nil
 }

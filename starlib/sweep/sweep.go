@@ -20,7 +20,7 @@ import (
 
 // Module is the sweep module:
 //
-//	max_fit(fn, low=1, high=None, mode="power", margin=0.0, max_trials=25, name="")
+//	max_fit(fn, low=1, high=None, mode="power", margin=0.0, max_trials=25, name="", search="exact")
 //	    the largest int n in [low, high] for which fn(n) does not run out of
 //	    memory, PyTorch Lightning's batch-size finder: "power" doubles n from
 //	    low until the first OOM; "binsearch" then bisects between the last
@@ -31,6 +31,11 @@ import (
 //	    when nothing fits), trials the points in the order run, skipped
 //	    True when another shard runs this search. fn's first parameter
 //	    names the swept value; name names the sweep (default: fn's name).
+//	    search="lazy" runs the search trials in lazy peak mode (fast: no
+//	    reclaim before each peak-raising allocation, so their peaks may
+//	    include garbage) and then confirms the boundary with exact trials
+//	    (params confirm=True) — fit runs and fit+1 does not, in exact mode,
+//	    moving the boundary with more exact trials if exact mode disagrees.
 //	grid(fn, **values)
 //	    runs fn(**point) for every combination of the given lists of
 //	    values (the last parameter varying fastest). Returns struct(trials).
