@@ -127,3 +127,64 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+// Two Sessions (two contexts) run backward at the same time: the engine
+// keeps no state outside its call (go test -race checks it).
+func TestConcurrentBackward(t *testing.T) {
+	done := make(chan error, 2)
+	for range 2 {
+		f := newFixture(t, false)
+		go func() {
+			for range 10 {
+				w, b := tensorPair(f)
+				if w == nil {
+					done <- nil
+					return
+				}
+				x, err := tensor.Randn(f.ctx, []int{8, 16}, tensor.Float32, "cuda:0")
+				if err != nil {
+					done <- err
+					return
+				}
+				h, err := autograd.Linear(x, w, b)
+				if err != nil {
+					done <- err
+					return
+				}
+				l, err := autograd.Sum(h, nil, false, tensor.Undefined)
+				if err != nil {
+					done <- err
+					return
+				}
+				if err := autograd.Backward([]*tensor.Tensor{l}, nil, false); err != nil {
+					done <- err
+					return
+				}
+				if autograd.Grad(w) == nil {
+					done <- errNoGrad
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+var errNoGrad = errorString("no gradient")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+func tensorPair(f *fixture) (*tensor.Tensor, *tensor.Tensor) {
+	w, b, err := tnn.NewLinearParams(f.ctx, 16, 4, true, "cuda:0", tensor.Float32)
+	if err != nil {
+		return nil, nil
+	}
+	return w, b
+}

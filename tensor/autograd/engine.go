@@ -63,9 +63,6 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 	}
 	prev := SetGradEnabled(ctx, false)
 	defer SetGradEnabled(ctx, prev)
-	// A failed node (an out-of-memory error, a freed graph) must not leave
-	// the engine — and the gradients in its buffers — reachable.
-	defer func() { argRefs = nil }()
 
 	e.countDependencies(rootEdges)
 	for i, edge := range rootEdges {
@@ -235,7 +232,14 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 		e.drop(g)
 	}
 	e.holdArgs(grads)
+	// The running engine, for AccumulateGrad's use-count check; cleared
+	// when the node returns, so a failed backward (an out-of-memory
+	// error) leaves no engine — and no gradient of its buffers —
+	// reachable. Kept on the node, not in a global: Sessions in one
+	// process run backward independently.
+	n.running = e
 	outs, err := n.apply(n, grads)
+	n.running = nil
 	if err != nil {
 		return err
 	}
@@ -285,19 +289,13 @@ func (e *engine) holdArgs(grads []*tensor.Tensor) {
 			e.hold(g)
 		}
 	}
-	argRefs = e
 }
 
 func (e *engine) dropArgs(grads []*tensor.Tensor) {
 	for _, g := range grads {
 		e.drop(g)
 	}
-	argRefs = nil
 }
-
-// argRefs is the engine running the current node, for AccumulateGrad's
-// use-count check. Backward runs on the Session's one thread.
-var argRefs *engine
 
 // validate makes output i of n match the input it is the gradient of
 // (validate_outputs): broadcast gradients are summed to the input's shape,
@@ -361,7 +359,7 @@ func accumulateGrad(n *Node, grads []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	v := n.variable
 	m := metaFor(v)
 	if m.Grad == nil {
-		if argRefs != nil && argRefs.exclusiveArg(g) && obeysLayout(g, v) {
+		if e := n.running; e != nil && e.exclusiveArg(g) && obeysLayout(g, v) {
 			m.Grad = g
 		} else {
 			c, err := tensor.EmptyStridedLike(v)

@@ -37,6 +37,9 @@ type Node struct {
 	// variable is the leaf of an AccumulateGrad node.
 	variable *tensor.Tensor
 
+	// running is the engine evaluating the node, while it runs.
+	running *engine
+
 	// scope is the Observer's scope when the node was made (Scope).
 	scope any
 }
