@@ -239,20 +239,11 @@ func withRequiresGrad(b *starlark.Builtin) *starlark.Builtin {
 // A result dtype the tensor cannot hold (an int tensor /= 2) declines, so
 // Starlark's out-of-place meaning applies, as Python's a = a / 2 would.
 func (t *Tensor) InPlaceBinary(op syntax.Token, y starlark.Value) (starlark.Value, error) {
-	var bop tensor.BinaryOp
-	switch op {
-	case syntax.PLUS:
-		bop = tensor.OpAdd
-	case syntax.MINUS:
-		bop = tensor.OpSub
-	case syntax.STAR:
-		bop = tensor.OpMul
-	case syntax.SLASH:
-		bop = tensor.OpDiv
-		if !t.t.DType().IsFloat() {
-			return nil, nil
-		}
-	default:
+	bop, ok := binaryOpOf(op)
+	if !ok || bop == tensor.OpFloorDivide || bop == tensor.OpRemainder {
+		return nil, nil
+	}
+	if bop == tensor.OpDiv && !t.t.DType().IsFloat() {
 		return nil, nil
 	}
 	other, err := operandArg(y)

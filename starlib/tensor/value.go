@@ -221,21 +221,8 @@ func (t *Tensor) Has(y starlark.Value) (bool, error) {
 
 // Binary implements + - * / // % between tensors and numbers.
 func (t *Tensor) Binary(op syntax.Token, y starlark.Value, side starlark.Side) (starlark.Value, error) {
-	var bop tensor.BinaryOp
-	switch op {
-	case syntax.PLUS:
-		bop = tensor.OpAdd
-	case syntax.MINUS:
-		bop = tensor.OpSub
-	case syntax.STAR:
-		bop = tensor.OpMul
-	case syntax.SLASH:
-		bop = tensor.OpDiv
-	case syntax.SLASHSLASH:
-		bop = tensor.OpFloorDivide
-	case syntax.PERCENT:
-		bop = tensor.OpRemainder
-	default:
+	bop, ok := binaryOpOf(op)
+	if !ok {
 		return nil, nil
 	}
 	other, err := operandArg(y)
@@ -322,4 +309,23 @@ func shapeTuple(shape []int) starlark.Tuple {
 		tu[i] = starlark.MakeInt(s)
 	}
 	return tu
+}
+
+// binaryOpOf maps a Starlark operator to the engine's binary op.
+func binaryOpOf(op syntax.Token) (tensor.BinaryOp, bool) {
+	switch op {
+	case syntax.PLUS:
+		return tensor.OpAdd, true
+	case syntax.MINUS:
+		return tensor.OpSub, true
+	case syntax.STAR:
+		return tensor.OpMul, true
+	case syntax.SLASH:
+		return tensor.OpDiv, true
+	case syntax.SLASHSLASH:
+		return tensor.OpFloorDivide, true
+	case syntax.PERCENT:
+		return tensor.OpRemainder, true
+	}
+	return 0, false
 }

@@ -95,89 +95,43 @@ func Div(a, b *tensor.Tensor) (*tensor.Tensor, error) {
 	return out, nil
 }
 
+// The ops with a number operand and negation save nothing; their nodes
+// are recorded after the forward, as the view ops' (viewOp).
+
 // AddScalar is a + s (add.Scalar, AddBackward1: the gradient passes through).
 func AddScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error) {
-	n := newNode("AddBackward1", a)
-	out, err := addScalar(a, s)
-	if err != nil || n == nil {
-		return out, err
-	}
-	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) { return []*tensor.Tensor{g[0]}, nil }
-	n.setOutputs(out)
-	return out, nil
+	return viewOp("AddBackward1", a, func() (*tensor.Tensor, error) { return addScalar(a, s) }, passThrough)
 }
 
 // SubScalar is a - s (sub.Scalar, SubBackward1).
 func SubScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error) {
-	n := newNode("SubBackward1", a)
-	out, err := subScalar(a, s)
-	if err != nil || n == nil {
-		return out, err
-	}
-	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) { return []*tensor.Tensor{g[0]}, nil }
-	n.setOutputs(out)
-	return out, nil
+	return viewOp("SubBackward1", a, func() (*tensor.Tensor, error) { return subScalar(a, s) }, passThrough)
 }
 
 // RSubScalar is s - a (rsub.Scalar, RsubBackward1: gradient -grad).
 func RSubScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error) {
-	n := newNode("RsubBackward1", a)
-	out, err := rsubScalar(a, s)
-	if err != nil || n == nil {
-		return out, err
-	}
-	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		r, err := neg(g[0])
-		return []*tensor.Tensor{r}, err
-	}
-	n.setOutputs(out)
-	return out, nil
+	return viewOp("RsubBackward1", a, func() (*tensor.Tensor, error) { return rsubScalar(a, s) }, neg)
 }
 
 // MulScalar is a * s (mul.Scalar, MulBackward1: gradient grad * s).
 func MulScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error) {
-	n := newNode("MulBackward1", a)
-	out, err := mulScalar(a, s)
-	if err != nil || n == nil {
-		return out, err
-	}
-	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		r, err := mulScalar(g[0], s)
-		return []*tensor.Tensor{r}, err
-	}
-	n.setOutputs(out)
-	return out, nil
+	return viewOp("MulBackward1", a, func() (*tensor.Tensor, error) { return mulScalar(a, s) },
+		func(g *tensor.Tensor) (*tensor.Tensor, error) { return mulScalar(g, s) })
 }
 
 // DivScalar is a / s (div.Scalar, DivBackward1: gradient grad / s).
 func DivScalar(a *tensor.Tensor, s tensor.Scalar) (*tensor.Tensor, error) {
-	n := newNode("DivBackward1", a)
-	out, err := divScalar(a, s)
-	if err != nil || n == nil {
-		return out, err
-	}
-	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		r, err := divScalar(g[0], s)
-		return []*tensor.Tensor{r}, err
-	}
-	n.setOutputs(out)
-	return out, nil
+	return viewOp("DivBackward1", a, func() (*tensor.Tensor, error) { return divScalar(a, s) },
+		func(g *tensor.Tensor) (*tensor.Tensor, error) { return divScalar(g, s) })
 }
 
 // Neg is -a (NegBackward0: gradient -grad).
 func Neg(a *tensor.Tensor) (*tensor.Tensor, error) {
-	n := newNode("NegBackward0", a)
-	out, err := neg(a)
-	if err != nil || n == nil {
-		return out, err
-	}
-	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
-		r, err := neg(g[0])
-		return []*tensor.Tensor{r}, err
-	}
-	n.setOutputs(out)
-	return out, nil
+	return viewOp("NegBackward0", a, func() (*tensor.Tensor, error) { return neg(a) }, neg)
 }
+
+// passThrough is the backward of ops whose gradient is the incoming one.
+func passThrough(g *tensor.Tensor) (*tensor.Tensor, error) { return g, nil }
 
 // mulBackward is MulBackward0's formula: grad * b for a (b saved as sb),
 // grad * a for b (a saved as sa).

@@ -175,7 +175,7 @@ func Slice0(a *tensor.Tensor, start, end, step int) *tensor.Tensor {
 func Index(a *tensor.Tensor, idx ...int) (*tensor.Tensor, error) {
 	if len(idx) == 0 {
 		return viewOp("AliasBackward0", a, func() (*tensor.Tensor, error) { return tensor.Index(a) },
-			func(g *tensor.Tensor) (*tensor.Tensor, error) { return g, nil })
+			passThrough)
 	}
 	r := a
 	for _, i := range idx {

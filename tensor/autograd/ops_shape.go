@@ -122,7 +122,7 @@ func Squeeze(a *tensor.Tensor, dims []int) (*tensor.Tensor, error) {
 // Clone is Tensor.clone (CloneBackward0: the gradient passes through).
 func Clone(a *tensor.Tensor) (*tensor.Tensor, error) {
 	return viewOp("CloneBackward0", a, func() (*tensor.Tensor, error) { return clone(a) },
-		func(g *tensor.Tensor) (*tensor.Tensor, error) { return g, nil })
+		passThrough)
 }
 
 // Contiguous is Tensor.contiguous: a itself when contiguous, else Clone.
