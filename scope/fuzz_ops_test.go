@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/scope"
 )
 
@@ -209,9 +210,11 @@ func FuzzTensorOps(f *testing.F) {
 		// One Session per fuzzing process, reset after every input (its
 		// globals dropped and every byte back, which the test checks):
 		// making a Session per input cost ~100 ms, and fuzzing needs
-		// millions of inputs.
+		// millions of inputs. Lazy peak mode: the invariants are about
+		// agreement and leaks, not peaks, and exact mode's reclaims would
+		// dominate the time.
 		if opsSession == nil {
-			s, err := scope.New(scope.Options{Device: "sim:64MiB", Out: io.Discard, Err: io.Discard, Quiet: true, MaxSteps: 100000})
+			s, err := scope.New(scope.Options{Device: "sim:64MiB", Peak: backend.PeakLazy, Out: io.Discard, Err: io.Discard, Quiet: true, MaxSteps: 100000})
 			if err != nil {
 				t.Fatal(err)
 			}
