@@ -169,7 +169,7 @@ rg = trial(prog, "cuda")
 status = (rc.status, rg.status)
 err = (rc.error, rg.error)
 mismatch = None
-errn = [str(e).replace("cuda:0", "DEV").replace("cuda", "DEV").replace("cpu", "DEV") for e in (rc.error, rg.error)]
+errn = [str(e).replace("torch.cuda.", "torch.").replace("cuda:0", "DEV").replace("cuda", "DEV").replace("cpu", "DEV") for e in (rc.error, rg.error)]
 same_err = errn[0] == errn[1]
 if rc.status == "ok" and rg.status == "ok":
     if len(rc.value) != len(rg.value):
