@@ -221,6 +221,16 @@ func FuzzTensorOps(f *testing.F) {
 			opsSession = s
 		}
 		s := opsSession
+		// An input that panics or fails leaves the Session mid-statement
+		// or dirty: the next input (the fuzzer's minimizer runs more in
+		// this process) gets a fresh one, so the first failure is what is
+		// reported.
+		done := false
+		defer func() {
+			if !done {
+				opsSession = nil
+			}
+		}()
 		if err := s.Exec("prog.star", src); err != nil {
 			t.Fatalf("%v\n%s", err, src)
 		}
@@ -254,5 +264,6 @@ func FuzzTensorOps(f *testing.F) {
 		if n := s.Manager().Host().Allocated(); n != 0 {
 			t.Fatalf("host: %d bytes still allocated after dropping the values\n%s", n, src)
 		}
+		done = true
 	})
 }
