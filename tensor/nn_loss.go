@@ -287,6 +287,14 @@ func MseLoss(a, b *Tensor, red Reduction) (*Tensor, error) {
 		return full, hostCompute(fname, []*Tensor{full, a, b}, func(sh []*Tensor) { mapFloat(sh[0], sh[1:], sq) })
 	}
 	out := &Tensor{ctx: full.ctx, st: full.st, mem: full.mem, dtype: dt, shape: []int{}, strides: []int{}}
+	if a.Numel() == 0 {
+		// An empty input's storage holds no element: resize_({}) grows it
+		// to one (PyTorch then returns nan for "mean", 0 for "sum").
+		full = nil
+		if out, err = newTensor(a.ctx, fname, a.mem.Device(), dt, []int{}); err != nil {
+			return nil, err
+		}
+	}
 	tmp, err := newTensor(a.ctx, fname, a.mem.Device(), dt, slices.Clone(a.shape))
 	if err != nil {
 		return nil, err
