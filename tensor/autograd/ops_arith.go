@@ -57,15 +57,7 @@ func Sub(a, b *tensor.Tensor) (*tensor.Tensor, error) {
 // and a when b does; gradients grad * b and grad * a).
 func Mul(a, b *tensor.Tensor) (*tensor.Tensor, error) {
 	n := newNode("MulBackward0", a, b)
-	var sa, sb *SavedTensor
-	if n != nil {
-		if n.needsGrad(0) {
-			sb = n.save(b)
-		}
-		if n.needsGrad(1) {
-			sa = n.save(a)
-		}
-	}
+	sa, sb := saveProductOperands(n, 0, a, b)
 	out, err := mul(a, b)
 	if err != nil || n == nil {
 		return out, err
@@ -196,4 +188,20 @@ func divBackward(sa, sb *SavedTensor) func(n *Node, g []*tensor.Tensor) ([]*tens
 		}
 		return res, nil
 	}
+}
+
+// saveProductOperands saves what a product's backward needs, as
+// derivatives.yaml's mul/mm/bmm entries: b when a (input off) needs a
+// gradient, a when b (input off+1) does. n nil saves nothing.
+func saveProductOperands(n *Node, off int, a, b *tensor.Tensor) (sa, sb *SavedTensor) {
+	if n == nil {
+		return nil, nil
+	}
+	if n.needsGrad(off) {
+		sb = n.save(b)
+	}
+	if n.needsGrad(off + 1) {
+		sa = n.save(a)
+	}
+	return sa, sb
 }

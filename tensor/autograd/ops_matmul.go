@@ -37,17 +37,9 @@ func mmLike(name string, bias, a, b *tensor.Tensor) (*tensor.Tensor, error) {
 	if bias != nil {
 		off = 1
 	}
-	var sa, sb *SavedTensor
 	aShape, aStrides := a.Shape(), a.Strides()
 	bShape, bStrides := b.Shape(), b.Strides()
-	if n != nil {
-		if n.needsGrad(off + 0) {
-			sb = n.save(b)
-		}
-		if n.needsGrad(off + 1) {
-			sa = n.save(a)
-		}
-	}
+	sa, sb := saveProductOperands(n, off, a, b)
 	var out *tensor.Tensor
 	if bias != nil {
 		out, err = addmm(bias, a, b)
@@ -94,43 +86,43 @@ func columnMajor(shape, strides []int) bool {
 // mmMat1Backward: grad @ mat2ᵀ, computed so the result has mat1's layout
 // (PyTorch's mm_mat1_backward).
 func mmMat1Backward(g, mat2 *tensor.Tensor, shape, strides []int) (*tensor.Tensor, error) {
-	if columnMajor(shape, strides) {
-		gt, err := transpose(g, 0, 1)
-		if err != nil {
-			return nil, err
-		}
-		r, err := mm(mat2, gt)
-		if err != nil {
-			return nil, err
-		}
-		return transpose(r, 0, 1)
-	}
 	m2t, err := transpose(mat2, 0, 1)
 	if err != nil {
 		return nil, err
 	}
-	return mm(g, m2t)
+	return mmInLayout(g, m2t, columnMajor(shape, strides))
 }
 
 // mmMat2Backward: mat1ᵀ @ grad, computed so the result has mat2's layout
 // (PyTorch's mm_mat2_backward).
 func mmMat2Backward(g, mat1 *tensor.Tensor, shape, strides []int) (*tensor.Tensor, error) {
-	if columnMajor(shape, strides) {
-		gt, err := transpose(g, 0, 1)
-		if err != nil {
-			return nil, err
-		}
-		r, err := mm(gt, mat1)
-		if err != nil {
-			return nil, err
-		}
-		return transpose(r, 0, 1)
-	}
 	m1t, err := transpose(mat1, 0, 1)
 	if err != nil {
 		return nil, err
 	}
-	return mm(m1t, g)
+	return mmInLayout(m1t, g, columnMajor(shape, strides))
+}
+
+// mmInLayout is x @ y, one allocation; for a column-major target it is
+// computed as (yᵀ @ xᵀ)ᵀ, so the result is stored transposed like the
+// input it is the gradient of (and AccumulateGrad can steal it).
+func mmInLayout(x, y *tensor.Tensor, colMajor bool) (*tensor.Tensor, error) {
+	if !colMajor {
+		return mm(x, y)
+	}
+	xt, err := transpose(x, 0, 1)
+	if err != nil {
+		return nil, err
+	}
+	yt, err := transpose(y, 0, 1)
+	if err != nil {
+		return nil, err
+	}
+	r, err := mm(yt, xt)
+	if err != nil {
+		return nil, err
+	}
+	return transpose(r, 0, 1)
 }
 
 // Bmm is the batched product of two 3-D tensors (BmmBackward0: saves both
@@ -142,15 +134,7 @@ func Bmm(a, b *tensor.Tensor) (*tensor.Tensor, error) {
 	}
 	defer release()
 	n := newNode("BmmBackward0", a, b)
-	var sa, sb *SavedTensor
-	if n != nil {
-		if n.needsGrad(0) {
-			sb = n.save(b)
-		}
-		if n.needsGrad(1) {
-			sa = n.save(a)
-		}
-	}
+	sa, sb := saveProductOperands(n, 0, a, b)
 	out, err := bmm(a, b)
 	if err != nil || n == nil {
 		return out, err
