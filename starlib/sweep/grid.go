@@ -76,18 +76,28 @@ func grid(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwa
 		r.bar = newProgress(r.env.Err, total)
 	}
 
+	// The values are kept once, in the runner's point store; each point
+	// refers to its parameters by index.
+	off := make([]int32, len(keys))
+	lens := make([]int, len(keys))
+	for i := range values {
+		off[i], lens[i] = r.points.addValues(values[i]), len(values[i])
+	}
+	values = nil
 	idx := make([]int, len(keys))
 	for n := 0; n < total; n++ {
 		params := make(starlark.StringDict, len(keys))
 		kw := make([]starlark.Tuple, len(keys))
+		pidx := make([]int32, len(keys))
 		for i, k := range keys {
-			params[k] = values[i][idx[i]]
+			pidx[i] = off[i] + int32(idx[i])
+			params[k] = r.points.pvals[pidx[i]]
 			kw[i] = starlark.Tuple{starlark.String(k), params[k]}
 		}
 		// next combination, last parameter fastest
 		for i := len(idx) - 1; i >= 0; i-- {
 			idx[i]++
-			if idx[i] < len(values[i]) {
+			if idx[i] < lens[i] {
 				break
 			}
 			idx[i] = 0
@@ -96,7 +106,7 @@ func grid(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwa
 		if !mine {
 			continue
 		}
-		if _, err := r.run(keys, params, nil, kw, unit, 0); err != nil {
+		if _, err := r.run(keys, params, pidx, nil, kw, unit, 0); err != nil {
 			r.finish(header)
 			return nil, err
 		}

@@ -86,7 +86,7 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	fit, oom := -1, -1 // largest n that ran, smallest n that ran out of memory
 	step := 0
 	try := func(n int) (string, error) {
-		p, err := r.run([]string{param}, starlark.StringDict{param: starlark.MakeInt(n)}, starlark.Tuple{starlark.MakeInt(n)}, nil, unit, step)
+		p, err := r.run([]string{param}, starlark.StringDict{param: starlark.MakeInt(n)}, nil, starlark.Tuple{starlark.MakeInt(n)}, nil, unit, step)
 		step++
 		if err != nil {
 			return "", err
@@ -200,7 +200,7 @@ func fitResult(r *runner, fit, oom, low int, margin float64, skipped bool) starl
 func confirmExact(r *runner, param string, unit int, step *int, low, high, fit, oom, maxTrials int) (int, int, error) {
 	keys := []string{param, "confirm"}
 	try := func(n int) (string, error) {
-		p, err := r.run(keys, starlark.StringDict{param: starlark.MakeInt(n), "confirm": starlark.True}, starlark.Tuple{starlark.MakeInt(n)}, nil, unit, *step)
+		p, err := r.run(keys, starlark.StringDict{param: starlark.MakeInt(n), "confirm": starlark.True}, nil, starlark.Tuple{starlark.MakeInt(n)}, nil, unit, *step)
 		*step++
 		if err != nil {
 			return "", err

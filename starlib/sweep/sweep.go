@@ -73,6 +73,7 @@ type point struct {
 	name    string
 	keys    []string // parameter names, in order
 	params  starlark.StringDict
+	pidx    []int32 // the params as indices into the runner's stored values (grid), or nil
 	status  string // "ok", "oom", "error"
 	err     string
 	value   starlark.Value
@@ -115,7 +116,7 @@ type runner struct {
 	fn      starlark.Callable
 	allocs  []backend.Allocator // every GPU, then the host
 	base    []uint64            // their allocated bytes before the sweep
-	points  []*point
+	points  points
 	bar     *progress
 }
 
@@ -172,9 +173,10 @@ func (r *runner) currentDevice() string {
 }
 
 // run runs (or resumes) one point at position (unit, step): fn(*args,
-// **kwargs) as a trial named after its parameters.
-func (r *runner) run(keys []string, params starlark.StringDict, args starlark.Tuple, kwargs []starlark.Tuple, unit, step int) (*point, error) {
-	p := &point{keys: keys, params: params, name: pointName(keys, params)}
+// **kwargs) as a trial named after its parameters. pidx, if not nil,
+// gives the params as indices of values stored with r.points.addValues.
+func (r *runner) run(keys []string, params starlark.StringDict, pidx []int32, args starlark.Tuple, kwargs []starlark.Tuple, unit, step int) (*point, error) {
+	p := &point{keys: keys, params: params, pidx: pidx, name: pointName(keys, params)}
 	j, err := record.Params(params)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", r.builtin, err)
@@ -188,7 +190,7 @@ func (r *runner) run(keys []string, params starlark.StringDict, args starlark.Tu
 	if prev != nil {
 		p.status, p.err, p.resumed = prev.Status, prev.Error, true
 		p.data = prev.Data(r.currentDevice())
-		r.points = append(r.points, p)
+		r.points.add(p)
 		r.bar.add()
 		return p, nil
 	}
@@ -219,7 +221,7 @@ func (r *runner) run(keys []string, params starlark.StringDict, args starlark.Tu
 	if s, ok := v.(*starlarkstruct.Struct); ok {
 		p.value, _ = s.Attr("value")
 	}
-	r.points = append(r.points, p)
+	r.points.add(p)
 	r.bar.add()
 	if err := r.checkBaseline(p, got.Leaks); err != nil {
 		return nil, err
@@ -276,7 +278,7 @@ func (r *runner) finish(header string, footer ...string) {
 	r.bar.close()
 	r.env.Manager.Reclaim()
 	r.emptyCaches()
-	writeTable(r.env.Out, header, r.points, r.gpuNames(), r.base, footer)
+	writeTable(r.env.Out, header, &r.points, r.gpuNames(), r.base, footer)
 }
 
 func (r *runner) gpuNames() []string {
@@ -289,9 +291,9 @@ func (r *runner) gpuNames() []string {
 }
 
 func (r *runner) trialValues() *starlark.List {
-	l := make([]starlark.Value, len(r.points))
-	for i, p := range r.points {
-		l[i] = p.Value()
+	l := make([]starlark.Value, r.points.len())
+	for i := range l {
+		l[i] = r.points.at(i).Value()
 	}
 	return starlark.NewList(l)
 }

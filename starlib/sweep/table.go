@@ -17,7 +17,11 @@ import (
 // (its parameters, status, peak allocated bytes per GPU above its figure
 // before the sweep — host peak RSS when there is no GPU — and time), and
 // footer lines. base holds the GPUs' allocated bytes before the sweep.
-func writeTable(w io.Writer, header string, points []*point, gpus []string, base []uint64, footer []string) {
+func writeTable(w io.Writer, header string, ps *points, gpus []string, base []uint64, footer []string) {
+	points := make([]*point, ps.len())
+	for i := range points {
+		points[i] = ps.at(i)
+	}
 	var b strings.Builder
 	b.WriteString(header)
 	b.WriteByte('\n')
