@@ -74,7 +74,7 @@ type point struct {
 	keys    []string // parameter names, in order
 	params  starlark.StringDict
 	pidx    []int32 // the params as indices into the runner's stored values (grid), or nil
-	status  string // "ok", "oom", "error"
+	status  string  // "ok", "oom", "error"
 	err     string
 	value   starlark.Value
 	data    *env.Data
