@@ -83,6 +83,7 @@ type Manager struct {
 	pacing  uint64
 
 	entries      []entry
+	live         int // entries not freed yet
 	seq          uint64
 	sinceReclaim uint64
 	stats        ManagerStats
@@ -92,6 +93,10 @@ type Manager struct {
 	// quiet[a] is the allocated level of a below which exact-peak mode does
 	// not reclaim again, after a reclaim that found no garbage (PeakWindow).
 	quiet map[Allocator]uint64
+
+	// reach proves, when it can, that a reclaim would find no garbage
+	// (reach.go).
+	reach reachState
 
 	// global holds one peak counter per allocator, open for the Manager's
 	// life, mirroring PyTorch's ".peak" statistics (max_memory_allocated)
@@ -176,6 +181,7 @@ type ManagerStats struct {
 	ReclaimedBytes uint64        // bytes (requested) freed by reclaim passes
 	ReclaimTime    time.Duration // total time spent in reclaim passes
 	PeakReclaims   int           // passes triggered by exact-peak mode
+	ProvenReclaims int           // passes that proved without a GC that nothing was garbage
 	OOMRetries     int           // passes triggered by an out-of-memory retry
 }
 
@@ -328,9 +334,10 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 		return nil, err
 	}
 	m.seq++
-	rec := &record{alloc: a, block: b, device: a.Device().Name(), nbytes: nbytes, seq: m.seq}
+	rec := &record{owner: m, alloc: a, block: b, device: a.Device().Name(), nbytes: nbytes, seq: m.seq}
 	h := &Memory{rec: rec}
 	m.entries = append(m.entries, entry{handle: weak.Make(h), rec: rec})
+	m.live++
 	if storesData(a) {
 		m.sinceReclaim += nbytes
 	}
@@ -375,18 +382,45 @@ type ReclaimResult struct {
 	Freed uint64        // requested bytes freed
 	Count int           // allocations freed
 	Time  time.Duration // wall time of the pass, GC included
+	// Proven: the pass proved that nothing was garbage (every live
+	// allocation reachable) without a Go collection (SetReach).
+	Proven bool
 }
 
-// Reclaim runs runtime.GC() and frees every allocation whose handle is no
-// longer reachable. It is synchronous and exact.
+// Reclaim frees every allocation whose handle is no longer reachable. It is
+// synchronous and exact: it runs runtime.GC() and frees what the collector
+// found unreachable, unless the reach walk (SetReach) proves first that
+// every live allocation is reachable, in which case there is nothing to
+// free and no collection is needed.
 func (m *Manager) Reclaim() ReclaimResult {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.reclaimLocked()
 }
 
+// Collect is Reclaim with a Go collection always: gc(), like Python's
+// gc.collect(), also lets what only the collector notices (weakly held
+// values, cleanups) see the dropped values at once.
+func (m *Manager) Collect() ReclaimResult {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.collectLocked(time.Now())
+}
+
 func (m *Manager) reclaimLocked() ReclaimResult {
 	start := time.Now()
+	if m.proveNoGarbage() {
+		m.sinceReclaim = 0
+		res := ReclaimResult{Time: time.Since(start), Proven: true}
+		m.stats.Reclaims++
+		m.stats.ProvenReclaims++
+		m.stats.ReclaimTime += res.Time
+		return res
+	}
+	return m.collectLocked(start)
+}
+
+func (m *Manager) collectLocked(start time.Time) ReclaimResult {
 	runtime.GC()
 	var res ReclaimResult
 	kept := m.entries[:0]
@@ -420,6 +454,7 @@ func (m *Manager) freeLocked(r *record) {
 		return
 	}
 	r.freed = true
+	r.owner.live--
 	if r.block != nil {
 		addr, size := r.block.Ptr, r.block.Size
 		r.alloc.Free(r.block)

@@ -19,6 +19,8 @@ type Memory struct {
 // record is the Manager's strong side of an allocation. It must never point
 // back to its Memory handle.
 type record struct {
+	owner    *Manager
+	mark     uint64 // the Manager's reach epoch in which a reach walk last found the record
 	alloc    Allocator
 	block    *Block
 	device   string

@@ -131,6 +131,7 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 		user:    map[string]bool{},
 		prev:    &prevValues{},
 	}
+	mgr.SetReach(s.reach)
 	s.env = env.New(mgr, opts.Out)
 	s.env.Err = opts.Err
 	s.env.Session = s

@@ -72,15 +72,15 @@ func Predeclared() starlark.StringDict {
 	}
 }
 
-// gc() runs a reclaim: a full Go GC, then every tensor and buffer no value
-// can reach is freed. It returns the number of bytes freed. (Memory stays
+// gc() runs a reclaim with a full Go GC (Manager.Collect, as Python's
+// gc.collect()): every tensor and buffer no value can reach is freed. It returns the number of bytes freed. (Memory stays
 // cached by the allocator; cuda.empty_cache() releases it to the device.)
 func gc(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
-	return starlark.MakeUint64(e.Manager.Reclaim().Freed), nil
+	return starlark.MakeUint64(e.Manager.Collect().Freed), nil
 }
 
 // fmt_bytes(n) formats a byte count with IEC units and two decimals:

@@ -35,6 +35,12 @@ type Context struct {
 
 	rng *rngState // shared with staging contexts
 
+	// inFlight holds tensors that Go code is computing with and that no
+	// Starlark value may reach (autocast's casts of an op's arguments, a
+	// layer's first parameter while it makes the second), so that the
+	// reclaim proof (reach.go) sees them.
+	inFlight []*Tensor
+
 	// intr is the interrupt flag (Ctrl-C), shared with staging contexts;
 	// see Interrupt.
 	intr *atomic.Bool

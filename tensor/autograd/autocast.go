@@ -98,19 +98,28 @@ func castArgs(policy castPolicy, args ...**tensor.Tensor) (release func(), err e
 		to = promoteType(st.DType, ts)
 	}
 	var ctx *tensor.Context
+	var casts []*tensor.Tensor
+	unhold := noRelease
 	for _, a := range args {
 		c, err := cachedCast(st, to, *a)
 		if err != nil {
+			unhold()
 			return noRelease, err
 		}
 		if c != *a {
 			ctx = c.Context()
+			// The casts are the op's arguments until it returns
+			// (PyTorch's temporaries of the call expression).
+			casts = append(casts, c)
+			unhold()
+			unhold = ctx.Hold(casts...)
 		}
 		*a = c
 	}
 	st.Excluded = true
 	return func() {
 		st.Excluded = false
+		unhold()
 		if ctx != nil {
 			// The casts not saved by the graph become garbage when the
 			// op returns: end the Manager's PeakWindow wait so that they

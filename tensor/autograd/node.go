@@ -42,6 +42,10 @@ type Node struct {
 
 	// scope is the Observer's scope when the node was made (Scope).
 	scope any
+
+	// reached is the epoch of the last reach walk that visited the node
+	// (reach.go).
+	reached uint64
 }
 
 // Edge is a graph edge: the gradient of an input flows to input number

@@ -44,6 +44,7 @@ func NewLinearParams(c *tensor.Context, in, out int, bias bool, device string, d
 		return nil, nil, err
 	}
 	if bias {
+		defer c.Hold(w)()
 		if b, err = Param(c, []int{out}, device, dt); err != nil {
 			return nil, nil, err
 		}

@@ -1,0 +1,137 @@
+package scope
+
+import (
+	"reflect"
+	"unsafe"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/tensor"
+)
+
+// reach is the Session's backend.ReachFunc: it walks every root a
+// Starlark value of the Session can be reached from — the globals the
+// user bound, the running statement's bindings, loaded modules, the open
+// experiments' saved globals and pending restores, the tensor Context's
+// autocast cast cache, and the frames of
+// every running function (the function, its module's globals, and its
+// whole frame: locals and operand stack) — with env.Walker, which goes on
+// into containers, memsh's values, tensors and the autograd graph. See
+// backend/reach.go for why this decides whether a reclaim needs the Go
+// collector, and why it is sound whatever it fails to reach.
+func (s *Session) reach(epoch uint64, visit func(*backend.Memory)) bool {
+	w := env.NewWalker(epoch, visit)
+	for name := range s.user {
+		w.Value(s.live[name])
+	}
+	w.Values(s.flushed)
+	if s.prev != nil {
+		w.Values(s.prev.m)
+	}
+	for _, e := range s.loaded {
+		if e != nil {
+			w.Values(e.globals)
+		}
+	}
+	for _, e := range s.stack {
+		w.Value(e)
+		w.Values(e.snapshot)
+	}
+	for _, p := range s.pending {
+		w.Value(p.seen)
+		w.Value(p.restore)
+	}
+	w.Engine(func(r *tensor.Reacher) { r.Context(s.tctx) })
+	walkFrames(w, s.thread)
+	for _, t := range s.loading {
+		walkFrames(w, t)
+	}
+	return w.Finish()
+}
+
+// walkFrames walks the call stack of thread: each frame's callable (a
+// function's defaults and free variables, a bound method's receiver) and
+// a Starlark function's frame's value slots, and the module globals of the
+// outermost frame (the running top-level statement or loaded module:
+// other functions' modules are the Session's globals and loaded modules,
+// walked as roots already).
+func walkFrames(w *env.Walker, thread *starlark.Thread) {
+	if thread == nil {
+		return
+	}
+	depth := thread.CallStackDepth()
+	for i := 0; i < depth && !w.Exhausted(); i++ {
+		fr := thread.DebugFrame(i)
+		c := fr.Callable()
+		w.Value(c)
+		fn, ok := c.(*starlark.Function)
+		if !ok {
+			continue
+		}
+		if i == depth-1 {
+			w.Values(fn.Globals())
+		}
+		for _, v := range frameSlots(fr, fn) {
+			w.Value(v)
+		}
+	}
+}
+
+// go.starlark.net gives each running function one array of value slots:
+// its locals, then its operand stack (interp.go: space := make([]Value,
+// nlocals+MaxStack); locals := space[:nlocals:nlocals]), and the frame
+// keeps the locals slice. The operand stack holds the intermediate values
+// of the expression being evaluated (the arguments of the call now
+// running, a list being built by a comprehension); the Go collector sees
+// the whole array, so the walk reads it whole too, through the offsets of
+// the unexported fields found once by reflection. If the layout is not
+// the one expected, only the locals are read (as starlark.DebugFrame
+// gives them) and values on the stack stay unreached.
+var slotLayout = func() (l struct {
+	ok                        bool
+	locals, funcode, maxStack uintptr
+}) {
+	thread := new(starlark.Thread)
+	var frameType reflect.Type
+	fn := starlark.NewBuiltin("probe", func(t *starlark.Thread, _ *starlark.Builtin, _ starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+		frameType = reflect.TypeOf(t.DebugFrame(0))
+		return starlark.None, nil
+	})
+	if _, err := starlark.Call(thread, fn, nil, nil); err != nil || frameType == nil || frameType.Kind() != reflect.Pointer {
+		return
+	}
+	lf, ok1 := frameType.Elem().FieldByName("locals")
+	ff, ok2 := reflect.TypeFor[starlark.Function]().FieldByName("funcode")
+	if !ok1 || !ok2 || lf.Type != reflect.TypeFor[[]starlark.Value]() || ff.Type.Kind() != reflect.Pointer {
+		return
+	}
+	mf, ok3 := ff.Type.Elem().FieldByName("MaxStack")
+	if !ok3 || mf.Type.Kind() != reflect.Int {
+		return
+	}
+	l.ok, l.locals, l.funcode, l.maxStack = true, lf.Offset, ff.Offset, mf.Offset
+	return
+}()
+
+// frameSlots returns the value slots of fr, the frame of fn: locals and
+// operand stack, or the locals alone when the layout is unknown.
+func frameSlots(fr starlark.DebugFrame, fn *starlark.Function) []starlark.Value {
+	if !slotLayout.ok {
+		out := make([]starlark.Value, 0, fr.NumLocals())
+		for i := 0; i < fr.NumLocals(); i++ {
+			_, v := fr.Local(i)
+			out = append(out, v)
+		}
+		return out
+	}
+	p := reflect.ValueOf(fr).UnsafePointer()
+	locals := *(*[]starlark.Value)(unsafe.Add(p, slotLayout.locals))
+	code := *(*unsafe.Pointer)(unsafe.Add(unsafe.Pointer(fn), slotLayout.funcode))
+	if locals == nil || code == nil {
+		return nil // the frame is not running (its locals are cleared at return)
+	}
+	n := len(locals) + *(*int)(unsafe.Add(code, slotLayout.maxStack))
+	return unsafe.Slice(unsafe.SliceData(locals), n)
+}

@@ -1,0 +1,15 @@
+package nn
+
+import "github.com/memsh/memsh/env"
+
+// Reach walks the module's parameters, buffers, children, other
+// attributes and its forward function, for the reclaim proof (env.Walker).
+func (m *Layer) Reach(w *env.Walker) {
+	if w.Seen(m) {
+		return
+	}
+	for _, name := range m.names {
+		w.Value(m.entries[name])
+	}
+	w.Value(m.userForward)
+}

@@ -1,0 +1,41 @@
+package autograd
+
+import "github.com/memsh/memsh/tensor"
+
+// Reach walks n for the Manager's reclaim proof (tensor.Reacher), once per
+// walk: the tensors it saved (or what saved-tensor hooks packed for it),
+// an AccumulateGrad node's variable, and the nodes its edges lead to. What
+// a node's backward closure captures besides its saved tensors is not
+// walked: it stays unreached, and the reclaim falls back to the collector.
+func (n *Node) Reach(r *tensor.Reacher) {
+	if n == nil || n.reached == r.Epoch {
+		return
+	}
+	n.reached = r.Epoch
+	for _, s := range n.saved {
+		if s == nil {
+			continue
+		}
+		if s.t != nil {
+			r.Tensor(s.t)
+		}
+		if h := s.hooked; h != nil {
+			if t, ok := h.packed.(*tensor.Tensor); ok {
+				r.Tensor(t)
+			} else if h.packed != nil && r.Other != nil {
+				r.Other(h.packed)
+			}
+			if h.gradFn != nil {
+				r.Node(h.gradFn)
+			}
+		}
+	}
+	if n.variable != nil {
+		r.Tensor(n.variable)
+	}
+	for _, e := range n.next {
+		if e.Node != nil {
+			r.Node(e.Node)
+		}
+	}
+}
