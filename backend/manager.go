@@ -410,6 +410,7 @@ func (m *Manager) Collect() ReclaimResult {
 func (m *Manager) reclaimLocked() ReclaimResult {
 	start := time.Now()
 	if m.proveNoGarbage() {
+		m.dropFreedEntries()
 		m.sinceReclaim = 0
 		res := ReclaimResult{Time: time.Since(start), Proven: true}
 		m.stats.Reclaims++
@@ -447,6 +448,24 @@ func (m *Manager) collectLocked(start time.Time) ReclaimResult {
 	m.stats.ReclaimedBytes += res.Freed
 	m.stats.ReclaimTime += res.Time
 	return res
+}
+
+// dropFreedEntries forgets the entries of freed allocations (released by
+// an experiment's finish, or by Close) once they are most of the list: a
+// collection drops them as it goes, a proven reclaim does it here, so the
+// list follows the live allocations.
+func (m *Manager) dropFreedEntries() {
+	if len(m.entries) < 2*m.live+64 {
+		return
+	}
+	kept := m.entries[:0]
+	for _, e := range m.entries {
+		if !e.rec.freed {
+			kept = append(kept, e)
+		}
+	}
+	clear(m.entries[len(kept):])
+	m.entries = kept
 }
 
 func (m *Manager) freeLocked(r *record) {

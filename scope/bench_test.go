@@ -3,8 +3,10 @@ package scope_test
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
@@ -104,6 +106,50 @@ e.finish()
 				}
 			}
 			b.ReportMetric(float64(s.Manager().Stats().Reclaims)/float64(b.N), "reclaims/op")
+			b.ReportMetric(float64(s.Manager().Stats().ProvenReclaims)/float64(b.N), "proven/op")
 		})
+	}
+}
+
+// BenchmarkExperimentLoop runs 10,000 experiments inside one top-level
+// for statement (each allocating and dropping a tensor) and reports the
+// time per experiment and the Go heap the loop keeps per experiment,
+// measured inside the statement between iteration 1,000 and the last
+// (issue 12's goal: 0 bytes).
+func BenchmarkExperimentLoop(b *testing.B) {
+	const n = 10000
+	for i := 0; i < b.N; i++ {
+		s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: io.Discard, Err: io.Discard})
+		if err != nil {
+			b.Fatal(err)
+		}
+		heap := map[int]uint64{}
+		s.Set("heap", starlark.NewBuiltin("heap", func(_ *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+			var at int
+			if err := starlark.AsInt(args[0], &at); err != nil {
+				return nil, err
+			}
+			var ms runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			heap[at] = ms.HeapAlloc
+			return starlark.None, nil
+		}))
+		start := time.Now()
+		src := fmt.Sprintf(`
+for i in range(%d):
+    e = experiment("x", quiet=True)
+    t = tensor.zeros([256], device="cuda")
+    e.finish()
+    if i == 1000 or i == %d:
+        heap(i)
+`, n, n-1)
+		if err := s.Exec("loop.star", src); err != nil {
+			b.Fatal(err)
+		}
+		el := time.Since(start)
+		s.Close()
+		b.ReportMetric(float64(el.Microseconds())/n, "µs/experiment")
+		b.ReportMetric((float64(heap[n-1])-float64(heap[1000]))/float64(n-1001), "heap-B/experiment")
 	}
 }

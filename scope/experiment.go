@@ -343,6 +343,7 @@ func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*env
 	e.result = end
 	e.outcome = out
 	s.stack = s.stack[:len(s.stack)-1]
+	s.prunePending(thread)
 	s.pending = append(s.pending, ops...)
 	if !e.quiet {
 		s.printReport(e)
@@ -495,6 +496,29 @@ func functionLocals(thread *starlark.Thread) []refpath.Root {
 		}
 	}
 	return roots
+}
+
+// prunePending drops the pending deletions and restores that a re-binding
+// has made moot (applyPending would skip them: the name no longer holds
+// the value the experiment saw), so that experiments finished in a loop
+// inside one statement do not pile them up, with the values they hold.
+func (s *Session) prunePending(thread *starlark.Thread) {
+	if len(s.pending) == 0 {
+		return
+	}
+	g := s.statementGlobals(thread)
+	kept := s.pending[:0]
+	for _, op := range s.pending {
+		cur, ok := g[op.name]
+		if !ok {
+			cur, ok = s.live[op.name]
+		}
+		if ok && same(cur, op.seen) {
+			kept = append(kept, op)
+		}
+	}
+	clear(s.pending[len(kept):])
+	s.pending = kept
 }
 
 // applyPending applies the deletions and restores of experiments finished
