@@ -115,6 +115,14 @@ func (e *Experiment) References(edge func(string, starlark.Value)) {
 	}
 }
 
+// Reach walks the globals the experiment saved at open, for the reclaim
+// proof (env.Walker).
+func (e *Experiment) Reach(w *env.Walker) {
+	if !w.Seen(e) {
+		w.Values(e.snapshot)
+	}
+}
+
 // AttrNames implements starlark.HasAttrs.
 func (e *Experiment) AttrNames() []string {
 	return []string{"data", "finish", "keep", "name", "running"}

@@ -37,7 +37,6 @@ func (s *Session) reach(epoch uint64, visit func(*backend.Memory)) bool {
 	}
 	for _, e := range s.stack {
 		w.Value(e)
-		w.Values(e.snapshot)
 	}
 	for _, p := range s.pending {
 		w.Value(p.seen)

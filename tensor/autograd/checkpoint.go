@@ -109,6 +109,10 @@ type ckptFrame struct {
 // it has been unpacked.
 type ckptHolder struct {
 	handles map[uint64]*tensor.Tensor
+	// frame is the call the holder belongs to (the reclaim proof walks
+	// its saved inputs through it; the unpack hook holds the frame as
+	// long as the holder anyway).
+	frame *ckptFrame
 }
 
 // stopRecomputation ends a rerun from inside the recomputation pack hook
@@ -145,7 +149,7 @@ func (m savedMeta) String() string {
 func (f *ckptFrame) checkpointHooks() *SavedTensorHooks {
 	return &SavedTensorHooks{
 		Pack: func(t *tensor.Tensor) any {
-			h := &ckptHolder{handles: map[uint64]*tensor.Tensor{}}
+			h := &ckptHolder{handles: map[uint64]*tensor.Tensor{}, frame: f}
 			f.holders = append(f.holders, weak.Make(h))
 			f.metas = append(f.metas, metaOfSaved(t))
 			return h

@@ -20,10 +20,23 @@ func (n *Node) Reach(r *tensor.Reacher) {
 			r.Tensor(s.t)
 		}
 		if h := s.hooked; h != nil {
-			if t, ok := h.packed.(*tensor.Tensor); ok {
-				r.Tensor(t)
-			} else if h.packed != nil && r.Other != nil {
-				r.Other(h.packed)
+			switch p := h.packed.(type) {
+			case *tensor.Tensor:
+				r.Tensor(p)
+			case *ckptHolder:
+				// a checkpointed region's saved tensor: what the
+				// recomputation produced for it, and the region's inputs
+				for _, t := range p.handles {
+					r.Tensor(t)
+				}
+				if p.frame != nil {
+					r.Node(p.frame.saver)
+				}
+			case nil:
+			default:
+				if r.Other != nil {
+					r.Other(p)
+				}
 			}
 			if h.gradFn != nil {
 				r.Node(h.gradFn)
