@@ -153,3 +153,38 @@ for i in range(%d):
 		b.ReportMetric((float64(heap[n-1])-float64(heap[1000]))/float64(n-1001), "heap-B/experiment")
 	}
 }
+
+// BenchmarkDeepRecursion calls a recursive function that allocates a
+// 256-byte tensor at each level and keeps it in a local until the
+// recursion unwinds (exact peak mode, inside an experiment), at depth
+// 1,000 and 8,000. Linear cost in depth (issue 13) shows as a ratio of 8.
+func BenchmarkDeepRecursion(b *testing.B) {
+	src := `
+def f(n):
+    t = tensor.zeros([64], device="cuda")
+    if n == 0:
+        return 0
+    return f(n - 1)
+e = experiment(quiet=True)
+f(%d)
+e.finish()
+`
+	times := map[int]time.Duration{}
+	for i := 0; i < b.N; i++ {
+		for _, depth := range []int{1000, 8000} {
+			s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: io.Discard, Err: io.Discard})
+			if err != nil {
+				b.Fatal(err)
+			}
+			start := time.Now()
+			if err := s.Exec("deep.star", fmt.Sprintf(src, depth)); err != nil {
+				b.Fatal(err)
+			}
+			times[depth] += time.Since(start)
+			s.Close()
+		}
+	}
+	b.ReportMetric(float64(times[1000].Milliseconds())/float64(b.N), "ms@1000")
+	b.ReportMetric(float64(times[8000].Milliseconds())/float64(b.N), "ms@8000")
+	b.ReportMetric(float64(times[8000])/float64(times[1000]), "ratio")
+}
