@@ -11,16 +11,16 @@ import (
 	"github.com/memsh/memsh/tensor"
 )
 
-// reach is the Session's backend.ReachFunc: it walks every root a
-// Starlark value of the Session can be reached from — the globals the
-// user bound, the running statement's bindings, loaded modules, the open
-// experiments' saved globals and pending restores, the tensor Context's
-// autocast cast cache, and the frames of
-// every running function (the function, its module's globals, and its
-// whole frame: locals and operand stack) — with env.Walker, which goes on
-// into containers, memsh's values, tensors and the autograd graph. See
-// backend/reach.go for why this decides whether a reclaim needs the Go
-// collector, and why it is sound whatever it fails to reach.
+// reach is the Session's backend.ReachFunc: it walks the roots a Starlark
+// value of the Session can be reached from — the globals the user bound,
+// the running statement's bindings, loaded modules, the open experiments'
+// saved globals and pending restores, the tensor Context's in-flight
+// tensors and autocast cast cache, and the frames of every running
+// function (the function and its whole frame: locals and operand stack) —
+// with env.Walker, which goes on into containers, memsh's values, tensors
+// and the autograd graph. See backend/reach.go for why this decides
+// whether a reclaim needs the Go collector, and why it is sound whatever
+// it fails to reach.
 func (s *Session) reach(epoch uint64, visit func(*backend.Memory)) bool {
 	w := env.NewWalker(epoch, visit)
 	for name := range s.user {
@@ -87,7 +87,9 @@ func walkFrames(w *env.Walker, thread *starlark.Thread) {
 // the whole array, so the walk reads it whole too, through the offsets of
 // the unexported fields found once by reflection. If the layout is not
 // the one expected, only the locals are read (as starlark.DebugFrame
-// gives them) and values on the stack stay unreached.
+// gives them) and values on the stack stay unreached. A function without
+// locals still has its frame's locals slice, empty, pointing at the start
+// of the array (space[:0:0]), which is where the stack is read from.
 var slotLayout = func() (l struct {
 	ok                        bool
 	locals, funcode, maxStack uintptr
