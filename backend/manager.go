@@ -422,6 +422,7 @@ func (m *Manager) reclaimLocked() ReclaimResult {
 }
 
 func (m *Manager) collectLocked(start time.Time) ReclaimResult {
+	gcStart := time.Now()
 	runtime.GC()
 	var res ReclaimResult
 	kept := m.entries[:0]
@@ -444,6 +445,7 @@ func (m *Manager) collectLocked(start time.Time) ReclaimResult {
 	}
 	m.sinceReclaim = 0
 	res.Time = time.Since(start)
+	m.reach.lastCollect = time.Since(gcStart)
 	m.stats.Reclaims++
 	m.stats.ReclaimedBytes += res.Freed
 	m.stats.ReclaimTime += res.Time

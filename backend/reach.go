@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"time"
 )
 
 // A reclaim frees what nothing reaches any more, and the Go collector is
@@ -29,15 +30,28 @@ import (
 
 // ReachFunc walks the roots of a Session and calls visit for every
 // allocation handle it reaches (repeats are fine). It returns false to
-// give up (a budget ran out); the reclaim then runs the collector. It runs
+// give up, as it should once deadline has passed (twice what the last
+// collection took); the reclaim then runs the collector. It runs
 // while the Manager is locked: it must not call the Manager's methods.
-type ReachFunc func(epoch uint64, visit func(*Memory)) bool
+type ReachFunc func(epoch uint64, deadline time.Time, visit func(*Memory)) bool
 
 type reachState struct {
-	f      ReachFunc
-	epoch  uint64
-	verify bool // MEMSH_VERIFY_RECLAIM: check each proof with a collection
+	f           ReachFunc
+	epoch       uint64
+	verify      bool          // MEMSH_VERIFY_RECLAIM: check each proof with a collection
+	lastCollect time.Duration // how long the last collection took
+	// skip is the number of reclaims that go straight to the collector
+	// after walks that ran out of time (doubling, up to maxSkip); a
+	// walk that completes sets it back to 0.
+	skip, backoff int
 }
+
+const maxSkip = 64
+
+// minWalk is the least time a walk is given (before the first collection,
+// and when collections are quicker than that); otherwise it gets twice
+// what the last collection took.
+const minWalk = time.Millisecond
 
 // SetReach installs the reach walk (nil removes it).
 func (m *Manager) SetReach(f ReachFunc) {
@@ -56,17 +70,29 @@ func (m *Manager) proveNoGarbage() bool {
 	if m.reach.f == nil {
 		return false
 	}
+	if m.reach.skip > 0 {
+		m.reach.skip--
+		return false
+	}
 	m.reach.epoch++
 	epoch := m.reach.epoch
 	reached := 0
-	ok := m.reach.f(epoch, func(h *Memory) {
+	ok := m.reach.f(epoch, time.Now().Add(max(2*m.reach.lastCollect, minWalk)), func(h *Memory) {
 		r := h.rec
 		if r.owner == m && !r.freed && r.mark != epoch {
 			r.mark = epoch
 			reached++
 		}
 	})
-	if !ok || reached != m.live {
+	if !ok {
+		// out of time: the roots hold more than a walk can cover in a
+		// collection's time; try again later, less often each time
+		m.reach.backoff = min(2*m.reach.backoff+1, maxSkip)
+		m.reach.skip = m.reach.backoff
+		return false
+	}
+	m.reach.backoff = 0
+	if reached != m.live {
 		return false
 	}
 	if m.reach.verify {

@@ -3,6 +3,7 @@ package backend_test
 import (
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/memsh/memsh/backend"
 )
@@ -45,7 +46,7 @@ func TestReachProof(t *testing.T) {
 				reported = append([]*backend.Memory(nil), reported...)
 				second = nil
 			}
-			m.SetReach(func(_ uint64, visit func(*backend.Memory)) bool {
+			m.SetReach(func(_ uint64, _ time.Time, visit func(*backend.Memory)) bool {
 				for _, h := range reported {
 					visit(h)
 				}
@@ -86,7 +87,7 @@ func TestReachNothingLive(t *testing.T) {
 // a proof is at hand.
 func TestCollectAlwaysCollects(t *testing.T) {
 	m := newManager(t, "1GiB", backend.PeakLazy)
-	m.SetReach(func(uint64, func(*backend.Memory)) bool { return true })
+	m.SetReach(func(uint64, time.Time, func(*backend.Memory)) bool { return true })
 	if r := m.Collect(); r.Proven {
 		t.Errorf("Collect proved instead of collecting: %+v", r)
 	}

@@ -2,6 +2,7 @@ package env
 
 import (
 	"reflect"
+	"time"
 	"unsafe"
 
 	"go.starlark.net/starlark"
@@ -20,13 +21,16 @@ import (
 // reports what it did not reach through a real reference, so the proof is
 // sound whatever it skips; a value it does not know is skipped.
 //
-// A walk has a budget of values; past it the walk gives up (Exhausted)
-// and the reclaim runs the Go collector, so a session holding a
-// million-element list pays a collection, not a longer walk.
+// A walk has a deadline, which the Manager sets to about what its last
+// collection took: past it the walk gives up (Exhausted) and the reclaim
+// runs the collector, so a session holding a million-element list pays at
+// most twice a collection, never a longer walk.
 type Walker struct {
-	r      tensor.Reacher
-	seen   map[any]struct{}
-	budget int
+	r        tensor.Reacher
+	seen     map[unsafe.Pointer]struct{}
+	deadline time.Time
+	count    int  // values visited since the last look at the clock
+	late     bool // past the deadline
 }
 
 // Reacher is implemented by memsh's Starlark values that hold tensors,
@@ -35,25 +39,33 @@ type Reacher interface {
 	Reach(w *Walker)
 }
 
-// WalkBudget is the number of values a walk may visit.
-const WalkBudget = 50000
-
 // NewWalker returns a walker for the walk numbered epoch that reports
-// every allocation it reaches to visit.
-func NewWalker(epoch uint64, visit func(*backend.Memory)) *Walker {
-	w := &Walker{seen: map[any]struct{}{}, budget: WalkBudget}
+// every allocation it reaches to visit and gives up at deadline.
+func NewWalker(epoch uint64, deadline time.Time, visit func(*backend.Memory)) *Walker {
+	w := &Walker{seen: map[unsafe.Pointer]struct{}{}, deadline: deadline}
 	w.r = tensor.Reacher{Epoch: epoch, Memory: visit, Other: w.other}
 	return w
 }
 
-// Exhausted reports that the walk ran out of budget.
-func (w *Walker) Exhausted() bool { return w.budget <= 0 }
+// Exhausted reports that the walk is past its deadline.
+func (w *Walker) Exhausted() bool { return w.late }
+
+// tick counts one value and looks at the clock every 256.
+func (w *Walker) tick() {
+	w.count++
+	if w.count >= 256 {
+		w.count = 0
+		w.late = time.Now().After(w.deadline)
+	}
+}
 
 // Finish walks what the walk queued (autograd graphs) and reports whether
-// it completed within its budget.
+// it completed before its deadline.
 func (w *Walker) Finish() bool {
-	w.r.Drain()
-	return !w.Exhausted()
+	if !w.late {
+		w.r.Drain()
+	}
+	return !w.late && !time.Now().After(w.deadline)
 }
 
 // Memory reports an allocation.
@@ -66,17 +78,19 @@ func (w *Walker) Memory(m *backend.Memory) {
 // Tensor walks an engine tensor (its memory, gradient and graph).
 func (w *Walker) Tensor(t *tensor.Tensor) {
 	if t != nil {
-		w.budget--
+		w.tick()
 		w.r.Tensor(t)
 	}
 }
 
-// Seen reports whether p was visited in this walk already, and marks it.
-func (w *Walker) Seen(p any) bool {
-	if _, ok := w.seen[p]; ok {
+// Seen reports whether the value at p was visited in this walk already,
+// and marks it (for values that can be reached twice or hold themselves).
+func Seen[T any](w *Walker, p *T) bool {
+	k := unsafe.Pointer(p)
+	if _, ok := w.seen[k]; ok {
 		return true
 	}
-	w.seen[p] = struct{}{}
+	w.seen[k] = struct{}{}
 	return false
 }
 
@@ -105,21 +119,18 @@ type referrer interface {
 
 // Value walks a Starlark value.
 func (w *Walker) Value(v starlark.Value) {
-	if v == nil || w.budget <= 0 {
+	if v == nil || w.late {
 		return
 	}
-	w.budget--
+	w.tick()
 	switch v := v.(type) {
 	case starlark.NoneType, starlark.Bool, starlark.Int, starlark.Float, starlark.String, starlark.Bytes:
 	case Reacher:
 		v.Reach(w)
 	case referrer:
-		if w.Seen(v) {
-			return
-		}
 		v.References(func(_ string, x starlark.Value) { w.Value(x) })
 	case *starlark.List:
-		if w.Seen(v) {
+		if Seen(w, v) {
 			return
 		}
 		for i := 0; i < v.Len(); i++ {
@@ -130,7 +141,7 @@ func (w *Walker) Value(v starlark.Value) {
 			w.Value(x)
 		}
 	case *starlark.Dict:
-		if w.Seen(v) {
+		if Seen(w, v) {
 			return
 		}
 		for k, x := range v.Entries() {
@@ -138,14 +149,14 @@ func (w *Walker) Value(v starlark.Value) {
 			w.Value(x)
 		}
 	case *starlark.Set:
-		if w.Seen(v) {
+		if Seen(w, v) {
 			return
 		}
 		for x := range v.Elements() {
 			w.Value(x)
 		}
 	case *starlarkstruct.Struct:
-		if w.Seen(v) {
+		if Seen(w, v) {
 			return
 		}
 		for _, name := range v.AttrNames() {
@@ -153,7 +164,7 @@ func (w *Walker) Value(v starlark.Value) {
 			w.Value(x)
 		}
 	case *starlark.Function:
-		if w.Seen(v) {
+		if Seen(w, v) {
 			return
 		}
 		for i := 0; i < v.NumParams()+v.NumKwonlyParams(); i++ {
@@ -182,6 +193,6 @@ func (w *Walker) Values(d starlark.StringDict) {
 // Engine lets an engine object (an optimizer, a scaler) report its tensors
 // through the walk's tensor.Reacher.
 func (w *Walker) Engine(reach func(*tensor.Reacher)) {
-	w.budget--
+	w.tick()
 	reach(&w.r)
 }

@@ -118,7 +118,7 @@ func (e *Experiment) References(edge func(string, starlark.Value)) {
 // Reach walks the globals the experiment saved at open, for the reclaim
 // proof (env.Walker).
 func (e *Experiment) Reach(w *env.Walker) {
-	if !w.Seen(e) {
+	if !env.Seen(w, e) {
 		w.Values(e.snapshot)
 	}
 }

@@ -2,6 +2,7 @@ package scope
 
 import (
 	"reflect"
+	"time"
 	"unsafe"
 
 	"go.starlark.net/starlark"
@@ -21,8 +22,8 @@ import (
 // and the autograd graph. See backend/reach.go for why this decides
 // whether a reclaim needs the Go collector, and why it is sound whatever
 // it fails to reach.
-func (s *Session) reach(epoch uint64, visit func(*backend.Memory)) bool {
-	w := env.NewWalker(epoch, visit)
+func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Memory)) bool {
+	w := env.NewWalker(epoch, deadline, visit)
 	for name := range s.user {
 		w.Value(s.live[name])
 	}

@@ -5,7 +5,7 @@ import "github.com/memsh/memsh/env"
 // Reach walks the module's parameters, buffers, children, other
 // attributes and its forward function, for the reclaim proof (env.Walker).
 func (m *Layer) Reach(w *env.Walker) {
-	if w.Seen(m) {
+	if env.Seen(w, m) {
 		return
 	}
 	for _, name := range m.names {
