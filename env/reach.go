@@ -128,6 +128,9 @@ func (w *Walker) Value(v starlark.Value) {
 	case Reacher:
 		v.Reach(w)
 	case referrer:
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && Seen(w, (*byte)(rv.UnsafePointer())) {
+			return // walked already (or holds itself)
+		}
 		v.References(func(_ string, x starlark.Value) { w.Value(x) })
 	case *starlark.List:
 		if Seen(w, v) {
