@@ -54,8 +54,9 @@ func (p *procFile) parse(f func([]byte) (uint64, error)) (uint64, error) {
 }
 
 var (
-	statm  = procFile{path: "/proc/self/statm"}
-	status = procFile{path: "/proc/self/status"}
+	statm   = procFile{path: "/proc/self/statm"}
+	status  = procFile{path: "/proc/self/status"}
+	meminfo = procFile{path: "/proc/meminfo"}
 
 	pageSize = uint64(os.Getpagesize())
 )
@@ -80,12 +81,19 @@ func parseStatm(b []byte) (uint64, error) {
 
 // statusField returns a "kB" field of /proc/self/status (VmHWM, VmRSS, ...)
 // in bytes.
-func statusField(name string) (uint64, error) {
-	return status.parse(func(b []byte) (uint64, error) {
-		key := "\n" + name + ":"
-		i := bytes.Index(b, []byte(key))
-		if i < 0 {
-			return 0, fmt.Errorf("host: no %s in /proc/self/status", name)
+func statusField(name string) (uint64, error) { return kBField(&status, name) }
+
+// kBField returns the "NAME:   N kB" line of a /proc file in bytes.
+func kBField(p *procFile, name string) (uint64, error) {
+	return p.parse(func(b []byte) (uint64, error) {
+		key := name + ":"
+		i := 0
+		if !bytes.HasPrefix(b, []byte(key)) {
+			i = bytes.Index(b, []byte("\n"+key))
+			if i < 0 {
+				return 0, fmt.Errorf("host: no %s in %s", name, p.path)
+			}
+			i++
 		}
 		line := b[i+len(key):]
 		if j := bytes.IndexByte(line, '\n'); j >= 0 {
@@ -95,7 +103,7 @@ func statusField(name string) (uint64, error) {
 		num, unit, _ := bytes.Cut(line, []byte{' '})
 		kb, err := strconv.ParseUint(string(num), 10, 64)
 		if err != nil || string(unit) != "kB" {
-			return 0, fmt.Errorf("host: cannot parse %s in /proc/self/status: %q", name, line)
+			return 0, fmt.Errorf("host: cannot parse %s in %s: %q", name, p.path, line)
 		}
 		return kb << 10, nil
 	})
@@ -108,6 +116,14 @@ func hwm() (uint64, error) { return statusField("VmHWM") }
 
 // memInfo returns MemAvailable and MemTotal from /proc/meminfo.
 func memInfo() (available, total uint64, err error) {
+	// MemAvailable and MemTotal from /proc/meminfo, kept open and read
+	// with one pread (a sweep point reads it at every start and finish);
+	// gopsutil's estimate where the kernel has no MemAvailable (< 3.14).
+	if a, err := kBField(&meminfo, "MemAvailable"); err == nil {
+		if t, err := kBField(&meminfo, "MemTotal"); err == nil && t > 0 {
+			return a, t, nil
+		}
+	}
 	v, err := mem.VirtualMemory()
 	if err != nil {
 		return 0, 0, err

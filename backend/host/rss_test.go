@@ -3,6 +3,8 @@ package host
 import (
 	"runtime"
 	"testing"
+
+	"github.com/shirou/gopsutil/v3/mem"
 )
 
 // TestRSS compares RSS (statm) with VmRSS from /proc/self/status and checks
@@ -43,4 +45,28 @@ func TestHeapLive(t *testing.T) {
 		t.Errorf("HeapLive() = %d with a live 32 MiB slice, want at least %d", got, 32*mib)
 	}
 	runtime.KeepAlive(keep)
+}
+
+// TestMemInfo compares memInfo's MemTotal and MemAvailable (read with
+// kBField through the kept-open /proc/meminfo) with gopsutil's reading:
+// the total exactly, the available figure within 64 MiB (other processes
+// allocate meanwhile).
+func TestMemInfo(t *testing.T) {
+	a, tot, err := memInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := mem.VirtualMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot != v.Total {
+		t.Errorf("MemTotal %d, gopsutil %d", tot, v.Total)
+	}
+	if d := int64(a) - int64(v.Available); d > 64<<20 || d < -64<<20 {
+		t.Errorf("MemAvailable %d, gopsutil %d", a, v.Available)
+	}
+	if _, err := kBField(&meminfo, "NoSuchField"); err == nil {
+		t.Error("kBField found a field /proc/meminfo does not have")
+	}
 }
