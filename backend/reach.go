@@ -10,8 +10,9 @@ import (
 // A reclaim frees what nothing reaches any more, and the Go collector is
 // what finds it: a full runtime.GC(), whose cost grows with the whole Go
 // heap. Most reclaims find nothing (a measurement, a peak-raising
-// allocation while every tensor is still in use: three in four during a
-// GPT-2 training step). The reach walk answers that case without a
+// allocation while every tensor is still in use): 1,798 of the first
+// 2,500 reclaims of `memsh fit gpt2-xl` freed nothing, measured before
+// the walk existed. The reach walk answers that case without a
 // collection: the layer that knows the roots (the Session: globals, the
 // frames of running functions, loaded modules, and the values they hold,
 // down to the tensors, the autograd graph and the optimizer state)
@@ -22,8 +23,8 @@ import (
 // The proof is sound whatever the walk covers: the walk only follows
 // pointers that really exist from roots that really are live, so what it
 // reaches the collector would also find reachable; a value it cannot
-// look into (an unknown type, a Go-only holder, a value on the Starlark
-// operand stack) leaves allocations unreached, which sends the reclaim to
+// look into (an unknown type, a Go-only holder, a list held only by a
+// running for loop's iterator) leaves allocations unreached, which sends the reclaim to
 // the collector. Coverage decides how often a reclaim is cheap, never
 // whether it is right. MEMSH_VERIFY_RECLAIM=1 checks every proof with a
 // collection anyway and panics if the collector frees anything.

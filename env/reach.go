@@ -19,12 +19,13 @@ import (
 // bound methods' receivers, memsh's values (each a Reacher), tensors and
 // their autograd graphs, reporting every allocation it reaches. It never
 // reports what it did not reach through a real reference, so the proof is
-// sound whatever it skips; a value it does not know is skipped.
+// sound whatever it skips; a value it does not know (one of memsh's that
+// does not implement Reacher) is skipped.
 //
-// A walk has a deadline, which the Manager sets to about what its last
+// A walk has a deadline, which the Manager sets to twice what its last
 // collection took: past it the walk gives up (Exhausted) and the reclaim
-// runs the collector, so a session holding a million-element list pays at
-// most twice a collection, never a longer walk.
+// runs the collector, so a session holding a million-element list pays a
+// bounded walk (and the Manager then tries less often), never a longer one.
 type Walker struct {
 	r        tensor.Reacher
 	seen     map[unsafe.Pointer]struct{}
@@ -103,18 +104,26 @@ func (w *Walker) other(v any) {
 	}
 }
 
-// isCell reports whether t is go.starlark.net's cell type (a local
-// variable captured by a closure, as frames and free variables hold it):
-// a struct of one Value, read through unsafe.
-func isCell(t reflect.Type) bool {
-	return t.Kind() == reflect.Pointer && t.Elem().Name() == "cell" && t.Elem().PkgPath() == "go.starlark.net/starlark" &&
-		t.Elem().Kind() == reflect.Struct && t.Elem().NumField() == 1 && t.Elem().Field(0).Type == reflect.TypeFor[starlark.Value]()
-}
-
-// referrer is env/refpath's Referrer: memsh's container values that list
-// what they refer to (experiments, trial results).
-type referrer interface {
-	References(edge func(suffix string, v starlark.Value))
+// UnwrapCell returns the value inside a Starlark cell — a local variable
+// captured by a closure, as frames hold it and starlark.DebugFrame.Local
+// returns it — and true, or v and false for any other value. The cell
+// type is unexported: it is recognised by reflection (a struct of one
+// Value named go.starlark.net/starlark.cell) and read through unsafe.
+func UnwrapCell(v starlark.Value) (starlark.Value, bool) {
+	t := reflect.TypeOf(v)
+	if t == nil || t.Kind() != reflect.Pointer {
+		return v, false
+	}
+	e := t.Elem()
+	if e.Name() != "cell" || e.PkgPath() != "go.starlark.net/starlark" || e.Kind() != reflect.Struct ||
+		e.NumField() != 1 || e.Field(0).Type != reflect.TypeFor[starlark.Value]() {
+		return v, false
+	}
+	p := reflect.ValueOf(v).UnsafePointer()
+	if p == nil {
+		return v, false
+	}
+	return *(*starlark.Value)(p), true
 }
 
 // Value walks a Starlark value.
@@ -127,11 +136,6 @@ func (w *Walker) Value(v starlark.Value) {
 	case starlark.NoneType, starlark.Bool, starlark.Int, starlark.Float, starlark.String, starlark.Bytes:
 	case Reacher:
 		v.Reach(w)
-	case referrer:
-		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && Seen(w, (*byte)(rv.UnsafePointer())) {
-			return // walked already (or holds itself)
-		}
-		v.References(func(_ string, x starlark.Value) { w.Value(x) })
 	case *starlark.List:
 		if Seen(w, v) {
 			return
@@ -180,8 +184,8 @@ func (w *Walker) Value(v starlark.Value) {
 	case *starlark.Builtin:
 		w.Value(v.Receiver())
 	default:
-		if isCell(reflect.TypeOf(v)) {
-			w.Value(*(*starlark.Value)(unsafe.Pointer(reflect.ValueOf(v).Pointer())))
+		if x, ok := UnwrapCell(v); ok {
+			w.Value(x)
 		}
 	}
 }

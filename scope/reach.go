@@ -2,6 +2,7 @@ package scope
 
 import (
 	"reflect"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -28,9 +29,7 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		w.Value(s.live[name])
 	}
 	w.Values(s.flushed)
-	if s.prev != nil {
-		w.Values(s.prev.m)
-	}
+	w.Values(s.prev.m)
 	for _, e := range s.loaded {
 		if e != nil {
 			w.Values(e.globals)
@@ -86,12 +85,12 @@ func walkFrames(w *env.Walker, thread *starlark.Thread) {
 // of the expression being evaluated (the arguments of the call now
 // running, a list being built by a comprehension); the Go collector sees
 // the whole array, so the walk reads it whole too, through the offsets of
-// the unexported fields found once by reflection. If the layout is not
+// the unexported fields found by reflection at the first walk. If the layout is not
 // the one expected, only the locals are read (as starlark.DebugFrame
 // gives them) and values on the stack stay unreached. A function without
 // locals still has its frame's locals slice, empty, pointing at the start
 // of the array (space[:0:0]), which is where the stack is read from.
-var slotLayout = func() (l struct {
+var slotLayout = sync.OnceValue(func() (l struct {
 	ok                        bool
 	locals, funcode, maxStack uintptr
 }) {
@@ -115,12 +114,13 @@ var slotLayout = func() (l struct {
 	}
 	l.ok, l.locals, l.funcode, l.maxStack = true, lf.Offset, ff.Offset, mf.Offset
 	return
-}()
+})
 
 // frameSlots returns the value slots of fr, the frame of fn: locals and
 // operand stack, or the locals alone when the layout is unknown.
 func frameSlots(fr starlark.DebugFrame, fn *starlark.Function) []starlark.Value {
-	if !slotLayout.ok {
+	layout := slotLayout()
+	if !layout.ok {
 		out := make([]starlark.Value, 0, fr.NumLocals())
 		for i := 0; i < fr.NumLocals(); i++ {
 			_, v := fr.Local(i)
@@ -129,11 +129,11 @@ func frameSlots(fr starlark.DebugFrame, fn *starlark.Function) []starlark.Value 
 		return out
 	}
 	p := reflect.ValueOf(fr).UnsafePointer()
-	locals := *(*[]starlark.Value)(unsafe.Add(p, slotLayout.locals))
-	code := *(*unsafe.Pointer)(unsafe.Add(unsafe.Pointer(fn), slotLayout.funcode))
+	locals := *(*[]starlark.Value)(unsafe.Add(p, layout.locals))
+	code := *(*unsafe.Pointer)(unsafe.Add(unsafe.Pointer(fn), layout.funcode))
 	if locals == nil || code == nil {
 		return nil // the frame is not running (its locals are cleared at return)
 	}
-	n := len(locals) + *(*int)(unsafe.Add(code, slotLayout.maxStack))
+	n := len(locals) + *(*int)(unsafe.Add(code, layout.maxStack))
 	return unsafe.Slice(unsafe.SliceData(locals), n)
 }

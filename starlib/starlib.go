@@ -73,8 +73,9 @@ func Predeclared() starlark.StringDict {
 }
 
 // gc() runs a reclaim with a full Go GC (Manager.Collect, as Python's
-// gc.collect()): every tensor and buffer no value can reach is freed. It returns the number of bytes freed. (Memory stays
-// cached by the allocator; cuda.empty_cache() releases it to the device.)
+// gc.collect()): every tensor and buffer no value can reach is freed. It
+// returns the number of bytes freed. (Memory stays cached by the
+// allocator; cuda.empty_cache() releases it to the device.)
 func gc(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	e, err := env.NoArgs(thread, b, args, kwargs)
 	if err != nil {

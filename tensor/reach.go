@@ -83,7 +83,8 @@ func (r *Reacher) Context(c *Context) {
 // Hold keeps ts reachable from the Context until the returned release is
 // called: for tensors that Go code computes with while it allocates more,
 // which only its local variables hold (the Go collector sees those; the
-// reclaim proof does not). Calls nest: release in the reverse order.
+// reclaim proof does not). Calls nest: release in the reverse order;
+// releasing a hold also releases the holds made after it.
 func (c *Context) Hold(ts ...*Tensor) (release func()) {
 	n := len(c.inFlight)
 	c.inFlight = append(c.inFlight, ts...)

@@ -85,28 +85,32 @@ func statusField(name string) (uint64, error) { return kBField(&status, name) }
 
 // kBField returns the "NAME:   N kB" line of a /proc file in bytes.
 func kBField(p *procFile, name string) (uint64, error) {
-	return p.parse(func(b []byte) (uint64, error) {
-		key := name + ":"
-		i := 0
-		if !bytes.HasPrefix(b, []byte(key)) {
-			i = bytes.Index(b, []byte("\n"+key))
-			if i < 0 {
-				return 0, fmt.Errorf("host: no %s in %s", name, p.path)
-			}
-			i++
+	return p.parse(func(b []byte) (uint64, error) { return kBValue(b, name, p.path) })
+}
+
+// kBValue parses the "NAME:   N kB" line of the contents b of the /proc
+// file path, in bytes.
+func kBValue(b []byte, name, path string) (uint64, error) {
+	key := name + ":"
+	i := 0
+	if !bytes.HasPrefix(b, []byte(key)) {
+		i = bytes.Index(b, []byte("\n"+key))
+		if i < 0 {
+			return 0, fmt.Errorf("host: no %s in %s", name, path)
 		}
-		line := b[i+len(key):]
-		if j := bytes.IndexByte(line, '\n'); j >= 0 {
-			line = line[:j]
-		}
-		line = bytes.TrimSpace(line)
-		num, unit, _ := bytes.Cut(line, []byte{' '})
-		kb, err := strconv.ParseUint(string(num), 10, 64)
-		if err != nil || string(unit) != "kB" {
-			return 0, fmt.Errorf("host: cannot parse %s in %s: %q", name, p.path, line)
-		}
-		return kb << 10, nil
-	})
+		i++
+	}
+	line := b[i+len(key):]
+	if j := bytes.IndexByte(line, '\n'); j >= 0 {
+		line = line[:j]
+	}
+	line = bytes.TrimSpace(line)
+	num, unit, _ := bytes.Cut(line, []byte{' '})
+	kb, err := strconv.ParseUint(string(num), 10, 64)
+	if err != nil || string(unit) != "kB" {
+		return 0, fmt.Errorf("host: cannot parse %s in %s: %q", name, path, line)
+	}
+	return kb << 10, nil
 }
 
 // hwm returns VmHWM, the kernel's high-water mark of this process's RSS
@@ -116,13 +120,17 @@ func hwm() (uint64, error) { return statusField("VmHWM") }
 
 // memInfo returns MemAvailable and MemTotal from /proc/meminfo.
 func memInfo() (available, total uint64, err error) {
-	// MemAvailable and MemTotal from /proc/meminfo, kept open and read
-	// with one pread (a sweep point reads it at every start and finish);
-	// gopsutil's estimate where the kernel has no MemAvailable (< 3.14).
-	if a, err := kBField(&meminfo, "MemAvailable"); err == nil {
-		if t, err := kBField(&meminfo, "MemTotal"); err == nil && t > 0 {
-			return a, t, nil
+	// Both fields from one pread of the kept-open /proc/meminfo (a sweep
+	// point reads them at every start and finish); gopsutil's estimate
+	// where the kernel has no MemAvailable (< 3.14).
+	a, err := meminfo.parse(func(b []byte) (uint64, error) {
+		if total, err = kBValue(b, "MemTotal", meminfo.path); err != nil {
+			return 0, err
 		}
+		return kBValue(b, "MemAvailable", meminfo.path)
+	})
+	if err == nil && total > 0 {
+		return a, total, nil
 	}
 	v, err := mem.VirtualMemory()
 	if err != nil {

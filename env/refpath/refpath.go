@@ -13,7 +13,6 @@ package refpath
 import (
 	"fmt"
 	"reflect"
-	"unsafe"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
@@ -90,7 +89,7 @@ func holders(roots []Root, visit func(h env.Holder, path string) bool, aliases b
 	for len(queue) > 0 {
 		it := queue[0]
 		queue = queue[1:]
-		it.v = unwrapCell(it.v)
+		it.v, _ = env.UnwrapCell(it.v)
 		id, ok := identity(it.v)
 		if ok && seen[id] && aliases {
 			if h, isH := it.v.(env.Holder); isH && h.HeldMemory() != nil && !visit(h, it.path) {
@@ -161,27 +160,6 @@ func holders(roots []Root, visit func(h env.Holder, path string) bool, aliases b
 			v.References(push)
 		}
 	}
-}
-
-// unwrapCell returns the value inside a Starlark cell — a local variable
-// captured by a closure, as starlark.DebugFrame.Local returns it — or v
-// itself. The cell type is unexported, so its one field is read by
-// reflection.
-func unwrapCell(v starlark.Value) starlark.Value {
-	rv := reflect.ValueOf(v)
-	if rv.Kind() != reflect.Pointer || rv.IsNil() {
-		return v
-	}
-	t := rv.Type().Elem()
-	if t.Name() != "cell" || t.PkgPath() != "go.starlark.net/starlark" || t.Kind() != reflect.Struct || t.NumField() != 1 {
-		return v
-	}
-	f := rv.Elem().Field(0)
-	inner, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(starlark.Value)
-	if !ok {
-		return nil
-	}
-	return inner
 }
 
 // identity returns a key that identifies a reference value, and false for

@@ -6,7 +6,6 @@ package host
 
 import (
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/shirou/gopsutil/v3/cpu"
@@ -117,8 +116,7 @@ func heapLive(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple,
 	if err != nil {
 		return nil, err
 	}
-	e.Manager.Reclaim()
-	runtime.GC() // the figure is the last collection's: make it current (a reclaim may not collect)
+	e.Manager.Collect() // the figure is the last collection's: make it current
 	return starlark.MakeUint64(bhost.HeapLive()), nil
 }
 

@@ -38,8 +38,9 @@ func BenchmarkPoint(b *testing.B) {
 // trivial function and reports the median wall time between consecutive
 // points near the start (points 100-200) and at the end (the last 100),
 // and their ratio (issue 12's goal: at most 1.2). Every point reclaims
-// (two Go collections), so anything the sweep keeps per point on the Go
-// heap shows up as a growing per-point cost.
+// twice; a reclaim that collects marks the whole Go heap, so anything the
+// sweep kept per point on the heap would show up as a growing per-point
+// cost.
 func BenchmarkGridPerPointCost(b *testing.B) {
 	const n = 10000
 	for i := 0; i < b.N; i++ {

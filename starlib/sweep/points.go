@@ -12,11 +12,12 @@ import (
 // points holds a sweep's finished points in a compact form that the Go
 // collector need not scan: one pointer-free record per point, with
 // parameter values, returned values, error texts and figures in shared
-// arenas. Every exact reclaim marks the whole Go heap, so a sweep that
-// kept a map, a struct and their strings per point (as it once did) made
-// each later point slower — 0.7 ms per point at the start of a
-// 10,000-point grid, 2.2 ms at its end. Now the per-point cost stays flat
-// (bench/README.md, "sweep.grid per-point cost").
+// arenas. A reclaim that collects marks the whole Go heap, so a sweep
+// that kept a map, a struct and their strings per point (as it once did)
+// made each later point slower: measured with that build, 0.9 ms per point
+// at the start of a 10,000-point grid, 2.3 ms at its end. Now the cost
+// stays flat (BenchmarkGridPerPointCost; bench/README.md, "Reclaims proven
+// without a collection").
 type points struct {
 	recs    []pointRec
 	keySets [][]string       // distinct parameter-name lists (a grid has one; max_fit two)

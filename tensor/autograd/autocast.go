@@ -98,8 +98,7 @@ func castArgs(policy castPolicy, args ...**tensor.Tensor) (release func(), err e
 		to = promoteType(st.DType, ts)
 	}
 	var ctx *tensor.Context
-	var casts []*tensor.Tensor
-	unhold := noRelease
+	unhold := noRelease // releases every cast held below (Hold nests)
 	for _, a := range args {
 		c, err := cachedCast(st, to, *a)
 		if err != nil {
@@ -107,12 +106,14 @@ func castArgs(policy castPolicy, args ...**tensor.Tensor) (release func(), err e
 			return noRelease, err
 		}
 		if c != *a {
-			ctx = c.Context()
 			// The casts are the op's arguments until it returns
 			// (PyTorch's temporaries of the call expression).
-			casts = append(casts, c)
-			unhold()
-			unhold = ctx.Hold(casts...)
+			if ctx == nil {
+				ctx = c.Context()
+				unhold = ctx.Hold(c)
+			} else {
+				ctx.Hold(c)
+			}
 		}
 		*a = c
 	}
