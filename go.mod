@@ -38,3 +38,5 @@ require (
 )
 
 require github.com/shoenig/go-m1cpu v0.1.6 // indirect
+
+replace go.starlark.net => ./third_party/go.starlark.net
