@@ -19,7 +19,10 @@
 // from the caching allocators' segments (backend.CachingAllocator.Segments)
 // and the Manager's memory events. Sizes are bytes, time_us microseconds
 // since the Unix epoch. Frames are the Starlark call stack at the event,
-// innermost first: {filename, line, name}. Streams are always 0.
+// innermost first: {filename, line, name}. Streams are always 0. An
+// alloc or free entry's size is the requested bytes (PyTorch's orig_size,
+// before the 512-byte rounding), as PyTorch's trace records it; the block
+// sizes are in segments' blocks.
 //
 // What a free records. PyTorch frees a block when its last reference
 // drops, and records that moment's time and Python stack. memsh learns that
@@ -203,11 +206,11 @@ func (r *Recorder) observe(e backend.Event) {
 	}
 	switch e.Kind {
 	case backend.EventAlloc:
-		r.add(dev, entry{action: "alloc", addr: e.Addr, size: e.Size, timeUS: now, frames: frames})
+		r.add(dev, entry{action: "alloc", addr: e.Addr, size: e.Requested, timeUS: now, frames: frames})
 		r.blockFrames[dev][e.Addr] = frames
 	case backend.EventFree:
-		r.add(dev, entry{action: "free_requested", addr: e.Addr, size: e.Size, timeUS: now, frames: frames})
-		r.add(dev, entry{action: "free_completed", addr: e.Addr, size: e.Size, timeUS: now, frames: frames})
+		r.add(dev, entry{action: "free_requested", addr: e.Addr, size: e.Requested, timeUS: now, frames: frames})
+		r.add(dev, entry{action: "free_completed", addr: e.Addr, size: e.Requested, timeUS: now, frames: frames})
 		delete(r.blockFrames[dev], e.Addr)
 	case backend.EventSegmentAlloc:
 		r.add(dev, entry{action: "segment_alloc", addr: e.Addr, size: e.Size, timeUS: now, frames: frames})
