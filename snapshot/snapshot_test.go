@@ -289,3 +289,29 @@ f()
 		t.Errorf("free of z: frames %v, want the dump_snapshot call", frames[1])
 	}
 }
+
+// An alloc or free entry carries the requested bytes, as PyTorch's trace
+// (orig_size); the block in the segments has the rounded size.
+func TestTraceRequestedSize(t *testing.T) {
+	m := simManager(t)
+	r := snapshot.New(m)
+	r.Enable(nil, 100)
+	h, err := m.Alloc("cuda:0", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.BlockSize() != 512 {
+		t.Errorf("block size %d, want 512", h.BlockSize())
+	}
+	m.Release(h, "test")
+	var got []string
+	for _, e := range get(r.Snapshot(), "device_traces").([]any)[0].([]any) {
+		d := e.(snapshot.Dict)
+		if a := get(d, "action").(string); a == "alloc" || a == "free_completed" {
+			got = append(got, fmt.Sprintf("%s %d", a, get(d, "size")))
+		}
+	}
+	if want := []string{"alloc 100", "free_completed 100"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("trace %v, want %v", got, want)
+	}
+}
