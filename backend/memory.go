@@ -27,6 +27,7 @@ type record struct {
 	nbytes   uint64 // requested bytes
 	seq      uint64 // allocation sequence number within the Manager (1, 2, ...)
 	released string // non-empty once freed explicitly: why
+	library  string // non-empty for memory a library keeps for the process: what (SetLibrary)
 	freed    bool
 }
 
@@ -97,3 +98,12 @@ func (m *Memory) Err() error {
 
 // Released reports whether the memory was freed explicitly.
 func (m *Memory) Released() bool { return m.rec.freed }
+
+// SetLibrary marks the allocation as memory a library keeps for the rest
+// of the process, as PyTorch's cuBLAS workspaces: what says which
+// ("cuBLAS workspace"). Experiments and sweeps do not count it as their
+// own: no experiment leaked it and no trial failed to give it back.
+func (m *Memory) SetLibrary(what string) { m.rec.library = what }
+
+// Library returns what SetLibrary said, or "".
+func (m *Memory) Library() string { return m.rec.library }

@@ -51,7 +51,7 @@ func TestBannerPreset(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	want := "device: cuda:0 = NVIDIA H100 80GB HBM3 (simulated, meta), 79.65 GiB (2 GPUs: :devices)"
+	want := "device: cuda:0 = NVIDIA H100 80GB HBM3 (simulated, meta), 79.18 GiB (2 GPUs: :devices)"
 	if got := repl.Banner(s, "v0.0.0-test"); !strings.Contains(got, want) {
 		t.Errorf("banner:\n%s\nwant a line %q", got, want)
 	}

@@ -286,7 +286,9 @@ func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*env
 	// The block's live allocations.
 	owned := map[*backend.Memory]bool{}
 	s.mgr.Live(func(m *backend.Memory) bool {
-		if m.Seq() > e.seqStart {
+		// What a library keeps for the process (cuBLAS's workspaces) is
+		// nobody's leak: PyTorch keeps it too.
+		if m.Seq() > e.seqStart && m.Library() == "" {
 			owned[m] = true
 		}
 		return true

@@ -44,6 +44,10 @@ type Context struct {
 	// intr is the interrupt flag (Ctrl-C), shared with staging contexts;
 	// see Interrupt.
 	intr *atomic.Bool
+
+	// blas holds the cuBLAS workspaces PyTorch would have allocated
+	// (blas_workspace.go), shared with staging contexts.
+	blas *blasState
 }
 
 // rngState is the Philox generator's state: the key and the counter of
@@ -59,7 +63,7 @@ const DefaultSeed = 67280421310721
 // NewContext returns a Context over m with the default seed and the "cpu"
 // default device.
 func NewContext(m *backend.Manager) *Context {
-	return &Context{Manager: m, DefaultDevice: "cpu", rng: &rngState{seed: DefaultSeed}, intr: new(atomic.Bool)}
+	return &Context{Manager: m, DefaultDevice: "cpu", rng: &rngState{seed: DefaultSeed}, intr: new(atomic.Bool), blas: &blasState{}}
 }
 
 // ErrInterrupted is the cause of the error an op returns when it stops

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"unsafe"
 )
 
@@ -305,6 +306,13 @@ func Addmm(bias, a, b *Tensor) (*Tensor, error) {
 	}
 	if _, err := BinaryInPlace(OpAdd, out, bias); err != nil {
 		return nil, Renamed(err, "tensor.addmm")
+	}
+	if strings.HasPrefix(out.Device(), "cuda") && bias.Dim() == 1 && out.Dim() == 2 && out.dtype.IsFloat() {
+		// PyTorch runs this addmm through cuBLASLt (gemm_and_bias), which
+		// takes its own workspace the first time (blas_workspace.go).
+		if err := out.ctx.blasWorkspace(out.Device(), true); err != nil {
+			return nil, Renamed(err, "tensor.addmm")
+		}
 	}
 	return out, nil
 }

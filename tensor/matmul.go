@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"slices"
+	"strings"
 )
 
 // matmul is torch.matmul: 1-D·1-D is a dot product (0-dim result), 2-D×2-D
@@ -144,6 +145,12 @@ func MatmulOut(a, b, out *Tensor) (*Tensor, error) {
 	}
 	if out != nil {
 		out.st.BumpVersion()
+	}
+	if strings.HasPrefix(r.Device(), "cuda") {
+		// cuBLAS's workspace, after the output (blas_workspace.go).
+		if err := r.ctx.blasWorkspace(r.Device(), false); err != nil {
+			return nil, Renamed(err, fname)
+		}
 	}
 	return r, nil
 }

@@ -64,8 +64,8 @@ func (r *Reacher) Drain() {
 }
 
 // Context walks what the Context itself keeps alive: the tensors held in
-// flight (Hold) and the autocast cast cache (casts of parameters, held
-// until the outermost autocast region ends).
+// flight (Hold), the autocast cast cache (casts of parameters, held
+// until the outermost autocast region ends) and the cuBLAS workspaces.
 func (r *Reacher) Context(c *Context) {
 	if c == nil {
 		return
@@ -76,6 +76,11 @@ func (r *Reacher) Context(c *Context) {
 	if c.Autocast != nil {
 		for _, t := range c.Autocast.Cache {
 			r.Tensor(t)
+		}
+	}
+	if c.blas != nil {
+		for _, m := range c.blas.ws {
+			r.Memory(m)
 		}
 	}
 }

@@ -28,3 +28,31 @@ func (d *Device) ComputeCapability() (major, minor int) {
 	}
 	return DefaultCapability[0], DefaultCapability[1]
 }
+
+// PyTorch 2.x's default cuBLAS workspace (at::cuda::getChosenWorkspaceSize,
+// CublasHandlePool.cpp): ":4096:8" (32 MiB) on sm90, ":4096:2:16:8"
+// (8 MiB + 128 KiB) on other architectures; and its default cuBLASLt
+// workspace (CUBLASLT_WORKSPACE_SIZE, 1024 KiB). torch 2.11 on an H100 and
+// an H200 allocated exactly 33,554,432 and 1,048,576 bytes
+// (bench/gpu/torch_fit.py context and trace).
+const (
+	cublasSM90    = 4096 * 8 * 1024
+	cublasDefault = 4096*2*1024 + 16*8*1024
+	cublasLt      = 1024 * 1024
+)
+
+// workspaces returns PyTorch's default cuBLAS and cuBLASLt workspace sizes
+// on the preset's card.
+func (p Preset) workspaces() (cublas, lt uint64) {
+	if c := capabilities[p.Key]; c == [2]int{9, 0} {
+		return cublasSM90, cublasLt
+	}
+	return cublasDefault, cublasLt
+}
+
+// BLASWorkspaces returns the cuBLAS and cuBLASLt workspace sizes PyTorch
+// would allocate per thread on the device (tensor.BLASWorkspaceDevice):
+// the spec's (0 where none).
+func (d *Device) BLASWorkspaces() (cublas, cublasLt uint64) {
+	return d.spec.Cublas, d.spec.CublasLt
+}

@@ -12,6 +12,8 @@ type Preset struct {
 	Name  string // what torch.cuda.get_device_name() returns: "NVIDIA H100 80GB HBM3"
 	Total uint64 // bytes the driver reports (cuDeviceTotalMem; torch's total_memory and mem_get_info()[1])
 	Ctx   uint64 // default ctx=: the memory a PyTorch process's CUDA context takes on the card
+	// The cuBLAS workspaces follow from the card's compute capability
+	// (Preset.workspaces).
 	// Source says where Total was published; CtxSource where Ctx was
 	// (docs/gpu.md has the full references).
 	Source, CtxSource string
@@ -25,14 +27,18 @@ const mib = 1 << 20
 const (
 	ctxPreAmpere = 300 * mib // ptrblck, pytorch/pytorch#107667: "~300MB"; #86509 measured 287,047,680 B
 	ctxAmpere    = 400 * mib // ptrblck, pytorch/pytorch#109888: "around 400MB if CUDA >= 11.7 ... lazy"
-	ctxHopper    = 500 * mib // estimate: no published per-card measurement found
+	// ctxHopper was measured: total - free after torch.cuda.mem_get_info()
+	// created the context, 552,402,944 bytes on both an H100 80GB HBM3 and an
+	// H200 (driver 580.159.04, CUDA 13.0, torch 2.11.0+cu130, 2026-11-26;
+	// bench/gpu/torch_fit.py context).
+	ctxHopper = 552402944
 )
 
 var presets = []Preset{
-	{"H100", "NVIDIA H100 80GB HBM3", 85520809984, ctxHopper,
-		"81559 MiB: nvidia-smi (modal-labs/modal-client#2797), torch total_memory", "estimate"},
-	{"H200", "NVIDIA H200", 150754820096, ctxHopper,
-		"143771 MiB: nvidia-smi, torch/NVML total_memory_bytes", "estimate"},
+	{"H100", "NVIDIA H100 80GB HBM3", 85017493504, ctxHopper,
+		"torch total_memory measured on the card, driver 580.159.04 (nvidia-smi's 81559 MiB counts the driver's reservation)", "measured"},
+	{"H200", "NVIDIA H200", 150109880320, ctxHopper,
+		"torch total_memory measured on the card, driver 580.159.04 (nvidia-smi's 143771 MiB counts the driver's reservation)", "measured"},
 	{"A100-80GB", "NVIDIA A100-SXM4-80GB", 85899345920, ctxAmpere,
 		"81920 MiB: torch total_memory=81920MB, nvidia-smi (modal-labs/modal-client#2797)", "pytorch/pytorch#109888"},
 	{"A100-40GB", "NVIDIA A100-SXM4-40GB", 42505273344, ctxAmpere,

@@ -12,8 +12,12 @@
 //	16GiB,ctx=300MiB      300 MiB taken by the context (framework preload)
 //	80GiB,meta            meta mode
 //	H100                  a preset: one GPU named and sized as PyTorch sees an
-//	                      H100, with that card's context size (see Presets)
+//	                      H100, with that card's context size and PyTorch's
+//	                      cuBLAS workspaces on it (see Presets)
 //	2xH100,ctx=0B,meta    presets combine with the count and options
+//	16GiB,cublas=32MiB,cublaslt=1MiB
+//	                      PyTorch's cuBLAS / cuBLASLt workspace per thread
+//	                      (tensor/blas_workspace.go); 0B turns one off
 package sim
 
 import (
@@ -39,6 +43,10 @@ type Spec struct {
 	Total uint64 // capacity of each, bytes
 	Ctx   uint64 // bytes taken by the context on each, as a CUDA context would
 	Meta  bool   // keep no data
+	// Cublas and CublasLt are the bytes of the cuBLAS and cuBLASLt
+	// workspaces PyTorch 2.x allocates per thread on the device (0: none);
+	// a preset's are PyTorch's defaults for its compute capability.
+	Cublas, CublasLt uint64
 	// Preset is the preset's key ("H100") when the spec names one, and
 	// Name the device name it gives ("NVIDIA H100 80GB HBM3"); "" without.
 	Preset, Name string
@@ -64,6 +72,7 @@ func ParseSpec(s string) (Spec, error) {
 	}
 	if p, ok := LookupPreset(size); ok {
 		sp.Total, sp.Ctx, sp.Preset, sp.Name = p.Total, p.Ctx, p.Key, p.Name
+		sp.Cublas, sp.CublasLt = p.workspaces()
 	} else {
 		total, err := parseSize(size)
 		switch {
@@ -85,8 +94,19 @@ func ParseSpec(s string) (Spec, error) {
 				return Spec{}, fmt.Errorf("sim spec %q: bad context size %q (want a size such as 300MiB%s)", s, p[len("ctx="):], why(err))
 			}
 			sp.Ctx = c
+		case strings.HasPrefix(p, "cublas=") || strings.HasPrefix(p, "cublaslt="):
+			k, v, _ := strings.Cut(p, "=")
+			c, err := parseSize(v)
+			if err != nil {
+				return Spec{}, fmt.Errorf("sim spec %q: bad %s workspace size %q (want a size such as 32MiB, or 0B%s)", s, k, v, why(err))
+			}
+			if k == "cublas" {
+				sp.Cublas = c
+			} else {
+				sp.CublasLt = c
+			}
 		default:
-			return Spec{}, fmt.Errorf("sim spec %q: unknown option %q (want ctx=SIZE or meta)", s, p)
+			return Spec{}, fmt.Errorf("sim spec %q: unknown option %q (want ctx=SIZE, cublas=SIZE, cublaslt=SIZE or meta)", s, p)
 		}
 	}
 	if sp.Ctx >= sp.Total {
@@ -156,16 +176,24 @@ func (sp Spec) String() string {
 		fmt.Fprintf(&b, "%dx", sp.Count)
 	}
 	p, preset := LookupPreset(sp.Preset)
+	var cublas, cublasLt uint64
 	if preset && p.Total == sp.Total {
 		b.WriteString(p.Key)
 		if sp.Ctx != p.Ctx {
 			b.WriteString(",ctx=" + exactSize(sp.Ctx))
 		}
+		cublas, cublasLt = p.workspaces()
 	} else {
 		b.WriteString(exactSize(sp.Total))
 		if sp.Ctx > 0 {
 			b.WriteString(",ctx=" + exactSize(sp.Ctx))
 		}
+	}
+	if sp.Cublas != cublas {
+		b.WriteString(",cublas=" + exactSize(sp.Cublas))
+	}
+	if sp.CublasLt != cublasLt {
+		b.WriteString(",cublaslt=" + exactSize(sp.CublasLt))
 	}
 	if sp.Meta {
 		b.WriteString(",meta")

@@ -33,6 +33,9 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 	}
 	ctx := roots[0].Context()
 	defer beginGraphTask(ctx)()
+	// The autograd engine's thread: its cuBLAS handle has a workspace of
+	// its own (tensor/blas_workspace.go).
+	defer ctx.EnterBackward()()
 	e := &engine{refs: map[*tensor.Tensor]int{}, srefs: map[*tensor.Storage]int{}, buffers: map[*Node][]*tensor.Tensor{}, deps: map[*Node]int{}}
 	rootEdges := make([]Edge, len(roots))
 	rootGrads := make([]*tensor.Tensor, len(roots))

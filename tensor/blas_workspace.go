@@ -1,0 +1,130 @@
+package tensor
+
+import "github.com/memsh/memsh/backend"
+
+// cuBLAS workspaces, as PyTorch 2.x keeps them.
+//
+// PyTorch gives each cuBLAS handle a workspace allocated through the CUDA
+// caching allocator (at::cuda::getCurrentCUDABlasHandle, CublasHandlePool.cpp),
+// so it shows in memory_allocated(): getChosenWorkspaceSize() bytes, 32 MiB
+// on sm90 (":4096:8") and 8 MiB + 128 KiB elsewhere (":4096:2:16:8"), unless
+// CUBLAS_WORKSPACE_CONFIG says otherwise. A handle belongs to a thread: the
+// Python thread's is made at its first matrix product, and the autograd
+// engine's device thread has its own, made at the first matrix product of
+// a backward. A cuBLASLt call (addmm with a bias vector: nn.Linear) also
+// takes a cuBLASLt workspace, 1 MiB by default (CUBLASLT_WORKSPACE_SIZE),
+// per thread, after the cuBLAS one. Neither is freed: empty_cache() keeps
+// them (they are allocated, not cached).
+//
+// torch 2.11's allocator trace on an H100 shows each: the first forward
+// nn.Linear allocates its output, then 33,554,432 bytes, then 1,048,576;
+// the first backward matrix product allocates its output, then
+// 33,554,432; a checkpointed block's recomputation (in the backward)
+// allocates 1,048,576 at its first nn.Linear (bench/gpu/torch_fit.py
+// trace).
+//
+// A simulated GPU models them when its spec gives the sizes (the presets
+// do: backend/sim); other devices (plain sim:SIZE, real GPUs, whose
+// workspaces memsh's own cuBLAS keeps outside the allocator) have none.
+
+// BLASWorkspaceDevice is implemented by a device whose PyTorch cuBLAS and
+// cuBLASLt workspace sizes are known (backend/sim.Device); 0 means none.
+type BLASWorkspaceDevice interface {
+	BLASWorkspaces() (cublas, cublasLt uint64)
+}
+
+// blasKey names one workspace: a device, the thread (the autograd
+// engine's or the caller's) and the library.
+type blasKey struct {
+	device   string
+	backward bool
+	lt       bool
+}
+
+// blasWorkspace allocates, the first time on this device and thread, the
+// cuBLAS workspace (and with lt, then the cuBLASLt one) that PyTorch would
+// allocate for a matrix product on device: call it after the op allocated
+// its output. It does nothing where the device has no workspace sizes.
+func (c *Context) blasWorkspace(device string, lt bool) error {
+	if c == nil || c.Manager == nil || c.blas == nil {
+		return nil
+	}
+	if err := c.blasWorkspaceOf(device, false); err != nil || !lt {
+		return err
+	}
+	return c.blasWorkspaceOf(device, true)
+}
+
+func (c *Context) blasWorkspaceOf(device string, lt bool) error {
+	key := blasKey{device, c.blas.backward > 0, lt}
+	if _, ok := c.blas.ws[key]; ok {
+		return nil
+	}
+	a, err := c.Manager.Allocator(device)
+	if err != nil {
+		return nil
+	}
+	d := a.Device()
+	if s, isStage := d.(*stageDevice); isStage {
+		d = s.real
+	}
+	wd, ok := d.(BLASWorkspaceDevice)
+	if !ok {
+		return nil
+	}
+	cublas, cublasLt := wd.BLASWorkspaces()
+	size := cublas
+	if lt {
+		size = cublasLt
+	}
+	if size == 0 {
+		return nil
+	}
+	m, err := c.Manager.AllocOn(a, size)
+	if err != nil {
+		return err
+	}
+	if lt {
+		m.SetLibrary("cuBLASLt workspace")
+	} else {
+		m.SetLibrary("cuBLAS workspace")
+	}
+	if c.blas.ws == nil {
+		c.blas.ws = map[blasKey]*backend.Memory{}
+	}
+	c.blas.ws[key] = m
+	return nil
+}
+
+// EnterBackward marks the start of a backward pass (the autograd engine's
+// thread, for the cuBLAS workspaces); the returned function marks its end.
+// Backward passes nest (a checkpoint's recomputation runs inside one).
+func (c *Context) EnterBackward() (leave func()) {
+	if c == nil || c.blas == nil {
+		return func() {}
+	}
+	c.blas.backward++
+	return func() { c.blas.backward-- }
+}
+
+// BLASWorkspaceBytes returns the bytes of the cuBLAS and cuBLASLt
+// workspaces allocated so far on device.
+func (c *Context) BLASWorkspaceBytes(device string) uint64 {
+	var n uint64
+	if c == nil || c.blas == nil {
+		return 0
+	}
+	for k, m := range c.blas.ws {
+		if k.device == device {
+			n += m.Size()
+		}
+	}
+	return n
+}
+
+// blasState is the Context's part in the workspaces: shared with staging
+// contexts (a pointer), as PyTorch's handle pool is per process.
+type blasState struct {
+	ws       map[blasKey]*backend.Memory
+	backward int
+}
