@@ -20,24 +20,40 @@ const (
 	// PeakLazy skips that reclaim: faster, but garbage the tracing GC has not
 	// found yet may count toward peaks. Reports say so.
 	PeakLazy
+	// PeakLayout is PeakExact, and every allocation from a caching
+	// allocator reclaims first (unless the reach walk proves that nothing
+	// is garbage), so every block is free before the next allocation, as in
+	// a reference-counted runtime: the caching allocator then picks the
+	// blocks PyTorch's picks, and reserved bytes, fragmentation and
+	// out-of-memory errors are PyTorch's too, not only allocated bytes and
+	// peaks. Slower: a reclaim per allocation while garbage exists.
+	PeakLayout
 )
 
 func (m PeakMode) String() string {
-	if m == PeakLazy {
+	switch m {
+	case PeakLazy:
 		return "lazy"
+	case PeakLayout:
+		return "layout"
 	}
 	return "exact"
 }
 
-// ParsePeakMode parses "exact" or "lazy".
+// Exact reports whether peaks are exact in mode m (PeakExact, PeakLayout).
+func (m PeakMode) Exact() bool { return m != PeakLazy }
+
+// ParsePeakMode parses "exact", "lazy" or "layout".
 func ParsePeakMode(s string) (PeakMode, error) {
 	switch s {
 	case "exact", "":
 		return PeakExact, nil
 	case "lazy":
 		return PeakLazy, nil
+	case "layout":
+		return PeakLayout, nil
 	}
-	return 0, fmt.Errorf("unknown peak mode %q (want exact or lazy)", s)
+	return 0, fmt.Errorf("unknown peak mode %q (want exact, lazy or layout)", s)
 }
 
 // PeakWindow bounds the cost of exact-peak mode when memory only grows. A
@@ -97,6 +113,9 @@ type Manager struct {
 	// reach proves, when it can, that a reclaim would find no garbage
 	// (reach.go).
 	reach reachState
+
+	// layout decides when layout mode needs to reclaim (mayHaveGarbage).
+	layout layoutState
 
 	// global holds one peak counter per allocator, open for the Manager's
 	// life, mirroring PyTorch's ".peak" statistics (max_memory_allocated)
@@ -181,6 +200,7 @@ type ManagerStats struct {
 	ReclaimedBytes uint64        // bytes (requested) freed by reclaim passes
 	ReclaimTime    time.Duration // total time spent in reclaim passes
 	PeakReclaims   int           // passes triggered by exact-peak mode
+	LayoutReclaims int           // passes triggered by layout mode (before an allocation)
 	ProvenReclaims int           // passes that proved without a GC that nothing was garbage
 	OOMRetries     int           // passes triggered by an out-of-memory retry
 }
@@ -315,7 +335,11 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	defer m.mu.Unlock()
 	if m.sinceReclaim+nbytes > m.pacing && storesData(a) {
 		m.reclaimLocked()
-	} else if m.peak == PeakExact && nbytes > 0 && m.wouldRaise(a, nbytes) && a.Allocated()+a.RoundSize(nbytes) >= m.quiet[a] {
+	} else if m.peak == PeakLayout && nbytes > 0 && caching(a) && m.mayHaveGarbage() {
+		m.stats.LayoutReclaims++
+		m.reclaimLocked()
+		m.layout.seen, m.layout.noted = m.layout.clock(), false
+	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && a.Allocated()+a.RoundSize(nbytes) >= m.quiet[a] {
 		m.stats.PeakReclaims++
 		if r := m.reclaimLocked(); r.Freed == 0 {
 			m.quiet[a] = a.Allocated() + PeakWindow
@@ -345,6 +369,39 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	return h, nil
 }
 
+// mayHaveGarbage reports, for layout mode, whether something may have
+// become garbage since the last layout reclaim: the layout clock moved
+// (Starlark code ran, or a call began or ended) or Go code noted garbage
+// (NoteGarbage). Without a clock, always.
+func (m *Manager) mayHaveGarbage() bool {
+	return m.layout.clock == nil || m.layout.noted || m.layout.clock() != m.layout.seen
+}
+
+// SetLayoutClock installs the clock layout mode consults (see
+// mayHaveGarbage): a counter that moves whenever values the Manager's
+// allocations hang off may have been dropped (scope: the Starlark
+// thread's call counter). nil makes every allocation reclaim first.
+func (m *Manager) SetLayoutClock(clock func() uint64) {
+	m.mu.Lock()
+	m.layout.clock = clock
+	m.layout.noted = true
+	m.mu.Unlock()
+}
+
+// layoutState is layout mode's memory of its last reclaim.
+type layoutState struct {
+	clock func() uint64
+	seen  uint64 // the clock at the last layout reclaim
+	noted bool   // NoteGarbage since then
+}
+
+// caching reports whether a is a caching allocator, whose choice of block
+// depends on which blocks are free (PeakLayout).
+func caching(a Allocator) bool {
+	_, ok := a.(interface{ NeedsSegment(uint64) bool })
+	return ok
+}
+
 // wouldRaise reports whether allocating nbytes from a would raise an open
 // peak counter (allocated bytes) or obtain a new segment (reserved bytes).
 func (m *Manager) wouldRaise(a Allocator, nbytes uint64) bool {
@@ -363,6 +420,18 @@ func (m *Manager) wouldRaise(a Allocator, nbytes uint64) bool {
 func (m *Manager) NoteGarbage() {
 	m.mu.Lock()
 	clear(m.quiet)
+	m.layout.noted = true
+	m.mu.Unlock()
+}
+
+// NoteDropped tells the Manager that Go code let go of memory it held
+// (an autograd node's unpacked tensors when it returns, an optimizer
+// step's temporaries): layout mode looks for garbage before the next
+// allocation. Unlike NoteGarbage it leaves exact mode's PeakWindow wait
+// alone.
+func (m *Manager) NoteDropped() {
+	m.mu.Lock()
+	m.layout.noted = true
 	m.mu.Unlock()
 }
 

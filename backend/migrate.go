@@ -46,7 +46,7 @@ func (m *Manager) Migrate(h *Memory, device string) error {
 
 	if m.sinceReclaim+r.nbytes > m.pacing {
 		m.reclaimLocked()
-	} else if m.peak == PeakExact && r.nbytes > 0 && a.Peaks().WouldRaise(a.Allocated()+a.RoundSize(r.nbytes)) {
+	} else if m.peak.Exact() && r.nbytes > 0 && a.Peaks().WouldRaise(a.Allocated()+a.RoundSize(r.nbytes)) {
 		m.stats.PeakReclaims++
 		m.reclaimLocked()
 	}

@@ -149,6 +149,11 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 	}
 	env.Install(s.thread, s.env)
 	s.thread.SetLocal(sessionKey, s)
+	// Layout mode reclaims before an allocation only when Starlark code
+	// ran or a call began or ended since its last reclaim (or Go code
+	// noted garbage): nothing else drops what Starlark holds.
+	th := s.thread
+	mgr.SetLayoutClock(func() uint64 { return th.Calls })
 
 	s.builtins = starlib.Predeclared()
 	for k, v := range s.sessionBuiltins() {

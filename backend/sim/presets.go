@@ -27,18 +27,22 @@ const mib = 1 << 20
 const (
 	ctxPreAmpere = 300 * mib // ptrblck, pytorch/pytorch#107667: "~300MB"; #86509 measured 287,047,680 B
 	ctxAmpere    = 400 * mib // ptrblck, pytorch/pytorch#109888: "around 400MB if CUDA >= 11.7 ... lazy"
-	// ctxHopper was measured: total - free after torch.cuda.mem_get_info()
-	// created the context, 552,402,944 bytes on both an H100 80GB HBM3 and an
-	// H200 (driver 580.159.04, CUDA 13.0, torch 2.11.0+cu130, 2026-11-26;
-	// bench/gpu/torch_fit.py context).
-	ctxHopper = 552402944
+	// ctxHopper was measured: what a PyTorch training process holds on the
+	// card outside its caching allocator once a GPT-2 training step ran
+	// its first backward (the CUDA context, the kernels loaded lazily, the
+	// cuBLAS handles of the Python and autograd threads): total - free -
+	// memory_reserved() = 787,283,968 bytes on an H100 80GB HBM3 (driver
+	// 580.159.04, CUDA 13.0, torch 2.11.0+cu130, 2026-11-26;
+	// bench/gpu/torch_fit.py phases). Right after the context was created
+	// it was 552,402,944 bytes, on the H100 and on an H200 alike.
+	ctxHopper = 787283968
 )
 
 var presets = []Preset{
 	{"H100", "NVIDIA H100 80GB HBM3", 85017493504, ctxHopper,
-		"torch total_memory measured on the card, driver 580.159.04 (nvidia-smi's 81559 MiB counts the driver's reservation)", "measured"},
+		"torch total_memory measured on the card, driver 580.159.04 (nvidia-smi's 81559 MiB counts the driver's reservation)", "measured: a training process's memory outside the allocator"},
 	{"H200", "NVIDIA H200", 150109880320, ctxHopper,
-		"torch total_memory measured on the card, driver 580.159.04 (nvidia-smi's 143771 MiB counts the driver's reservation)", "measured"},
+		"torch total_memory measured on the card, driver 580.159.04 (nvidia-smi's 143771 MiB counts the driver's reservation)", "H100's (same software; equal at context creation)"},
 	{"A100-80GB", "NVIDIA A100-SXM4-80GB", 85899345920, ctxAmpere,
 		"81920 MiB: torch total_memory=81920MB, nvidia-smi (modal-labs/modal-client#2797)", "pytorch/pytorch#109888"},
 	{"A100-40GB", "NVIDIA A100-SXM4-40GB", 42505273344, ctxAmpere,

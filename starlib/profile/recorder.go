@@ -98,7 +98,7 @@ func startRun(e *env.Env, thread *starlark.Thread, top funcID) *run {
 	for i := 0; i < m.NumGPUs(); i++ {
 		allocs = append(allocs, m.GPU(i))
 	}
-	if m.PeakMode() == backend.PeakExact {
+	if m.PeakMode().Exact() {
 		r.peaks = map[string]*backend.Peak{}
 	}
 	for _, a := range allocs {

@@ -24,8 +24,8 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		"mode?", &mode, "margin?", &marginV, "max_trials?", &maxTrials, "name?", &name, "search?", &search); err != nil {
 		return nil, err
 	}
-	if search != "exact" && search != "lazy" {
-		return nil, fmt.Errorf("%s: for parameter search: unknown search %q (want \"exact\" or \"lazy\")", b.Name(), search)
+	if search != "exact" && search != "lazy" && search != "layout" {
+		return nil, fmt.Errorf("%s: for parameter search: unknown search %q (want \"exact\", \"lazy\" or \"layout\")", b.Name(), search)
 	}
 	high := maxSize
 	switch h := highV.(type) {
@@ -108,11 +108,20 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 
 	// search="lazy": the search trials run in lazy peak mode (no reclaim
 	// before each peak-raising allocation: fast, but their peak figures
-	// may include garbage); the boundary is then confirmed in exact mode.
-	lazy := search == "lazy" && r.env.Manager.PeakMode() == backend.PeakExact
-	if lazy {
-		r.env.Manager.SetPeakMode(backend.PeakLazy)
-		defer r.env.Manager.SetPeakMode(backend.PeakExact)
+	// may include garbage, and garbage freed late changes which blocks
+	// the allocator picks); the boundary is then confirmed in layout mode,
+	// where reserved memory and OOMs are a reference-counted run's.
+	// search="layout": every trial runs in layout mode.
+	mgr := r.env.Manager
+	session := mgr.PeakMode()
+	lazy := search == "lazy" && session != backend.PeakLazy
+	switch {
+	case lazy:
+		mgr.SetPeakMode(backend.PeakLazy)
+		defer mgr.SetPeakMode(session)
+	case search == "layout" && session != backend.PeakLayout:
+		mgr.SetPeakMode(backend.PeakLayout)
+		defer mgr.SetPeakMode(session)
 	}
 	// Power: double from low until the first OOM (or high).
 	for n := low; step < maxTrials; {
@@ -140,12 +149,12 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 
 	var footer []string
 	if lazy {
-		r.env.Manager.SetPeakMode(backend.PeakExact)
+		mgr.SetPeakMode(backend.PeakLayout)
 		var err error
-		if fit, oom, err = confirmExact(r, param, unit, &step, low, high, fit, oom, maxTrials); err != nil {
+		if fit, oom, err = confirmLayout(r, param, unit, &step, low, high, fit, oom, maxTrials); err != nil {
 			return fail(err)
 		}
-		footer = append(footer, "search trials ran in lazy peak mode; the boundary was confirmed by exact trials (confirm=True)")
+		footer = append(footer, "search trials ran in lazy peak mode; the boundary was confirmed by layout-mode trials (confirm=True)")
 	}
 	converged := fit == high || (oom >= 0 && (mode == "power" || oom-fit <= 1))
 	if fit < 0 && oom == low {
@@ -192,12 +201,13 @@ func fitResult(r *runner, fit, oom, low int, margin float64, skipped bool) starl
 	})
 }
 
-// confirmExact re-runs the boundary found by a lazy search in exact peak
-// mode — fit must run and fit+1 run out of memory — and, where exact mode
-// disagrees (fragmentation can differ when garbage is freed later), moves
-// the boundary with exact trials until it holds. Its trials carry
-// confirm=True, so records keep them apart from the search's.
-func confirmExact(r *runner, param string, unit int, step *int, low, high, fit, oom, maxTrials int) (int, int, error) {
+// confirmLayout re-runs the boundary found by a lazy search in layout
+// peak mode — fit must run and fit+1 run out of memory — and, where
+// layout mode disagrees (the allocator's fragmentation differs when
+// garbage is freed later), moves the boundary with layout-mode trials
+// until it holds. Its trials carry confirm=True, so records keep them
+// apart from the search's.
+func confirmLayout(r *runner, param string, unit int, step *int, low, high, fit, oom, maxTrials int) (int, int, error) {
 	keys := []string{param, "confirm"}
 	try := func(n int) (string, error) {
 		p, err := r.run(keys, starlark.StringDict{param: starlark.MakeInt(n), "confirm": starlark.True}, nil, starlark.Tuple{starlark.MakeInt(n)}, nil, unit, *step)

@@ -33,9 +33,15 @@ import (
 //	    names the swept value; name names the sweep (default: fn's name).
 //	    search="lazy" runs the search trials in lazy peak mode (fast: no
 //	    reclaim before each peak-raising allocation, so their peaks may
-//	    include garbage) and then confirms the boundary with exact trials
-//	    (params confirm=True) — fit runs and fit+1 does not, in exact mode,
-//	    moving the boundary with more exact trials if exact mode disagrees.
+//	    include garbage) and then confirms the boundary with trials in
+//	    layout peak mode (params confirm=True) — fit runs and fit+1 does
+//	    not, with the allocator's layout (and so its fragmentation and
+//	    OOMs) that of a reference-counted run, moving the boundary with
+//	    more such trials if layout mode disagrees. search="layout" runs
+//	    every trial in layout mode; search="exact" (the default) in the
+//	    session's mode, whose peaks are exact but whose OOM boundary can
+//	    differ from PyTorch's by fragmentation (--peak layout makes it
+//	    PyTorch's).
 //	grid(fn, **values)
 //	    runs fn(**point) for every combination of the given lists of
 //	    values (the last parameter varying fastest). Returns struct(trials).

@@ -246,6 +246,12 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 	if err != nil {
 		return err
 	}
+	// What apply unpacked or computed and did not return is garbage now,
+	// before the outputs are reduced to their inputs' shapes (PyTorch's
+	// apply returns, its locals go, then validate_outputs runs).
+	if n.variable == nil {
+		ctxOf(n).Manager.NoteDropped()
+	}
 	for i := range outs {
 		if outs[i] == nil || i >= len(n.input) {
 			continue

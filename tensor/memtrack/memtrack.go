@@ -140,7 +140,7 @@ func New(ctx *tensor.Context, device string) (*Tracker, error) {
 		return nil, err
 	}
 	return &Tracker{ctx: ctx, mgr: ctx.Manager, alloc: a, device: a.Device().Name(),
-		exact: ctx.Manager.PeakMode() == backend.PeakExact, live: map[uint64]uint64{}, known: map[*tensor.Tensor]bool{}}, nil
+		exact: ctx.Manager.PeakMode().Exact(), live: map[uint64]uint64{}, known: map[*tensor.Tensor]bool{}}, nil
 }
 
 // Device is the tracked device's name.

@@ -130,6 +130,7 @@ func (o *Adam) stepLoop(idx []int) error {
 	var denom *tensor.Tensor // the previous parameter's, alive until replaced
 	for _, i := range idx {
 		p := o.params[i]
+		dropped(p) // the previous parameter's temporaries (a weight-decayed grad)
 		g := autograd.Grad(p)
 		s := o.state[p]
 		s.step++
@@ -175,6 +176,7 @@ func (o *Adam) stepLoop(idx []int) error {
 		}
 		runtime.KeepAlive(prev)
 		r = nil
+		dropped(p) // the previous denominator and r
 		if err := tensor.AddScalar_(d, o.Eps); err != nil {
 			return err
 		}
@@ -227,6 +229,7 @@ func (o *Adam) stepForeach(idx []int) error {
 			}
 		}
 		gs = nil // `del device_grads`
+		dropped(ps[0])
 		roots := make([]*tensor.Tensor, len(ss))
 		for k, s := range ss {
 			sq := s.expAvgSq

@@ -118,3 +118,12 @@ var errSparse = errors.New("sparse gradients are not supported")
 func noGrad(params []*tensor.Tensor, f func() error) error {
 	return autograd.NoGrad(params[0].Context(), f)
 }
+
+// dropped tells p's Manager that the step let go of temporaries (as
+// PyTorch's Python step rebinds or deletes them): layout peak mode looks
+// for garbage before the next allocation.
+func dropped(p *tensor.Tensor) {
+	if ctx := p.Context(); ctx != nil && ctx.Manager != nil {
+		ctx.Manager.NoteDropped()
+	}
+}

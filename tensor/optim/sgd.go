@@ -69,6 +69,7 @@ func (o *SGD) Step() error {
 func (o *SGD) stepLoop() error {
 	for _, i := range withGrads(o.params) {
 		p := o.params[i]
+		dropped(p) // the previous parameter's temporaries
 		g := autograd.Grad(p)
 		var err error
 		if o.WDecay != 0 {

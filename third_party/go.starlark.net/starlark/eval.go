@@ -58,6 +58,12 @@ type Thread struct {
 	// The precise meaning of "step" is not specified and may change.
 	Steps, maxSteps uint64
 
+	// memsh: Calls counts call entries and exits on this thread (two per
+	// call). Between two values of it no Starlark code ran and no call
+	// began or ended: a host that watches for dropped values can tell that
+	// none were dropped by Starlark code.
+	Calls uint64
+
 	// cancelReason records the reason from the first call to Cancel.
 	cancelReason atomic.Pointer[string]
 
@@ -1220,6 +1226,7 @@ func Call(thread *Thread, fn Value, args Tuple, kwargs []Tuple) (Value, error) {
 	}
 
 	thread.stack = append(thread.stack, fr) // push
+	thread.Calls++                          // memsh
 
 	fr.callable = c
 
@@ -1235,6 +1242,7 @@ func Call(thread *Thread, fn Value, args Tuple, kwargs []Tuple) (Value, error) {
 		// TODO(adonovan): opt: zero fr.Locals and
 		// reuse it if it is large enough.
 		*fr = frame{}
+		thread.Calls++ // memsh
 
 		thread.stack = thread.stack[:len(thread.stack)-1] // pop
 	}()
