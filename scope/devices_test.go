@@ -10,6 +10,7 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 
+	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/cuda"
 	"github.com/memsh/memsh/backend/cuda/cudatest"
 	"github.com/memsh/memsh/backend/nvml"
@@ -239,6 +240,41 @@ func TestSimHostBackingWarning(t *testing.T) {
 		}
 		if stdout.Len() > 0 {
 			t.Errorf("%s: stdout %q", tc.spec, stdout.String())
+		}
+	}
+}
+
+// An out-of-memory error on a real GPU says how much memory this process
+// uses when NVML lists it, as PyTorch's does ("Including non-PyTorch
+// memory, this process has ... memory in use"), and leaves the sentence
+// out without NVML, as PyTorch does. On a real H100 memsh's message lacked
+// it before (testdata/torchref/cuda/h100_oom.txt).
+func TestOOMProcessMemory(t *testing.T) {
+	for _, withNVML := range []bool{false, true} {
+		s := cudatest.New(t, cudatest.Config{GPUs: 1, Mem: 512 << 20, Ctx: 32 << 20})
+		gate := nvml.Open("/nonexistent/libnvidia-ml.so.1")
+		if withNVML {
+			gate = nvmlOverStub(t, s, 512<<20)
+		}
+		gpus, _, err := scope.OpenDevicesWith("cuda", scope.DeviceOptions{NVML: gate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		sess, err := scope.NewWithDevices(scope.Options{Out: &out, Err: &out}, gpus)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = sess.Exec("oom.star", `a = tensor.empty([64 * MiB], dtype = "uint8", device = "cuda")
+b = tensor.empty([GiB], dtype = "uint8", device = "cuda")`)
+		used := s.Used(0)
+		sess.Close()
+		if err == nil {
+			t.Fatalf("NVML %v: no out-of-memory error", withNVML)
+		}
+		sentence := "Including non-memsh memory, this process has " + backend.FormatSize(used) + " memory in use."
+		if got := strings.Contains(err.Error(), sentence); got != withNVML {
+			t.Errorf("NVML %v: %q in %q: %v", withNVML, sentence, err, got)
 		}
 	}
 }

@@ -260,3 +260,25 @@ func (d *Device) CopyFromHost(dst uintptr, src []byte) error {
 	}
 	return d.CopyHtoD(dst, unsafe.Pointer(&src[0]), uint64(len(src)))
 }
+
+// ProcessUsed returns the device memory this process uses, from NVML's
+// list of compute processes (backend.ProcessMemory), for the OOM message's
+// "this process has ... memory in use" as PyTorch's gives it; ok is false
+// without NVML, or when NVML does not list this process with a figure (in
+// some containers it lists host pids, or none).
+func (d *Device) ProcessUsed() (used uint64, ok bool) {
+	nv := d.NVML()
+	if nv == nil {
+		return 0, false
+	}
+	ps, err := nv.Processes()
+	if err != nil {
+		return 0, false
+	}
+	for _, p := range ps {
+		if p.Self && p.UsedKnown {
+			return p.Used, true
+		}
+	}
+	return 0, false
+}
