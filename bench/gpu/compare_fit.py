@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Prints PyTorch's fit-trial figures (bench/gpu/torch_fit.py phases) beside
+memsh's (scripts/fit_phases.star) and their differences, in bytes.
+
+    python3 bench/gpu/compare_fit.py TORCH.jsonl MEMSH.jsonl
+"""
+import json
+import sys
+
+
+def rows(path):
+    return [json.loads(l) for l in open(path) if l.strip().startswith("{")]
+
+
+def main(torch_file, memsh_file):
+    t, m = rows(torch_file), rows(memsh_file)
+    if not t:
+        print("no PyTorch figures in", torch_file)
+        return
+    c = t[0]
+    print("%s batch %d seq %d%s, %s attention" % (c["model"], c["batch"], c["seq"],
+                                                 " checkpointed" if c["checkpoint"] else "", c["attention"]))
+    print("%-4s %-10s %14s %14s %11s %14s %14s %11s" % ("step", "point", "torch alloc", "memsh alloc", "d alloc",
+                                                      "torch peak", "memsh peak", "d peak"))
+    mine = {(r["point"], r["step"]): r for r in m}
+    bad = 0
+    for r in t:
+        w = mine.get((r["point"], r["step"]))
+        if w is None:
+            print("%-4d %-10s %14d %14s" % (r["step"], r["point"], r["allocated"], "-"))
+            bad += 1
+            continue
+        da, dp = w["allocated"] - r["allocated"], w["peak"] - r["peak"]
+        bad += da != 0 or dp != 0
+        print("%-4d %-10s %14d %14d %11d %14d %14d %11d" % (r["step"], r["point"], r["allocated"], w["allocated"], da,
+                                                          r["peak"], w["peak"], dp))
+    print("%d points differ" % bad)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
