@@ -335,7 +335,7 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	defer m.mu.Unlock()
 	if m.sinceReclaim+nbytes > m.pacing && storesData(a) {
 		m.reclaimLocked()
-	} else if m.peak == PeakLayout && nbytes > 0 && caching(a) && m.mayHaveGarbage() {
+	} else if m.peak == PeakLayout && nbytes > layoutMin && caching(a) && m.mayHaveGarbage() {
 		m.stats.LayoutReclaims++
 		m.reclaimLocked()
 		m.layout.seen, m.layout.noted = m.layout.clock(), false
@@ -368,6 +368,14 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	m.emit(a, Event{Kind: EventAlloc, Addr: b.Ptr, Size: b.Size, Requested: nbytes, Seq: rec.seq})
 	return h, nil
 }
+
+// layoutMin: layout mode reclaims before allocations larger than this
+// only (PyTorch's small-pool limit, 1 MiB). Smaller ones come from 2 MiB
+// small-pool segments, where which block a request gets moves reserved
+// bytes by a segment at most; they skip the reclaim (half of a GPT-2
+// step's allocations), and the next large allocation frees what they
+// left.
+var layoutMin uint64 = 1 << 20
 
 // mayHaveGarbage reports, for layout mode, whether something may have
 // become garbage since the last layout reclaim: the layout clock moved
