@@ -146,12 +146,6 @@ func packSaved(h *SavedTensorHooks, t *tensor.Tensor) *hookedSave {
 // AccumulateGrad.
 func (hs *hookedSave) unpack(s *SavedTensor) (*tensor.Tensor, error) {
 	x, err := hs.unpackFn(hs.packed)
-	if x != nil {
-		// The hook may have let go of what it held (checkpoint's holder
-		// does): layout mode must look for garbage before the next
-		// allocation.
-		x.Context().Manager.NoteDropped()
-	}
 	if err != nil || x == nil || !hs.requiresGrad {
 		return x, err
 	}
