@@ -20,13 +20,14 @@ const (
 	// PeakLazy skips that reclaim: faster, but garbage the tracing GC has not
 	// found yet may count toward peaks. Reports say so.
 	PeakLazy
-	// PeakLayout is PeakExact, and every allocation from a caching
-	// allocator reclaims first (unless the reach walk proves that nothing
-	// is garbage), so every block is free before the next allocation, as in
-	// a reference-counted runtime: the caching allocator then picks the
-	// blocks PyTorch's picks, and reserved bytes, fragmentation and
-	// out-of-memory errors are PyTorch's too, not only allocated bytes and
-	// peaks. Slower: a reclaim per allocation while garbage exists.
+	// PeakLayout is PeakExact, and an allocation of more than 1 MiB from
+	// a caching allocator reclaims first whenever something may have
+	// become garbage since the last such reclaim (mayHaveGarbage), so
+	// every garbage block is free before it, as in a reference-counted
+	// runtime: the caching allocator then picks the blocks PyTorch's
+	// picks, and reserved bytes, fragmentation and out-of-memory errors
+	// are PyTorch's too, not only allocated bytes and peaks. Slower: a
+	// reclaim (usually a Go collection) per such allocation.
 	PeakLayout
 )
 
@@ -375,7 +376,7 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 // bytes by a segment at most; they skip the reclaim (half of a GPT-2
 // step's allocations), and the next large allocation frees what they
 // left.
-var layoutMin uint64 = 1 << 20
+const layoutMin = 1 << 20
 
 // mayHaveGarbage reports, for layout mode, whether something may have
 // become garbage since the last layout reclaim: the layout clock moved
