@@ -184,7 +184,16 @@ func Sum(t *Tensor, dims []int, keepdim bool, dt DType) (*Tensor, error) {
 			return reduce(redSum, fname, s.shadowOf(t), dims, keepdim, dt)
 		})
 	}
-	return reduce(redSum, fname, t, dims, keepdim, dt)
+	out, err := reduce(redSum, fname, t, dims, keepdim, dt)
+	if err != nil {
+		return nil, err
+	}
+	// A simulated GPU's share of PyTorch's reduce kernel: its scratch
+	// (reduce_scratch.go).
+	if err := reductionScratch(t, out, dims); err != nil {
+		return nil, Renamed(err, fname)
+	}
+	return out, nil
 }
 
 // Mean is torch.mean: dtype dt (Undefined: t's, which must be floating

@@ -56,3 +56,26 @@ func (p Preset) workspaces() (cublas, lt uint64) {
 func (d *Device) BLASWorkspaces() (cublas, cublasLt uint64) {
 	return d.spec.Cublas, d.spec.CublasLt
 }
+
+// multiprocessors are the presets' streaming-multiprocessor counts and
+// resident threads per multiprocessor (NVIDIA's specifications and CUDA
+// occupancy tables; the H100's 132 as torch reports multi_processor_count
+// on the SXM card): what PyTorch's reduce kernel sizes its grid by.
+var multiprocessors = map[string][2]int{
+	"H100":      {132, 2048},
+	"H200":      {132, 2048},
+	"A100-80GB": {108, 2048},
+	"A100-40GB": {108, 2048},
+	"L4":        {58, 1536},
+	"RTX4090":   {128, 1536},
+	"T4":        {40, 1024},
+	"V100-16GB": {80, 2048},
+}
+
+// Multiprocessors returns the preset card's multiprocessor count and
+// resident threads per multiprocessor (tensor.ReduceDevice); ok is false
+// without a preset (a plain sim:SIZE models no reduction scratch).
+func (d *Device) Multiprocessors() (count, threadsPerSM int, ok bool) {
+	m, ok := multiprocessors[d.spec.Preset]
+	return m[0], m[1], ok
+}

@@ -158,21 +158,10 @@ func Bmm(a, b *tensor.Tensor) (*tensor.Tensor, error) {
 	if err != nil || n == nil {
 		return out, err
 	}
+	// mat2's gradient first, as MmBackward0 (torch 2.11's trace on an H100:
+	// attention's att @ v allocates v's gradient, then att's).
 	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
 		res := make([]*tensor.Tensor, 2)
-		if n.needsGrad(0) {
-			bv, err := sb.Unpack()
-			if err != nil {
-				return nil, err
-			}
-			bt, err := transpose(bv, 1, 2)
-			if err != nil {
-				return nil, err
-			}
-			if res[0], err = bmm(g[0], bt); err != nil {
-				return nil, err
-			}
-		}
 		if n.needsGrad(1) {
 			av, err := sa.Unpack()
 			if err != nil {
@@ -183,6 +172,19 @@ func Bmm(a, b *tensor.Tensor) (*tensor.Tensor, error) {
 				return nil, err
 			}
 			if res[1], err = bmm(at, g[0]); err != nil {
+				return nil, err
+			}
+		}
+		if n.needsGrad(0) {
+			bv, err := sb.Unpack()
+			if err != nil {
+				return nil, err
+			}
+			bt, err := transpose(bv, 1, 2)
+			if err != nil {
+				return nil, err
+			}
+			if res[0], err = bmm(g[0], bt); err != nil {
 				return nil, err
 			}
 		}

@@ -1,0 +1,145 @@
+package tensor
+
+import "strings"
+
+// CUDA reductions' scratch memory, as PyTorch's reduce kernel takes it.
+//
+// PyTorch's CUDA reduction (ATen/native/cuda/Reduce.cuh, gpu_reduce_kernel)
+// chooses a launch configuration from the shape and the device
+// (setReduceConfig), and when it splits each output's inputs across
+// thread blocks (a "global reduce") it allocates, through the caching
+// allocator and after the output, a staging buffer for the blocks'
+// partial results and one int per output block column as semaphores;
+// both are freed when the kernel has been launched, semaphores first. A
+// bias gradient — the sum over the rows of a [R, C] gradient — takes
+// that path: on an H100, for R = 1024, 6,291,456 + 24 bytes at C = 768,
+// 18,874,368 + 72 at C = 2304 and 25,165,824 + 96 at C = 3072 (torch 2.11's
+// allocator trace of a GPT-2 step, testdata/torchref/cuda). memsh
+// allocates the same on simulated GPUs that know the card's
+// multiprocessors (ReduceDevice: the presets), for the reductions it
+// models: a contiguous input whose leading dimensions are summed and whose
+// trailing ones are kept (the engine's sum_to of a broadcast gradient).
+// Other reductions (over trailing dimensions, or of every element) get no
+// scratch here: their staging is small or absent.
+
+// ReduceDevice is implemented by a device whose multiprocessor count and
+// resident threads per multiprocessor are known (backend/sim presets).
+type ReduceDevice interface {
+	Multiprocessors() (count, threadsPerSM int, ok bool)
+}
+
+// reduceScratch returns the staging and semaphore bytes of summing the
+// R leading rows of a contiguous [R, C] input of element size elem,
+// accumulating in acc-byte values, on a device with sms multiprocessors
+// of tpsm threads each. It follows the launch configuration of PyTorch's
+// reduce kernel for a reduction that is not along the fastest-moving
+// dimension: outputs vectorised by up to 4 along the rows, a block of
+// up to 32 × (512/vec / 32) threads, the inputs split across the block's
+// rows when each thread would otherwise sum at least 16 values (or 256),
+// and across blocks ("ctas per output") when each thread still has 256
+// values or more and the grid is small.
+func reduceScratch(r, c int64, acc int64, sms, tpsm int) (staging, semaphores int64) {
+	if r <= 0 || c <= 0 {
+		return 0, 0
+	}
+	vec := int64(4)
+	for c%vec != 0 {
+		vec /= 2
+	}
+	maxThreads := int64(512) / vec
+	pow2 := func(x int64) int64 {
+		if x >= maxThreads {
+			return maxThreads
+		}
+		p := int64(1)
+		for p*2 <= x {
+			p *= 2
+		}
+		return p
+	}
+	dim0, dim1 := c/vec, r
+	width := min(pow2(dim0), 32)
+	height := min(pow2(dim1), maxThreads/width)
+	width = min(pow2(dim0), maxThreads/height)
+	threads := width * height
+	stepOut, stepIn := width, int64(1) // the warp's lanes take outputs
+	splitRows := false
+	if perThread := ceilDiv(r, stepIn); perThread >= height*16 || perThread >= 256 {
+		stepIn *= height // the block's rows split the inputs
+		splitRows = true
+	} else {
+		stepOut *= height
+	}
+	grid := ceilDiv(c/vec, stepOut)
+	perThread := ceilDiv(r, stepIn)
+	target := int64(sms) * (int64(tpsm) / threads)
+	if !splitRows || perThread < 256 || grid > target {
+		return 0, 0
+	}
+	ctas := max(min(ceilDiv(target, grid), ceilDiv(perThread, 16)), ceilDiv(perThread, 256))
+	if ctas <= 1 {
+		return 0, 0
+	}
+	return acc * c * ctas * width * vec, 4 * grid
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// reductionScratch allocates and frees, after out, the scratch PyTorch's
+// reduce kernel would take for summing t over dims into out (see above).
+func reductionScratch(t, out *Tensor, dims []int) error {
+	if t.ctx == nil || t.ctx.Manager == nil || !strings.HasPrefix(t.Device(), "cuda") || !t.isContiguous() {
+		return nil
+	}
+	a, err := t.ctx.Manager.Allocator(t.Device())
+	if err != nil {
+		return nil
+	}
+	rd, ok := a.Device().(ReduceDevice)
+	if !ok {
+		return nil
+	}
+	sms, tpsm, ok := rd.Multiprocessors()
+	if !ok {
+		return nil
+	}
+	// Only leading dimensions reduced: rows R (their product) and
+	// columns C (the rest).
+	lead := len(dims)
+	for i, d := range dims {
+		if d != i {
+			return nil
+		}
+	}
+	if lead == 0 || lead == len(t.shape) {
+		return nil
+	}
+	r, c := int64(1), int64(1)
+	for i, s := range t.shape {
+		if i < lead {
+			r *= int64(s)
+		} else {
+			c *= int64(s)
+		}
+	}
+	acc := int64(4) // opmath float for float32, float16, bfloat16
+	if t.dtype == Float64 || !t.dtype.IsFloat() {
+		acc = 8
+	}
+	staging, sem := reduceScratch(r, c, acc, sms, tpsm)
+	if staging == 0 {
+		return nil
+	}
+	buf, err := t.ctx.Manager.AllocOn(a, uint64(staging))
+	if err != nil {
+		return err
+	}
+	s, err := t.ctx.Manager.AllocOn(a, uint64(sem))
+	if err != nil {
+		t.ctx.Manager.Release(buf, "reduction staging")
+		return err
+	}
+	t.ctx.Manager.Release(s, "reduction semaphores")
+	t.ctx.Manager.Release(buf, "reduction staging")
+	return nil
+}
