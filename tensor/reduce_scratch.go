@@ -29,9 +29,9 @@ type ReduceDevice interface {
 }
 
 // reduceScratch returns the staging and semaphore bytes of summing the
-// R leading rows of a contiguous [R, C] input of element size elem,
-// accumulating in acc-byte values, on a device with sms multiprocessors
-// of tpsm threads each. It follows the launch configuration of PyTorch's
+// r rows of a contiguous [r, c] input into c outputs, accumulating in
+// acc-byte values, on a device with sms multiprocessors of tpsm resident
+// threads each. It follows the launch configuration of PyTorch's
 // reduce kernel for a reduction that is not along the fastest-moving
 // dimension: outputs vectorised by up to 4 along the rows, a block of
 // up to 32 × (512/vec / 32) threads, the inputs split across the block's
