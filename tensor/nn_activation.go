@@ -169,6 +169,16 @@ func SoftmaxBackward(g, y *Tensor, dim int, log bool) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !log {
+		// PyTorch's CUDA softmax backward computes grad * output into a
+		// temporary after allocating its result (softmax_backward_cuda_out;
+		// torch 2.11's trace on an H100 shows it); its CPU kernel does not.
+		release, err := cudaTemporary(g, uint64(g.Numel())*uint64(g.dtype.Size()), "softmax backward's grad * output")
+		if err != nil {
+			return nil, Renamed(err, fname)
+		}
+		defer release()
+	}
 	gc, err := Contiguous(g)
 	if err != nil {
 		return nil, Renamed(err, fname)

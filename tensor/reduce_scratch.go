@@ -1,6 +1,10 @@
 package tensor
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/memsh/memsh/backend"
+)
 
 // CUDA reductions' scratch memory, as PyTorch's reduce kernel takes it.
 //
@@ -88,21 +92,11 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // reductionScratch allocates and frees, after out, the scratch PyTorch's
 // reduce kernel would take for summing t over dims into out (see above).
 func reductionScratch(t, out *Tensor, dims []int) error {
-	if t.ctx == nil || t.ctx.Manager == nil || !strings.HasPrefix(t.Device(), "cuda") || !t.isContiguous() {
+	a := presetAllocator(t)
+	if a == nil || !t.isContiguous() {
 		return nil
 	}
-	a, err := t.ctx.Manager.Allocator(t.Device())
-	if err != nil {
-		return nil
-	}
-	rd, ok := a.Device().(ReduceDevice)
-	if !ok {
-		return nil
-	}
-	sms, tpsm, ok := rd.Multiprocessors()
-	if !ok {
-		return nil
-	}
+	sms, tpsm, _ := a.Device().(ReduceDevice).Multiprocessors()
 	// Only leading dimensions reduced: rows R (their product) and
 	// columns C (the rest).
 	lead := len(dims)
@@ -142,4 +136,39 @@ func reductionScratch(t, out *Tensor, dims []int) error {
 	t.ctx.Manager.Release(s, "reduction semaphores")
 	t.ctx.Manager.Release(buf, "reduction staging")
 	return nil
+}
+
+// presetAllocator returns t's allocator when t is on a simulated GPU that
+// models PyTorch's CUDA kernels' own allocations (a preset: ReduceDevice),
+// or nil.
+func presetAllocator(t *Tensor) backend.Allocator {
+	if t.ctx == nil || t.ctx.Manager == nil || !strings.HasPrefix(t.Device(), "cuda") {
+		return nil
+	}
+	a, err := t.ctx.Manager.Allocator(t.Device())
+	if err != nil {
+		return nil
+	}
+	if rd, ok := a.Device().(ReduceDevice); ok {
+		if _, _, ok := rd.Multiprocessors(); ok {
+			return a
+		}
+	}
+	return nil
+}
+
+// cudaTemporary allocates nbytes on t's device when it models PyTorch's
+// CUDA kernels (presetAllocator), for a temporary the CUDA kernel makes
+// and the CPU one does not; release frees it. On other devices it does
+// nothing.
+func cudaTemporary(t *Tensor, nbytes uint64, what string) (release func(), err error) {
+	a := presetAllocator(t)
+	if a == nil || nbytes == 0 {
+		return func() {}, nil
+	}
+	m, err := t.ctx.Manager.AllocOn(a, nbytes)
+	if err != nil {
+		return nil, err
+	}
+	return func() { t.ctx.Manager.Release(m, what) }, nil
 }
