@@ -3,11 +3,16 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"testing"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/scope"
 )
 
 // The figures PyTorch 2.11 measured on a real H100 80GB HBM3 and H200
@@ -184,4 +189,119 @@ print("STATUS", [t.status for t in r.trials])
 			t.Errorf("%s: batch %d should fit and %d run out of memory, as on the card:\n%s", card, fit, oom, out.String())
 		}
 	}
+}
+
+// TestRealGPUTrace: every allocation of more than 1 MiB that a GPT-2
+// small training trial makes (two steps, batch 1; with and without
+// activation checkpointing), and every free of one, in the order torch
+// 2.11 made them on the H100 (its allocator trace,
+// h100_trace_b1*.jsonl.gz), memsh on the H100 preset in layout mode makes
+// in the same order: the caching allocator's layout follows from it.
+// Frees between two allocations are compared as a set (their order does
+// not change what the next allocation finds).
+func TestRealGPUTrace(t *testing.T) {
+	const large = 1 << 20
+	for _, tc := range []struct {
+		golden string
+		ckpt   bool
+	}{
+		{"h100_trace_b1.jsonl.gz", false},
+		{"h100_trace_b1_ckpt.jsonl.gz", true},
+	} {
+		f, err := os.Open(realGPUDir + tc.golden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []traceEvent
+		sc := bufio.NewScanner(zr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var e struct {
+				A string `json:"a"`
+				S int64  `json:"s"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case e.S <= large:
+			case e.A == "alloc":
+				want = append(want, traceEvent{true, e.S})
+			case e.A == "free_completed":
+				want = append(want, traceEvent{false, e.S})
+			}
+		}
+		f.Close()
+
+		args := []string{"--batch", "1"}
+		if tc.ckpt {
+			args = append(args, "--checkpoint")
+		}
+		var out bytes.Buffer
+		sess, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakLayout, Out: &out, Err: &out, Argv: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []traceEvent
+		stop := sess.Manager().Observe(func(e backend.Event) {
+			if e.Requested <= large {
+				return
+			}
+			switch e.Kind {
+			case backend.EventAlloc:
+				got = append(got, traceEvent{true, int64(e.Requested)})
+			case backend.EventFree:
+				got = append(got, traceEvent{false, int64(e.Requested)})
+			}
+		})
+		err = sess.Exec("../../scripts/fit_phases.star", nil)
+		stop()
+		sess.Close()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.golden, err, out.String())
+		}
+		w, g := normalizeFrees(want), normalizeFrees(got)
+		if len(w) < 3000 {
+			t.Fatalf("%s: only %d large events in the golden trace", tc.golden, len(w))
+		}
+		for i := range min(len(w), len(g)) {
+			if w[i] != g[i] {
+				t.Fatalf("%s: event %d: memsh %+v, PyTorch %+v (context: PyTorch %v, memsh %v)", tc.golden, i, g[i], w[i], w[max(0, i-3):min(len(w), i+4)], g[max(0, i-3):min(len(g), i+4)])
+			}
+		}
+		if len(w) != len(g) {
+			t.Errorf("%s: memsh has %d large events, PyTorch %d", tc.golden, len(g), len(w))
+		}
+	}
+}
+
+// traceEvent is an allocation (alloc true) or a free of size bytes.
+type traceEvent struct {
+	alloc bool
+	size  int64
+}
+
+// normalizeFrees sorts each run of frees between two allocations by size.
+func normalizeFrees(ev []traceEvent) []traceEvent {
+	out := make([]traceEvent, 0, len(ev))
+	var run []traceEvent
+	flush := func() {
+		sort.Slice(run, func(i, j int) bool { return run[i].size < run[j].size })
+		out = append(out, run...)
+		run = run[:0]
+	}
+	for _, e := range ev {
+		if !e.alloc {
+			run = append(run, e)
+			continue
+		}
+		flush()
+		out = append(out, e)
+	}
+	flush()
+	return out
 }
