@@ -16,6 +16,11 @@ import "github.com/memsh/memsh/backend"
 // per thread, after the cuBLAS one. Neither is freed: empty_cache() keeps
 // them (they are allocated, not cached).
 //
+// Creating the handle also takes device memory outside the allocator: on an
+// H100, total - free - memory_reserved() grew by 71,303,168 bytes during the
+// first forward and by exactly 67,108,864 during the first backward, whose
+// only new thing is the autograd thread's handle (BLASHandleDevice).
+//
 // torch 2.11's allocator trace on an H100 shows each: the first forward
 // nn.Linear allocates its output, then 33,554,432 bytes, then 1,048,576;
 // the first backward matrix product allocates its output, then
@@ -31,6 +36,15 @@ import "github.com/memsh/memsh/backend"
 // cuBLASLt workspace sizes are known (backend/sim.Device); 0 means none.
 type BLASWorkspaceDevice interface {
 	BLASWorkspaces() (cublas, cublasLt uint64)
+}
+
+// BLASHandleDevice is implemented by a device that knows what creating a
+// cuBLAS handle takes from it outside the allocator (backend/sim presets):
+// memsh takes it when a thread's first matrix product creates the handle,
+// before the workspace.
+type BLASHandleDevice interface {
+	BLASHandleBytes() uint64
+	TakeDriverMemory(n uint64) error
 }
 
 // blasKey names one workspace: a device, the thread (the autograd
@@ -79,6 +93,13 @@ func (c *Context) blasWorkspaceOf(device string, lt bool) error {
 	}
 	if size == 0 {
 		return nil
+	}
+	if hd, ok := d.(BLASHandleDevice); ok && !lt && hd.BLASHandleBytes() > 0 {
+		// The thread's cuBLAS handle first: memory the driver takes
+		// outside the allocator (64 MiB on an H100 with torch 2.11).
+		if err := hd.TakeDriverMemory(hd.BLASHandleBytes()); err != nil {
+			return err
+		}
 	}
 	m, err := c.Manager.AllocOn(a, size)
 	if err != nil {

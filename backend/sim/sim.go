@@ -47,6 +47,10 @@ type Spec struct {
 	// workspaces PyTorch 2.x allocates per thread on the device (0: none);
 	// a preset's are PyTorch's defaults for its compute capability.
 	Cublas, CublasLt uint64
+	// Handle is the device memory, outside the allocator, that each
+	// cuBLAS handle's creation takes (TakeDriverMemory; 0: none; a
+	// preset's is what it was measured to be).
+	Handle uint64
 	// Preset is the preset's key ("H100") when the spec names one, and
 	// Name the device name it gives ("NVIDIA H100 80GB HBM3"); "" without.
 	Preset, Name string
@@ -73,6 +77,7 @@ func ParseSpec(s string) (Spec, error) {
 	if p, ok := LookupPreset(size); ok {
 		sp.Total, sp.Ctx, sp.Preset, sp.Name = p.Total, p.Ctx, p.Key, p.Name
 		sp.Cublas, sp.CublasLt = p.workspaces()
+		sp.Handle = p.Handle
 	} else {
 		total, err := parseSize(size)
 		switch {
@@ -292,6 +297,7 @@ type Device struct {
 	ordinal int
 	spec    Spec
 	used    uint64 // bytes handed out by Malloc
+	driver  uint64 // bytes taken outside the allocator since the start (TakeDriverMemory)
 	mallocs int
 	next    uintptr          // next fake address in meta mode
 	maps    map[*byte][]byte // live mappings, by first byte
@@ -340,8 +346,26 @@ func (d *Device) Description() string {
 func (d *Device) MemGetInfo() (free, total uint64, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.spec.Total - d.spec.Ctx - d.used, d.spec.Total, nil
+	return d.spec.Total - d.spec.Ctx - d.driver - d.used, d.spec.Total, nil
 }
+
+// TakeDriverMemory takes n more bytes of the device outside the allocator,
+// as the driver does when a library creates a handle (a cuBLAS handle:
+// BLASHandleBytes); they stay taken for the device's life. It fails,
+// taking nothing, when fewer than n bytes are free.
+func (d *Device) TakeDriverMemory(n uint64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n > d.spec.Total-d.spec.Ctx-d.driver-d.used {
+		return fmt.Errorf("sim %s: cannot take %s for a library handle: %w", d.Name(), backend.FormatSize(n), backend.ErrDeviceFull)
+	}
+	d.driver += n
+	return nil
+}
+
+// BLASHandleBytes returns the device memory a cuBLAS handle takes outside
+// the allocator on this device (the spec's Handle).
+func (d *Device) BLASHandleBytes() uint64 { return d.spec.Handle }
 
 // Malloc implements backend.Device with an anonymous private mapping
 // (MAP_NORESERVE), or a fake address range in meta mode.
@@ -351,7 +375,7 @@ func (d *Device) Malloc(size uint64) (backend.DeviceMem, error) {
 	if size == 0 {
 		return backend.DeviceMem{}, fmt.Errorf("sim: zero-size malloc")
 	}
-	if size > d.spec.Total-d.spec.Ctx-d.used {
+	if size > d.spec.Total-d.spec.Ctx-d.driver-d.used {
 		return backend.DeviceMem{}, fmt.Errorf("sim %s: cannot allocate %s: %w", d.Name(), backend.FormatSize(size), backend.ErrDeviceFull)
 	}
 	if d.spec.Meta {

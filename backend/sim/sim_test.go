@@ -33,14 +33,14 @@ func TestParseSpec(t *testing.T) {
 		// presets
 		// presets: sm90 cards get PyTorch's 32 MiB cuBLAS workspace, others
 		// 8 MiB + 128 KiB; every card the 1 MiB cuBLASLt one
-		{"H100", Spec{Count: 1, Total: 85017493504, Ctx: 787283968, Preset: "H100", Name: "NVIDIA H100 80GB HBM3", Cublas: 32 << 20, CublasLt: 1 << 20}, ""},
-		{"h100", Spec{Count: 1, Total: 85017493504, Ctx: 787283968, Preset: "H100", Name: "NVIDIA H100 80GB HBM3", Cublas: 32 << 20, CublasLt: 1 << 20}, ""},
-		{"2xH100", Spec{Count: 2, Total: 85017493504, Ctx: 787283968, Preset: "H100", Name: "NVIDIA H100 80GB HBM3", Cublas: 32 << 20, CublasLt: 1 << 20}, ""},
-		{"H100,meta", Spec{Count: 1, Total: 85017493504, Ctx: 787283968, Meta: true, Preset: "H100", Name: "NVIDIA H100 80GB HBM3", Cublas: 32 << 20, CublasLt: 1 << 20}, ""},
-		{"H100,ctx=1GiB", Spec{Count: 1, Total: 85017493504, Ctx: gib, Preset: "H100", Name: "NVIDIA H100 80GB HBM3", Cublas: 32 << 20, CublasLt: 1 << 20}, ""},
-		{"8xH200,ctx=0B,meta", Spec{Count: 8, Total: 150109880320, Meta: true, Preset: "H200", Name: "NVIDIA H200", Cublas: 32 << 20, CublasLt: 1 << 20}, ""},
+		{"H100", Spec{Count: 1, Total: 85017493504, Ctx: 653066240, Handle: 64 << 20, Preset: "H100", Name: "NVIDIA H100 80GB HBM3", Cublas: 32 << 20, CublasLt: 1 << 20}, ""},
+		{"h100", Spec{Count: 1, Total: 85017493504, Ctx: 653066240, Handle: 64 << 20, Preset: "H100", Name: "NVIDIA H100 80GB HBM3", Cublas: 32 << 20, CublasLt: 1 << 20}, ""},
+		{"2xH100", Spec{Count: 2, Total: 85017493504, Ctx: 653066240, Handle: 64 << 20, Preset: "H100", Name: "NVIDIA H100 80GB HBM3", Cublas: 32 << 20, CublasLt: 1 << 20}, ""},
+		{"H100,meta", Spec{Count: 1, Total: 85017493504, Ctx: 653066240, Handle: 64 << 20, Meta: true, Preset: "H100", Name: "NVIDIA H100 80GB HBM3", Cublas: 32 << 20, CublasLt: 1 << 20}, ""},
+		{"H100,ctx=1GiB", Spec{Count: 1, Total: 85017493504, Ctx: gib, Handle: 64 << 20, Preset: "H100", Name: "NVIDIA H100 80GB HBM3", Cublas: 32 << 20, CublasLt: 1 << 20}, ""},
+		{"8xH200,ctx=0B,meta", Spec{Count: 8, Total: 150109880320, Meta: true, Handle: 64 << 20, Preset: "H200", Name: "NVIDIA H200", Cublas: 32 << 20, CublasLt: 1 << 20}, ""},
 		{"2xrtx4090", Spec{Count: 2, Total: 25757220864, Ctx: 400 << 20, Preset: "RTX4090", Name: "NVIDIA GeForce RTX 4090", Cublas: 8<<20 + 128<<10, CublasLt: 1 << 20}, ""},
-		{"H100,cublas=0B,cublaslt=0B", Spec{Count: 1, Total: 85017493504, Ctx: 787283968, Preset: "H100", Name: "NVIDIA H100 80GB HBM3"}, ""},
+		{"H100,cublas=0B,cublaslt=0B", Spec{Count: 1, Total: 85017493504, Ctx: 653066240, Handle: 64 << 20, Preset: "H100", Name: "NVIDIA H100 80GB HBM3"}, ""},
 		{"16GiB,cublas=32MiB,cublaslt=1MiB", Spec{Count: 1, Total: 16 * gib, Cublas: 32 << 20, CublasLt: 1 << 20}, ""},
 		{"16GiB,cublas=lots", Spec{}, "bad cublas workspace size"},
 		{"H100,ctx=80GiB", Spec{}, "does not fit"},
@@ -77,8 +77,8 @@ func TestPresets(t *testing.T) {
 		// H100 and H200: torch 2.11's total_memory measured on the cards
 		// (driver 580.159.04), and what a training process held outside
 		// the allocator on the H100
-		{"H100", "NVIDIA H100 80GB HBM3", 85017493504, 787283968},
-		{"H200", "NVIDIA H200", 150109880320, 787283968},
+		{"H100", "NVIDIA H100 80GB HBM3", 85017493504, 787283968 - 2*64<<20},
+		{"H200", "NVIDIA H200", 150109880320, 787283968 - 2*64<<20},
 		{"A100-80GB", "NVIDIA A100-SXM4-80GB", 81920 << 20, 400 << 20},
 		{"A100-40GB", "NVIDIA A100-SXM4-40GB", 42505273344, 400 << 20}, // 40536.19 MiB
 		{"L4", "NVIDIA L4", 23034 << 20, 400 << 20},
