@@ -178,3 +178,30 @@ func TestMetaDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TakeDriverMemory takes device memory outside the allocator (a cuBLAS
+// handle's), which lowers what Malloc and MemGetInfo see, and refuses
+// more than is free.
+func TestTakeDriverMemory(t *testing.T) {
+	sp, err := ParseSpec("H100,meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := New(sp)[0]
+	if d.BLASHandleBytes() != 64<<20 {
+		t.Errorf("BLASHandleBytes() = %d, want 64 MiB", d.BLASHandleBytes())
+	}
+	free0, _, _ := d.MemGetInfo()
+	if err := d.TakeDriverMemory(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if free, _, _ := d.MemGetInfo(); free != free0-64<<20 {
+		t.Errorf("free %d after taking 64 MiB of %d", free, free0)
+	}
+	if err := d.TakeDriverMemory(free0); !errors.Is(err, backend.ErrDeviceFull) {
+		t.Errorf("taking more than is free: %v", err)
+	}
+	if _, err := d.Malloc(free0 - 32<<20); !errors.Is(err, backend.ErrDeviceFull) {
+		t.Errorf("Malloc beyond what the handle left: %v", err)
+	}
+}
