@@ -241,7 +241,16 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 	// reachable. Kept on the node, not in a global: Sessions in one
 	// process run backward independently.
 	n.running = e
-	outs, err := n.apply(n, grads)
+	var outs []*tensor.Tensor
+	var err error
+	if anyDefined(grads) || n.variable != nil {
+		outs, err = n.apply(n, grads)
+	} else {
+		// No incoming gradient is defined (an empty input's, say): the
+		// node's gradients are undefined too, as PyTorch's generated
+		// backward functions return when !any_grad_defined.
+		outs = make([]*tensor.Tensor, len(n.next))
+	}
 	n.running = nil
 	if err != nil {
 		return err
@@ -458,4 +467,14 @@ func (q *readyQueue) Pop() any {
 	it := old[len(old)-1]
 	*q = old[:len(old)-1]
 	return it
+}
+
+// anyDefined reports whether some gradient of gs is defined (not nil).
+func anyDefined(gs []*tensor.Tensor) bool {
+	for _, g := range gs {
+		if g != nil {
+			return true
+		}
+	}
+	return false
 }
