@@ -1,6 +1,12 @@
 package tensor
 
-import "github.com/memsh/memsh/backend"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/memsh/memsh/backend"
+)
 
 // cuBLAS workspaces, as PyTorch 2.x keeps them.
 //
@@ -94,12 +100,23 @@ func (c *Context) blasWorkspaceOf(device string, lt bool) error {
 	if size == 0 {
 		return nil
 	}
-	if hd, ok := d.(BLASHandleDevice); ok && !lt && hd.BLASHandleBytes() > 0 {
+	if hd, ok := d.(BLASHandleDevice); ok && !lt && hd.BLASHandleBytes() > 0 && !c.blas.handles[key] {
 		// The thread's cuBLAS handle first: memory the driver takes
-		// outside the allocator (64 MiB on an H100 with torch 2.11).
+		// outside the allocator (64 MiB on an H100 with torch 2.11). When
+		// the device has too little left, cublasCreate fails
+		// (CUBLAS_STATUS_ALLOC_FAILED), which sweeps and trials count as
+		// running out of memory, as Lightning's batch-size finder does.
 		if err := hd.TakeDriverMemory(hd.BLASHandleBytes()); err != nil {
-			return err
+			free, total, _ := d.MemGetInfo()
+			idx, _ := strconv.Atoi(strings.TrimPrefix(d.Name(), "cuda:"))
+			return fmt.Errorf("creating a cuBLAS handle (CUBLAS_STATUS_ALLOC_FAILED): %w", &backend.OOMError{
+				Device: d.Name(), Index: idx, Requested: hd.BLASHandleBytes(), Total: total, Free: free,
+				Allocated: a.Allocated(), Reserved: a.Reserved()})
 		}
+		if c.blas.handles == nil {
+			c.blas.handles = map[blasKey]bool{}
+		}
+		c.blas.handles[key] = true
 	}
 	m, err := c.Manager.AllocOn(a, size)
 	if err != nil {
@@ -147,5 +164,6 @@ func (c *Context) BLASWorkspaceBytes(device string) uint64 {
 // contexts (a pointer), as PyTorch's handle pool is per process.
 type blasState struct {
 	ws       map[blasKey]*backend.Memory
+	handles  map[blasKey]bool // cuBLAS handles created (their device memory taken)
 	backward int
 }
