@@ -201,7 +201,6 @@ type ManagerStats struct {
 	ReclaimedBytes uint64        // bytes (requested) freed by reclaim passes
 	ReclaimTime    time.Duration // total time spent in reclaim passes
 	PeakReclaims   int           // passes triggered by exact-peak mode
-	LayoutReclaims int           // passes triggered by layout mode (before an allocation)
 	ProvenReclaims int           // passes that proved without a GC that nothing was garbage
 	OOMRetries     int           // passes triggered by an out-of-memory retry
 }
@@ -337,7 +336,6 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	if m.sinceReclaim+nbytes > m.pacing && storesData(a) {
 		m.reclaimLocked()
 	} else if m.peak == PeakLayout && nbytes > layoutMin && caching(a) && m.mayHaveGarbage() {
-		m.stats.LayoutReclaims++
 		m.reclaimLocked()
 		m.layout.seen, m.layout.noted = m.layout.clock(), false
 	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && a.Allocated()+a.RoundSize(nbytes) >= m.quiet[a] {

@@ -159,21 +159,9 @@ print(total, total - free)
 // meant for a real GPU — against the stub driver, with and without NVML.
 func TestGPUCheckScript(t *testing.T) {
 	for _, withNVML := range []bool{false, true} {
-		s := cudatest.New(t, cudatest.Config{GPUs: 1, Mem: 512 << 20, Ctx: 32 << 20})
-		gate := nvml.Open("/nonexistent/libnvidia-ml.so.1")
-		if withNVML {
-			gate = nvmlOverStub(t, s, 512<<20)
-		}
-		gpus, _, err := scope.OpenDevicesWith("cuda", scope.DeviceOptions{NVML: gate})
-		if err != nil {
-			t.Fatal(err)
-		}
 		var out bytes.Buffer
-		sess, err := scope.NewWithDevices(scope.Options{Out: &out, Err: &out, Argv: []string{"8"}}, gpus)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = sess.Exec("../scripts/gpu_check.star", nil)
+		_, sess := stubSession(t, withNVML, scope.Options{Out: &out, Err: &out, Argv: []string{"8"}})
+		err := sess.Exec("../scripts/gpu_check.star", nil)
 		sess.Close()
 		if err != nil {
 			t.Fatalf("NVML %v: %v\n%s", withNVML, err, out.String())
@@ -193,6 +181,26 @@ func TestGPUCheckScript(t *testing.T) {
 			t.Errorf("the NVML checks did not run:\n%s", out.String())
 		}
 	}
+}
+
+// stubSession opens a Session on one stub GPU of 512 MiB (32 MiB of
+// context), with NVML over the stub or without NVML.
+func stubSession(t *testing.T, withNVML bool, opts scope.Options) (*cudatest.Stub, *scope.Session) {
+	t.Helper()
+	s := cudatest.New(t, cudatest.Config{GPUs: 1, Mem: 512 << 20, Ctx: 32 << 20})
+	gate := nvml.Open("/nonexistent/libnvidia-ml.so.1")
+	if withNVML {
+		gate = nvmlOverStub(t, s, 512<<20)
+	}
+	gpus, _, err := scope.OpenDevicesWith("cuda", scope.DeviceOptions{NVML: gate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := scope.NewWithDevices(opts, gpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, sess
 }
 
 // nvmlOverStub is an NVML mock whose first GPU is the stub's device 0, with
@@ -251,21 +259,9 @@ func TestSimHostBackingWarning(t *testing.T) {
 // it before (testdata/torchref/cuda/h100_oom.txt).
 func TestOOMProcessMemory(t *testing.T) {
 	for _, withNVML := range []bool{false, true} {
-		s := cudatest.New(t, cudatest.Config{GPUs: 1, Mem: 512 << 20, Ctx: 32 << 20})
-		gate := nvml.Open("/nonexistent/libnvidia-ml.so.1")
-		if withNVML {
-			gate = nvmlOverStub(t, s, 512<<20)
-		}
-		gpus, _, err := scope.OpenDevicesWith("cuda", scope.DeviceOptions{NVML: gate})
-		if err != nil {
-			t.Fatal(err)
-		}
 		var out bytes.Buffer
-		sess, err := scope.NewWithDevices(scope.Options{Out: &out, Err: &out}, gpus)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = sess.Exec("oom.star", `a = tensor.empty([64 * MiB], dtype = "uint8", device = "cuda")
+		s, sess := stubSession(t, withNVML, scope.Options{Out: &out, Err: &out})
+		err := sess.Exec("oom.star", `a = tensor.empty([64 * MiB], dtype = "uint8", device = "cuda")
 b = tensor.empty([GiB], dtype = "uint8", device = "cuda")`)
 		used := s.Used(0)
 		sess.Close()

@@ -80,14 +80,7 @@ func (c *Context) blasWorkspaceOf(device string, lt bool) error {
 	if _, ok := c.blas.ws[key]; ok {
 		return nil
 	}
-	a, err := c.Manager.Allocator(device)
-	if err != nil {
-		return nil
-	}
-	d := a.Device()
-	if s, isStage := d.(*stageDevice); isStage {
-		d = s.real
-	}
+	a, d := c.deviceOf(device)
 	wd, ok := d.(BLASWorkspaceDevice)
 	if !ok {
 		return nil
@@ -143,21 +136,6 @@ func (c *Context) EnterBackward() (leave func()) {
 	}
 	c.blas.backward++
 	return func() { c.blas.backward-- }
-}
-
-// BLASWorkspaceBytes returns the bytes of the cuBLAS and cuBLASLt
-// workspaces allocated so far on device.
-func (c *Context) BLASWorkspaceBytes(device string) uint64 {
-	var n uint64
-	if c == nil || c.blas == nil {
-		return 0
-	}
-	for k, m := range c.blas.ws {
-		if k.device == device {
-			n += m.Size()
-		}
-	}
-	return n
 }
 
 // blasState is the Context's part in the workspaces: shared with staging

@@ -190,7 +190,7 @@ func Sum(t *Tensor, dims []int, keepdim bool, dt DType) (*Tensor, error) {
 	}
 	// A simulated GPU's share of PyTorch's reduce kernel: its scratch
 	// (reduce_scratch.go).
-	if err := reductionScratch(t, out, dims); err != nil {
+	if err := reductionScratch(t, dims); err != nil {
 		return nil, Renamed(err, fname)
 	}
 	return out, nil

@@ -89,14 +89,16 @@ func reduceScratch(r, c int64, acc int64, sms, tpsm int) (staging, semaphores in
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// reductionScratch allocates and frees, after out, the scratch PyTorch's
-// reduce kernel would take for summing t over dims into out (see above).
-func reductionScratch(t, out *Tensor, dims []int) error {
+// reductionScratch allocates and frees the scratch PyTorch's reduce
+// kernel would take for summing t over dims (see above); call it after the
+// output was allocated.
+func reductionScratch(t *Tensor, dims []int) error {
 	a := presetAllocator(t)
 	if a == nil || !t.isContiguous() {
 		return nil
 	}
-	sms, tpsm, _ := a.Device().(ReduceDevice).Multiprocessors()
+	_, d := t.ctx.deviceOf(t.Device())
+	sms, tpsm, _ := d.(ReduceDevice).Multiprocessors()
 	// Only leading dimensions reduced: rows R (their product) and
 	// columns C (the rest).
 	lead := len(dims)
@@ -142,14 +144,11 @@ func reductionScratch(t, out *Tensor, dims []int) error {
 // models PyTorch's CUDA kernels' own allocations (a preset: ReduceDevice),
 // or nil.
 func presetAllocator(t *Tensor) backend.Allocator {
-	if t.ctx == nil || t.ctx.Manager == nil || !strings.HasPrefix(t.Device(), "cuda") {
+	if !strings.HasPrefix(t.Device(), "cuda") {
 		return nil
 	}
-	a, err := t.ctx.Manager.Allocator(t.Device())
-	if err != nil {
-		return nil
-	}
-	if rd, ok := a.Device().(ReduceDevice); ok {
+	a, d := t.ctx.deviceOf(t.Device())
+	if rd, ok := d.(ReduceDevice); ok {
 		if _, _, ok := rd.Multiprocessors(); ok {
 			return a
 		}

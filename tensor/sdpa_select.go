@@ -3,6 +3,8 @@ package tensor
 import (
 	"fmt"
 	"strings"
+
+	"github.com/memsh/memsh/backend"
 )
 
 // scaled_dot_product_attention's backend choice, as PyTorch 2.x makes it
@@ -60,6 +62,24 @@ func (s SDPBackends) With(b SDPBackend) SDPBackends { return s | 1<<b }
 // SDPEnabled reports whether backend b may be chosen.
 func (c *Context) SDPEnabled(b SDPBackend) bool { return !c.SDPDisabled.Has(b) }
 
+// deviceOf returns the allocator of device (a device string of c's
+// Manager) and the device behind it, the real one for a staging device;
+// nils for an unknown device.
+func (c *Context) deviceOf(device string) (backend.Allocator, backend.Device) {
+	if c == nil || c.Manager == nil {
+		return nil, nil
+	}
+	a, err := c.Manager.Allocator(device)
+	if err != nil {
+		return nil, nil
+	}
+	d := a.Device()
+	if s, isStage := d.(*stageDevice); isStage {
+		d = s.real
+	}
+	return a, d
+}
+
 type capabilityDevice interface {
 	ComputeCapability() (major, minor int)
 }
@@ -69,14 +89,7 @@ type capabilityDevice interface {
 // one (sm90 without a preset: backend/sim.DefaultCapability). ok is false
 // for the CPU.
 func (c *Context) ComputeCapability(device string) (major, minor int, ok bool) {
-	a, err := c.Manager.Allocator(device)
-	if err != nil {
-		return 0, 0, false
-	}
-	d := a.Device()
-	if s, isStage := d.(*stageDevice); isStage {
-		d = s.real
-	}
+	_, d := c.deviceOf(device)
 	if cd, isCap := d.(capabilityDevice); isCap {
 		major, minor = cd.ComputeCapability()
 		return major, minor, true

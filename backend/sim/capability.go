@@ -1,17 +1,24 @@
 package sim
 
-// capabilities are the presets' CUDA compute capabilities (NVIDIA's CUDA
-// GPUs table, developer.nvidia.com/cuda-gpus): what
-// torch.cuda.get_device_capability() returns on the real card.
-var capabilities = map[string][2]int{
-	"H100":      {9, 0},
-	"H200":      {9, 0},
-	"A100-80GB": {8, 0},
-	"A100-40GB": {8, 0},
-	"L4":        {8, 9},
-	"RTX4090":   {8, 9},
-	"T4":        {7, 5},
-	"V100-16GB": {7, 0},
+// cards are the presets' hardware figures: the CUDA compute capability
+// (NVIDIA's CUDA GPUs table, developer.nvidia.com/cuda-gpus: what
+// torch.cuda.get_device_capability() returns on the real card), and the
+// streaming-multiprocessor count and resident threads per multiprocessor
+// (NVIDIA's specifications and CUDA occupancy tables; the H100's 132 as
+// torch reports multi_processor_count on the SXM card), which PyTorch's
+// reduce kernel sizes its grid by.
+var cards = map[string]struct {
+	cc                [2]int
+	sms, threadsPerSM int
+}{
+	"H100":      {[2]int{9, 0}, 132, 2048},
+	"H200":      {[2]int{9, 0}, 132, 2048},
+	"A100-80GB": {[2]int{8, 0}, 108, 2048},
+	"A100-40GB": {[2]int{8, 0}, 108, 2048},
+	"L4":        {[2]int{8, 9}, 58, 1536},
+	"RTX4090":   {[2]int{8, 9}, 128, 1536},
+	"T4":        {[2]int{7, 5}, 40, 1024},
+	"V100-16GB": {[2]int{7, 0}, 80, 2048},
 }
 
 // DefaultCapability is the compute capability of a simulated GPU whose
@@ -23,8 +30,8 @@ var DefaultCapability = [2]int{9, 0}
 // ComputeCapability returns the device's major and minor compute
 // capability: its preset's, or DefaultCapability without one.
 func (d *Device) ComputeCapability() (major, minor int) {
-	if c, ok := capabilities[d.spec.Preset]; ok {
-		return c[0], c[1]
+	if c, ok := cards[d.spec.Preset]; ok {
+		return c.cc[0], c.cc[1]
 	}
 	return DefaultCapability[0], DefaultCapability[1]
 }
@@ -44,7 +51,7 @@ const (
 // workspaces returns PyTorch's default cuBLAS and cuBLASLt workspace sizes
 // on the preset's card.
 func (p Preset) workspaces() (cublas, lt uint64) {
-	if c := capabilities[p.Key]; c == [2]int{9, 0} {
+	if cards[p.Key].cc == [2]int{9, 0} {
 		return cublasSM90, cublasLt
 	}
 	return cublasDefault, cublasLt
@@ -57,25 +64,10 @@ func (d *Device) BLASWorkspaces() (cublas, cublasLt uint64) {
 	return d.spec.Cublas, d.spec.CublasLt
 }
 
-// multiprocessors are the presets' streaming-multiprocessor counts and
-// resident threads per multiprocessor (NVIDIA's specifications and CUDA
-// occupancy tables; the H100's 132 as torch reports multi_processor_count
-// on the SXM card): what PyTorch's reduce kernel sizes its grid by.
-var multiprocessors = map[string][2]int{
-	"H100":      {132, 2048},
-	"H200":      {132, 2048},
-	"A100-80GB": {108, 2048},
-	"A100-40GB": {108, 2048},
-	"L4":        {58, 1536},
-	"RTX4090":   {128, 1536},
-	"T4":        {40, 1024},
-	"V100-16GB": {80, 2048},
-}
-
 // Multiprocessors returns the preset card's multiprocessor count and
 // resident threads per multiprocessor (tensor.ReduceDevice); ok is false
 // without a preset (a plain sim:SIZE models no reduction scratch).
 func (d *Device) Multiprocessors() (count, threadsPerSM int, ok bool) {
-	m, ok := multiprocessors[d.spec.Preset]
-	return m[0], m[1], ok
+	c, ok := cards[d.spec.Preset]
+	return c.sms, c.threadsPerSM, ok
 }
