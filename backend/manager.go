@@ -202,6 +202,7 @@ type ManagerStats struct {
 	ReclaimTime    time.Duration // total time spent in reclaim passes
 	PeakReclaims   int           // passes triggered by exact-peak mode
 	ProvenReclaims int           // passes that proved without a GC that nothing was garbage
+	WalkReclaims   int           // passes that freed garbage without a GC (the reach walk found it)
 	OOMRetries     int           // passes triggered by an out-of-memory retry
 }
 
@@ -358,6 +359,9 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	}
 	m.seq++
 	rec := &record{owner: m, alloc: a, block: b, device: a.Device().Name(), nbytes: nbytes, seq: m.seq}
+	if m.reach.stamp != nil {
+		rec.stamp = m.reach.stamp()
+	}
 	h := &Memory{rec: rec}
 	m.entries = append(m.entries, entry{handle: weak.Make(h), rec: rec})
 	m.live++
@@ -485,12 +489,19 @@ func (m *Manager) Collect() ReclaimResult {
 
 func (m *Manager) reclaimLocked() ReclaimResult {
 	start := time.Now()
-	if m.proveNoGarbage() {
+	if res, ok := m.walkReclaim(); ok {
 		m.dropFreedEntries()
 		m.sinceReclaim = 0
-		res := ReclaimResult{Time: time.Since(start), Proven: true}
+		res.Time = time.Since(start)
+		res.Proven = res.Count == 0
+		if res.Count > 0 {
+			clear(m.quiet) // as after a collection that freed something
+			m.stats.WalkReclaims++
+		} else {
+			m.stats.ProvenReclaims++
+		}
 		m.stats.Reclaims++
-		m.stats.ProvenReclaims++
+		m.stats.ReclaimedBytes += res.Freed
 		m.stats.ReclaimTime += res.Time
 		return res
 	}

@@ -30,16 +30,39 @@ import (
 // collection anyway and panics if the collector frees anything.
 
 // ReachFunc walks the roots of a Session and calls visit for every
-// allocation handle it reaches (repeats are fine). It returns false to
-// give up, as it should once deadline has passed (twice what the last
-// collection took); the reclaim then runs the collector. It runs
-// while the Manager is locked: it must not call the Manager's methods.
-type ReachFunc func(epoch uint64, deadline time.Time, visit func(*Memory)) bool
+// allocation handle it reaches (repeats are fine). It gives up (Done
+// false) once deadline has passed (twice what the last collection took);
+// the reclaim then runs the collector. It runs while the Manager is
+// locked: it must not call the Manager's methods.
+type ReachFunc func(epoch uint64, deadline time.Time, visit func(*Memory)) Walk
+
+// Walk is what a reach walk found out besides the allocations it reached.
+type Walk struct {
+	// Done: the walk visited every root before its deadline.
+	Done bool
+	// Complete: the walk also looked into every value on its way that
+	// can hold memory (it met no value of a type it does not know), and
+	// every holder of memory outside it is one of the running Go code
+	// the Horizon covers. Then an allocation it did not reach, made
+	// before Horizon, is garbage: the reclaim frees it without a
+	// collection.
+	Complete bool
+	// Horizon: allocations whose stamp (SetStampClock) is at least
+	// Horizon may be held by Go code that is running now (a built-in
+	// function, the instruction being executed), which no walk sees.
+	Horizon uint64
+	// Why says what made the walk incomplete, for MEMSH_DEBUG_REACH.
+	Why string
+}
+
+var debugReach = os.Getenv("MEMSH_DEBUG_REACH") == "1"
 
 type reachState struct {
 	f           ReachFunc
+	stamp       func() uint64 // the clock allocations are stamped with
 	epoch       uint64
 	verify      bool          // MEMSH_VERIFY_RECLAIM: check each proof with a collection
+	off         bool          // MEMSH_RECLAIM=gc: never free without a collection
 	lastCollect time.Duration // how long the last collection took
 	// skip is the number of reclaims that go straight to the collector
 	// after walks that ran out of time (doubling, up to maxSkip); a
@@ -60,46 +83,91 @@ func (m *Manager) SetReach(f ReachFunc) {
 	defer m.mu.Unlock()
 	m.reach.f = f
 	m.reach.verify = os.Getenv("MEMSH_VERIFY_RECLAIM") == "1"
+	m.reach.off = os.Getenv("MEMSH_RECLAIM") == "gc"
 }
 
-// proveNoGarbage reports whether every live allocation is reachable, by
-// the reach walk. With no live allocation there is nothing to free.
-func (m *Manager) proveNoGarbage() bool {
+// SetStampClock installs the clock each allocation is stamped with when
+// it is made (scope: the Starlark thread's step count), against which a
+// walk's Horizon is compared; nil stamps 0. Without it (or while it is
+// nil) a walk frees nothing itself.
+func (m *Manager) SetStampClock(clock func() uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reach.stamp = clock
+}
+
+// walkReclaim runs the reach walk. It reports done when the walk settled
+// the reclaim without the collector: every live allocation was reached
+// (nothing is garbage), or the walk was Complete and every allocation it
+// did not reach was made before its Horizon; those it frees (res).
+func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 	if m.live == 0 {
-		return true
+		return res, true
 	}
 	if m.reach.f == nil {
-		return false
+		return res, false
 	}
 	if m.reach.skip > 0 {
 		m.reach.skip--
-		return false
+		return res, false
 	}
 	m.reach.epoch++
 	epoch := m.reach.epoch
 	reached := 0
-	ok := m.reach.f(epoch, time.Now().Add(max(2*m.reach.lastCollect, minWalk)), func(h *Memory) {
+	w := m.reach.f(epoch, time.Now().Add(max(2*m.reach.lastCollect, minWalk)), func(h *Memory) {
 		r := h.rec
 		if r.owner == m && !r.freed && r.mark != epoch {
 			r.mark = epoch
 			reached++
 		}
 	})
-	if !ok {
+	if !w.Done {
 		// out of time: the roots hold more than a walk can cover in a
 		// collection's time; try again later, less often each time
 		m.reach.backoff = min(2*m.reach.backoff+1, maxSkip)
 		m.reach.skip = m.reach.backoff
-		return false
+		return res, false
 	}
 	m.reach.backoff = 0
-	if reached != m.live {
-		return false
+	if reached == m.live {
+		if m.reach.verify {
+			m.verifyProof()
+		}
+		return res, true
+	}
+	if !w.Complete || m.reach.off || m.reach.stamp == nil {
+		if debugReach {
+			fmt.Fprintf(os.Stderr, "reach: incomplete %s\n", w.Why)
+		}
+		return res, false
+	}
+	// What the walk did not reach is garbage unless Go code that is
+	// running may hold it; if any such allocation is unreached, only the
+	// collector can tell.
+	var garbage []*record
+	for _, e := range m.entries {
+		r := e.rec
+		if r.freed || r.mark == epoch {
+			continue
+		}
+		if r.stamp >= w.Horizon {
+			if debugReach {
+				fmt.Fprintf(os.Stderr, "reach: protected %d (stamp %d >= %d) %s\n", r.nbytes, r.stamp, w.Horizon, w.Why)
+			}
+			return res, false
+		}
+		garbage = append(garbage, r)
 	}
 	if m.reach.verify {
-		m.verifyProof()
+		m.verifyGarbage(garbage)
 	}
-	return true
+	for _, r := range garbage {
+		r.released = "freed as unreachable"
+		m.freeLocked(r)
+		res.Freed += r.nbytes
+		res.Count++
+	}
+	return res, true
 }
 
 // verifyProof runs the collector after a proof and panics if it finds
@@ -110,6 +178,24 @@ func (m *Manager) verifyProof() {
 	for _, e := range m.entries {
 		if !e.rec.freed && e.handle.Value() == nil {
 			panic(fmt.Sprintf("memsh: reach walk proved no garbage, but the allocation of %d bytes on %s (sequence number %d) is unreachable", e.rec.nbytes, e.rec.device, e.rec.seq))
+		}
+	}
+}
+
+// verifyGarbage runs the collector before a walk frees what it did not
+// reach, and panics if any of it is still reachable: the walk missed a
+// holder.
+func (m *Manager) verifyGarbage(garbage []*record) {
+	runtime.GC()
+	dead := map[*record]bool{}
+	for _, e := range m.entries {
+		if !e.rec.freed && e.handle.Value() == nil {
+			dead[e.rec] = true
+		}
+	}
+	for _, r := range garbage {
+		if !dead[r] {
+			panic(fmt.Sprintf("memsh: reach walk would free the allocation of %d bytes on %s (sequence number %d, stamp %d), which is still reachable", r.nbytes, r.device, r.seq, r.stamp))
 		}
 	}
 }

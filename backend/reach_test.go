@@ -46,11 +46,11 @@ func TestReachProof(t *testing.T) {
 				reported = append([]*backend.Memory(nil), reported...)
 				second = nil
 			}
-			m.SetReach(func(_ uint64, _ time.Time, visit func(*backend.Memory)) bool {
+			m.SetReach(func(_ uint64, _ time.Time, visit func(*backend.Memory)) backend.Walk {
 				for _, h := range reported {
 					visit(h)
 				}
-				return !tc.giveUp
+				return backend.Walk{Done: !tc.giveUp}
 			})
 			r := m.Reclaim()
 			if r.Proven != tc.proven || r.Count != tc.freed {
@@ -87,7 +87,7 @@ func TestReachNothingLive(t *testing.T) {
 // a proof is at hand.
 func TestCollectAlwaysCollects(t *testing.T) {
 	m := newManager(t, "1GiB", backend.PeakLazy)
-	m.SetReach(func(uint64, time.Time, func(*backend.Memory)) bool { return true })
+	m.SetReach(func(uint64, time.Time, func(*backend.Memory)) backend.Walk { return backend.Walk{Done: true} })
 	if r := m.Collect(); r.Proven {
 		t.Errorf("Collect proved instead of collecting: %+v", r)
 	}

@@ -96,6 +96,11 @@ type Session interface {
 	// the trial's FinishEvent, and returns the trial() result struct
 	// (name, status, error, value, data).
 	Trial(thread *starlark.Thread, name string, fn starlark.Callable, args starlark.Tuple, kwargs []starlark.Tuple, params starlark.StringDict) (starlark.Value, error)
+	// Root makes r a root of the reclaim's reach walk (reach.go) until
+	// release is called: for Go code that keeps Starlark values across
+	// calls back into Starlark (a sweep's results), so that a built-in
+	// can declare itself transparent (starlark.Thread.DeclareTransparent).
+	Root(r Reacher) (release func())
 }
 
 // StatementEvent is sent before (Start true) and after each top-level

@@ -32,6 +32,42 @@ type Walker struct {
 	deadline time.Time
 	count    int  // values visited since the last look at the clock
 	late     bool // past the deadline
+	// unknown names a value the walk met and could not look into (a type
+	// it does not know), if any: then it is not Complete.
+	unknown string
+	// Outermost names the built-in the horizon comes from (MEMSH_DEBUG_REACH).
+	Outermost string
+}
+
+// Incomplete records that the walk met something it could not look into
+// (what, for MEMSH_VERIFY_RECLAIM's messages): what it did not reach may
+// then be held by it, so the reclaim leaves the decision to the collector.
+func (w *Walker) Incomplete(what string) {
+	if w.unknown == "" {
+		w.unknown = what
+	}
+}
+
+// Why names what made the walk incomplete ("" when it is complete).
+func (w *Walker) Why() string { return w.unknown }
+
+// Bound returns the lowest horizon the engine's roots gave
+// (tensor.Reacher.Bound), if any.
+func (w *Walker) Bound() (uint64, bool) { return w.r.Horizon, w.r.Bounded() }
+
+// Complete reports whether the walk looked into every value it met.
+func (w *Walker) Complete() bool {
+	if w.unknown == "" && !w.r.Complete() {
+		w.unknown = "a value the engine keeps"
+	}
+	return w.unknown == ""
+}
+
+// Opaque is implemented by memsh's Starlark values that hold no memory
+// and no other Starlark value (a dtype, a device): the walk has nothing
+// to look into.
+type Opaque interface {
+	HoldsNoMemory()
 }
 
 // Reacher is implemented by memsh's Starlark values that hold tensors,
@@ -133,7 +169,7 @@ func (w *Walker) Value(v starlark.Value) {
 	}
 	w.tick()
 	switch v := v.(type) {
-	case starlark.NoneType, starlark.Bool, starlark.Int, starlark.Float, starlark.String, starlark.Bytes:
+	case starlark.NoneType, starlark.Bool, starlark.Int, starlark.Float, starlark.String, starlark.Bytes, Opaque:
 	case Reacher:
 		v.Reach(w)
 	case *starlark.List:
@@ -183,9 +219,16 @@ func (w *Walker) Value(v starlark.Value) {
 		}
 	case *starlark.Builtin:
 		w.Value(v.Receiver())
+	case *starlarkstruct.Module:
+		if Seen(w, v) {
+			return
+		}
+		w.Values(v.Members)
 	default:
 		if x, ok := UnwrapCell(v); ok {
 			w.Value(x)
+		} else if v.Type() != "range" { // a range holds integers only
+			w.Incomplete(v.Type())
 		}
 	}
 }

@@ -170,6 +170,7 @@ func (r *TrialResult) Value() starlark.Value {
 func (s *Session) RunTrial(thread *starlark.Thread, name string, fn starlark.Callable, args starlark.Tuple, kwargs []starlark.Tuple, params starlark.StringDict) (*TrialResult, error) {
 	e := s.open(thread, name, nil, true, false)
 	e.trial = true
+	thread.DeclareTransparent() // the experiment is walked on the stack of open ones
 	v, callErr := starlark.Call(thread, fn, args, kwargs)
 	r := &TrialResult{Name: name, Status: "ok", Return: starlark.None}
 	var extra []refpath.Root

@@ -167,6 +167,7 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, names []string, fil
 	end := syntax.End(stmt)
 	s.statementEvent(env.StatementEvent{Start: true, Pos: pos, End: end, First: first, Last: last})
 	if s.opts.MaxSteps > 0 {
+		s.stepBase += s.thread.Steps + 1 // the stamp clock goes on (stamp)
 		s.thread.Steps = 0
 		s.thread.SetMaxExecutionSteps(s.opts.MaxSteps)
 	}

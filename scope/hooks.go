@@ -30,6 +30,14 @@ func (s *Session) OnFinish(f func(env.FinishEvent)) (remove func()) {
 	return func() { s.finishHooks = removeHook(s.finishHooks, h) }
 }
 
+// Root implements env.Session: r is walked as a root of the reclaim's
+// reach walk until release is called.
+func (s *Session) Root(r env.Reacher) (release func()) {
+	h := &r
+	s.roots = append(s.roots, h)
+	return func() { s.roots = removeHook(s.roots, h) }
+}
+
 // removeHook returns hs without h, in a new array, so the removed hook (and
 // whatever its closure holds) is not kept reachable by the old one.
 func removeHook[T comparable](hs []T, h T) []T {

@@ -23,7 +23,7 @@ import (
 // and the autograd graph. See backend/reach.go for why this decides
 // whether a reclaim needs the Go collector, and why it is sound whatever
 // it fails to reach.
-func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Memory)) bool {
+func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Memory)) backend.Walk {
 	w := env.NewWalker(epoch, deadline, visit)
 	for name := range s.user {
 		w.Value(s.live[name])
@@ -42,21 +42,52 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		w.Value(p.seen)
 		w.Value(p.restore)
 	}
-	w.Engine(func(r *tensor.Reacher) { r.Context(s.tctx) })
-	walkFrames(w, s.thread)
-	for _, t := range s.loading {
-		walkFrames(w, t)
+	for _, r := range s.roots {
+		(*r).Reach(w)
 	}
-	return w.Finish()
+	w.Engine(func(r *tensor.Reacher) { r.Context(s.tctx) })
+	horizon := walkFrames(w, s.thread, s.stamp())
+	for _, t := range s.loading {
+		walkFrames(w, t, 0)
+	}
+	if b, ok := w.Bound(); ok {
+		horizon = min(horizon, b)
+	}
+	done := w.Finish()
+	return backend.Walk{
+		Done: done,
+		// A module being loaded runs on a thread of its own, whose steps
+		// are not the stamp clock's.
+		Complete: done && w.Complete() && len(s.loading) == 0,
+		Horizon:  horizon,
+		Why:      w.Why() + " outermost opaque: " + w.Outermost,
+	}
 }
 
+// stamp is the stamp clock of the Session's allocations and built-in
+// frames: the steps the main thread has run (going on across the
+// per-statement reset of --max-steps). Go code that runs now, outside
+// any built-in (an operator on tensors, the Session between statements),
+// stamps what it allocates with the current value; a built-in's Go code,
+// what it allocates with its frame's stamp or later.
+func (s *Session) stamp() uint64 { return s.stepBase + s.thread.Steps + s.tctx.Ticks() }
+
 // walkFrames walks the call stack of thread: each frame's callable (a
-// function's defaults and free variables, a bound method's receiver) and
-// a Starlark function's frame's value slots, and the module globals of the
+// function's defaults and free variables, a bound method's receiver), the
+// arguments of its call, a Starlark function's frame's value slots and
+// the values its for loops iterate, and the module globals of the
 // outermost frame (the running top-level statement or loaded module:
 // other functions' modules are the Session's globals and loaded modules,
 // walked as roots already).
-func walkFrames(w *env.Walker, thread *starlark.Thread) {
+//
+// It returns the horizon (backend.Walk): now, the stamp clock's value, or
+// the stamp of the outermost built-in frame whose Go code may hold values
+// no walk sees — every built-in's but those that declared themselves
+// transparent (starlark.Thread.DeclareTransparent) while they wait for
+// the Starlark code they called; the innermost frame, when it is a
+// built-in, is running its own Go code and always counts.
+func walkFrames(w *env.Walker, thread *starlark.Thread, now uint64) (horizon uint64) {
+	horizon = now
 	if thread == nil {
 		return
 	}
@@ -65,17 +96,32 @@ func walkFrames(w *env.Walker, thread *starlark.Thread) {
 		fr := thread.DebugFrame(i)
 		c := fr.Callable()
 		w.Value(c)
+		args, kwargs := fr.Args()
+		w.Value(args)
+		for _, kv := range kwargs {
+			w.Value(kv)
+		}
 		fn, ok := c.(*starlark.Function)
 		if !ok {
+			if (i == 0 && !fr.Reported()) || !fr.Transparent() {
+				if fr.Stamp() <= horizon {
+					horizon = fr.Stamp()
+					w.Outermost = c.Name()
+				}
+			}
 			continue
+		}
+		for _, v := range fr.Iterables() {
+			w.Value(v)
 		}
 		if i == depth-1 {
 			w.Values(fn.Globals())
 		}
-		for _, v := range frameSlots(fr, fn) {
+		for _, v := range frameSlots(w, fr, fn) {
 			w.Value(v)
 		}
 	}
+	return horizon
 }
 
 // go.starlark.net gives each running function one array of value slots:
@@ -118,9 +164,10 @@ var slotLayout = sync.OnceValue(func() (l struct {
 
 // frameSlots returns the value slots of fr, the frame of fn: locals and
 // operand stack, or the locals alone when the layout is unknown.
-func frameSlots(fr starlark.DebugFrame, fn *starlark.Function) []starlark.Value {
+func frameSlots(w *env.Walker, fr starlark.DebugFrame, fn *starlark.Function) []starlark.Value {
 	layout := slotLayout()
 	if !layout.ok {
+		w.Incomplete("frame layout")
 		out := make([]starlark.Value, 0, fr.NumLocals())
 		for i := 0; i < fr.NumLocals(); i++ {
 			_, v := fr.Local(i)

@@ -58,9 +58,14 @@ type Options struct {
 // experiment stack. Its methods must be called from one goroutine at a time,
 // except Interrupt.
 type Session struct {
-	opts    Options
-	out     io.Writer
-	thread  *starlark.Thread
+	opts   Options
+	out    io.Writer
+	thread *starlark.Thread
+	// stepBase is the steps the main thread ran before the last reset
+	// of its step count (--max-steps), for the stamp clock (reach.go).
+	stepBase uint64
+	// roots are what Go code asked the reach walk to visit (Root).
+	roots   []*env.Reacher
 	env     *env.Env
 	tctx    *tensor.Context // the tensor Context (its interrupt flag is set by Interrupt)
 	mgr     *backend.Manager
@@ -154,6 +159,12 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 	// noted garbage): nothing else drops what Starlark holds.
 	th := s.thread
 	mgr.SetLayoutClock(func() uint64 { return th.Calls })
+	// Allocations, and built-in functions' frames as they are entered,
+	// are stamped with the step count, so that a reclaim can tell what
+	// running Go code may hold (reach.go).
+	mgr.SetStampClock(s.stamp)
+	th.Stamp = s.stamp
+	s.tctx.SetStampClock(s.stamp)
 
 	s.builtins = starlib.Predeclared()
 	for k, v := range s.sessionBuiltins() {

@@ -41,6 +41,10 @@ type Context struct {
 	// reclaim proof (reach.go) sees them.
 	inFlight []*Tensor
 
+	// roots are Go code's roots of the reach walk and the tick count
+	// (reach.go), shared with staging contexts.
+	roots *goRoots
+
 	// intr is the interrupt flag (Ctrl-C), shared with staging contexts;
 	// see Interrupt.
 	intr *atomic.Bool
@@ -63,7 +67,7 @@ const DefaultSeed = 67280421310721
 // NewContext returns a Context over m with the default seed and the "cpu"
 // default device.
 func NewContext(m *backend.Manager) *Context {
-	return &Context{Manager: m, DefaultDevice: "cpu", rng: &rngState{seed: DefaultSeed}, intr: new(atomic.Bool), blas: &blasState{}}
+	return &Context{Manager: m, DefaultDevice: "cpu", rng: &rngState{seed: DefaultSeed}, intr: new(atomic.Bool), blas: &blasState{}, roots: &goRoots{}}
 }
 
 // ErrInterrupted is the cause of the error an op returns when it stops

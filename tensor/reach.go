@@ -1,6 +1,10 @@
 package tensor
 
-import "github.com/memsh/memsh/backend"
+import (
+	"slices"
+
+	"github.com/memsh/memsh/backend"
+)
 
 // Reacher walks what holds device memory, for the Manager's proof that a
 // reclaim would find nothing (backend.ReachFunc): the layer above starts
@@ -18,6 +22,11 @@ type Reacher struct {
 	// Other, if not nil, is called for values the engine keeps for the
 	// layer above (what saved-tensor hooks packed).
 	Other func(any)
+
+	// Horizon is the lowest stamp a root gave Bound (when Bounded).
+	Horizon    uint64
+	bounded    bool
+	incomplete bool // a value could not be walked (Value)
 
 	pending []ReachNode
 }
@@ -47,6 +56,20 @@ func (r *Reacher) Tensor(t *Tensor) {
 	}
 }
 
+// Value passes v, a value the layer above gave the engine to keep, to
+// Other; without Other the walk is incomplete (Complete).
+func (r *Reacher) Value(v any) {
+	if r.Other == nil {
+		r.incomplete = true
+		return
+	}
+	r.Other(v)
+}
+
+// Complete reports whether the walk could look into every value the
+// engine keeps for the layer above (Value).
+func (r *Reacher) Complete() bool { return !r.incomplete }
+
 // Node queues an autograd node (a GradNode) for Drain.
 func (r *Reacher) Node(n any) {
 	if rn, ok := n.(ReachNode); ok {
@@ -73,6 +96,11 @@ func (r *Reacher) Context(c *Context) {
 	for _, t := range c.inFlight {
 		r.Tensor(t)
 	}
+	if c.roots != nil {
+		for _, x := range c.roots.roots {
+			(*x).Reach(r)
+		}
+	}
 	if c.Autocast != nil {
 		for _, t := range c.Autocast.Cache {
 			r.Tensor(t)
@@ -98,3 +126,77 @@ func (c *Context) Hold(ts ...*Tensor) (release func()) {
 		c.inFlight = c.inFlight[:n]
 	}
 }
+
+// ReachRoot is Go code that holds tensors across allocations of its own
+// (the autograd engine's input buffers): it reports them to the walk, and
+// bounds the walk's horizon (Bound) below what it may hold unreported.
+type ReachRoot interface {
+	Reach(r *Reacher)
+}
+
+// goRoots are the Context's ReachRoots and its tick count, shared with
+// staging contexts.
+type goRoots struct {
+	roots []*ReachRoot
+	ticks uint64
+	stamp func() uint64
+}
+
+// Root makes x a root of the reach walk (Reacher.Context) until release
+// is called.
+func (c *Context) Root(x ReachRoot) (release func()) {
+	g := c.goRoots()
+	p := &x
+	g.roots = append(g.roots, p)
+	return func() {
+		for i, q := range g.roots {
+			if q == p {
+				g.roots = slices.Delete(g.roots, i, i+1) // clears the vacated slot
+				break
+			}
+		}
+	}
+}
+
+// SetStampClock gives the Context the clock allocations are stamped with
+// (backend.Manager.SetStampClock): the layer above's clock plus Ticks.
+func (c *Context) SetStampClock(clock func() uint64) { c.goRoots().stamp = clock }
+
+// Tick advances the Context's tick count, which the stamp clock includes,
+// and returns the stamp clock's value after it: allocations made from now
+// on have at least that stamp (a ReachRoot's horizon, Reacher.Bound).
+func (c *Context) Tick() uint64 {
+	g := c.goRoots()
+	g.ticks++
+	if g.stamp == nil {
+		return 0
+	}
+	return g.stamp()
+}
+
+// Ticks returns the Context's tick count.
+func (c *Context) Ticks() uint64 {
+	if c == nil || c.roots == nil {
+		return 0
+	}
+	return c.roots.ticks
+}
+
+func (c *Context) goRoots() *goRoots {
+	if c.roots == nil {
+		c.roots = &goRoots{}
+	}
+	return c.roots
+}
+
+// Bound lowers the walk's horizon to stamp: what was allocated at or
+// after it may be held by running Go code that the walk does not see.
+func (r *Reacher) Bound(stamp uint64) {
+	if !r.bounded || stamp < r.Horizon {
+		r.Horizon, r.bounded = stamp, true
+	}
+}
+
+// Bounded reports whether a root called Bound; Horizon is then the
+// lowest stamp it gave.
+func (r *Reacher) Bounded() bool { return r.bounded }

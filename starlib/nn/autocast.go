@@ -85,6 +85,7 @@ func autocastFn(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	st.CacheEnabled = cacheEnabled
 	defer func() { st.CacheEnabled = prevCache }()
 	var res starlark.Value
+	thread.DeclareTransparent() // the casts it keeps are the Context's cast cache
 	err = autograd.Autocast(ctx, enabled, dt, func() error {
 		var err error
 		res, err = starlark.Call(thread, fn, args[1:], rest)

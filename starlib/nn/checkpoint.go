@@ -85,5 +85,18 @@ func nnCheckpoint(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		}
 		return starlark.Call(thread, fn, a, fkw)
 	}
-	return autograd.Checkpoint(c, inputs, call, preserve)
+	// The forward holds the inputs (they are its arguments) and the
+	// frame, which the outputs' saved-tensor holders lead to. The
+	// recomputation runs inside backward(), which is not transparent.
+	thread.DeclareTransparent()
+	return autograd.Checkpoint(c, inputs, call, preserve, starlark.Tuple{fn, skeleton, kwargsTuple(fkw)})
+}
+
+// kwargsTuple is kwargs as one Tuple of its pairs (a Starlark value).
+func kwargsTuple(kwargs []starlark.Tuple) starlark.Tuple {
+	t := make(starlark.Tuple, len(kwargs))
+	for i, kv := range kwargs {
+		t[i] = kv
+	}
+	return t
 }

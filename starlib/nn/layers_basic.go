@@ -193,6 +193,7 @@ func newSequential(thread *starlark.Thread, b *starlark.Builtin, args starlark.T
 		if err := starlark.UnpackPositionalArgs("Sequential", args, kwargs, 1, &x); err != nil {
 			return nil, err
 		}
+		thread.DeclareTransparent() // x is the argument of the child running
 		for _, n := range m.names {
 			c, ok := m.entries[n].(*Layer)
 			if !ok {

@@ -137,7 +137,7 @@ func (m *Layer) Attr(name string) (starlark.Value, error) {
 	if mth, ok := moduleMethods[name]; ok {
 		return starlark.NewBuiltin(m.typ+"."+name, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			return mth(thread, b.Name(), m, args, kwargs)
-		}), nil
+		}).BindReceiver(m), nil // the receiver, for the reclaim's reach walk
 	}
 	return nil, nil
 }
@@ -196,6 +196,7 @@ func (m *Layer) CallInternal(thread *starlark.Thread, args starlark.Tuple, kwarg
 		defer ts.tr.Exit()
 	}
 	if m.userForward != nil {
+		thread.DeclareTransparent() // it holds the module and its arguments
 		return starlark.Call(thread, m.userForward, append(starlark.Tuple{m}, args...), kwargs)
 	}
 	if m.forward == nil {

@@ -60,6 +60,7 @@ func sdpaKernel(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	prev := c.SDPDisabled
 	c.SDPDisabled = tensor.AllSDPBackends &^ enabled
 	defer func() { c.SDPDisabled = prev }()
+	thread.DeclareTransparent()
 	return starlark.Call(thread, fn, args[2:], kwargs)
 }
 

@@ -235,7 +235,7 @@ func (r *TrackReport) Attr(name string) (starlark.Value, error) {
 			}
 			fmt.Fprint(e.Out, r.table(units, depth))
 			return starlark.None, nil
-		}), nil
+		}).BindReceiver(r), nil
 	}
 	return nil, nil
 }

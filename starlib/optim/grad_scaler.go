@@ -66,7 +66,7 @@ func (g *GradScaler) method(name string, fn func(b *starlark.Builtin, args starl
 			return nil, fmt.Errorf("%s: %w", b.Name(), err)
 		}
 		return v, nil
-	})
+	}).BindReceiver(g) // the receiver, for the reclaim's reach walk
 }
 
 func optimizerArg(b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (*Optimizer, error) {

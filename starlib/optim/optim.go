@@ -77,7 +77,7 @@ func (o *Optimizer) Attr(name string) (starlark.Value, error) {
 				return nil, fmt.Errorf("%s: %w", b.Name(), err)
 			}
 			return starlark.None, nil
-		}), nil
+		}).BindReceiver(o), nil // the receiver, for the reclaim's reach walk
 	case "zero_grad":
 		return starlark.NewBuiltin(o.o.Name()+".zero_grad", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			setToNone := true
@@ -85,7 +85,7 @@ func (o *Optimizer) Attr(name string) (starlark.Value, error) {
 				return nil, err
 			}
 			return starlark.None, optim.ZeroGrad(o.o.Params(), setToNone)
-		}), nil
+		}).BindReceiver(o), nil
 	case "state":
 		d := starlark.NewDict(len(o.params))
 		for _, p := range o.params {

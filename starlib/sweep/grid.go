@@ -59,6 +59,7 @@ func grid(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwa
 	if err != nil {
 		return nil, err
 	}
+	defer r.close()
 	header := fmt.Sprintf("%s %q: %d points", b.Name(), fn.Name(), total)
 	sh := r.rec.Shard()
 	if sh.Sharded() && !r.rec.Nested() {

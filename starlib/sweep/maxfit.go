@@ -70,6 +70,7 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	if err != nil {
 		return nil, err
 	}
+	defer r.close()
 	header := fmt.Sprintf("%s %q (%s, low=%d", b.Name(), name, mode, low)
 	if high != maxSize {
 		header += fmt.Sprintf(", high=%d", high)

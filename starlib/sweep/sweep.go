@@ -125,7 +125,23 @@ type runner struct {
 	points  points
 	bar     *progress
 	libSeq  uint64 // the Manager's sequence number up to which library memory is in base
+	release func() // ends the runner's being a root of the reach walk
 }
+
+// Reach walks what the runner keeps across trials (env.Reacher): fn, the
+// parameter values and what the trials returned.
+func (r *runner) Reach(w *env.Walker) {
+	w.Value(r.fn)
+	for _, v := range r.points.pvals {
+		w.Value(v)
+	}
+	for _, v := range r.points.values {
+		w.Value(v)
+	}
+}
+
+// close ends the sweep's holding of its values as a root.
+func (r *runner) close() { r.release() }
 
 func newRunner(thread *starlark.Thread, builtin, sweep string, fn starlark.Callable) (*runner, error) {
 	e, err := env.Of(thread, builtin)
@@ -149,6 +165,10 @@ func newRunner(thread *starlark.Thread, builtin, sweep string, fn starlark.Calla
 		r.base = append(r.base, a.Allocated())
 	}
 	r.libSeq = m.Seq()
+	// Whatever the runner holds while fn runs is walked from here: what
+	// fn's trials drop may be freed without a collection.
+	r.release = e.Session.Root(r)
+	thread.DeclareTransparent()
 	return r, nil
 }
 

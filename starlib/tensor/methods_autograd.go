@@ -110,7 +110,7 @@ func (t *Tensor) References(edge func(suffix string, v starlark.Value)) {
 	}
 }
 
-func methodBackward(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+func methodBackward(thread *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var gradV, retainV starlark.Value = starlark.None, starlark.None
 	if err := starlark.UnpackArgs(fname, args, kwargs, "gradient?", &gradV, "retain_graph?", &retainV, "create_graph?", new(bool)); err != nil {
 		return nil, err
@@ -131,6 +131,8 @@ func methodBackward(_ *starlark.Thread, fname string, t *Tensor, args starlark.T
 		}
 		retain = bool(b)
 	}
+	// The engine reports what it holds, node by node (tensor.Context.Root).
+	thread.DeclareReported()
 	if err := autograd.Backward([]*tensor.Tensor{t.t}, grads, retain); err != nil {
 		return nil, fmt.Errorf("%s: %w", fname, err)
 	}
@@ -175,6 +177,7 @@ func noGrad(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		return nil, err
 	}
 	var out starlark.Value
+	thread.DeclareTransparent()
 	err = autograd.NoGrad(c, func() error {
 		var err error
 		out, err = starlark.Call(thread, fn, args[1:], kwargs)

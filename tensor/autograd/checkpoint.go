@@ -47,7 +47,11 @@ func (e *CheckpointError) Error() string { return e.Msg }
 // grad mode off fn just runs. Without any input requiring grad the region
 // still records (parameters inside get gradients); PyTorch 2.x warns in
 // that case only for use_reentrant=True, memsh never warns.
-func Checkpoint[T any](ctx *tensor.Context, inputs []*tensor.Tensor, fn func(inputs []*tensor.Tensor) (T, error), preserveRNG bool) (T, error) {
+//
+// keep, if not nil, is what fn holds besides inputs (the layer above's
+// function and its other arguments): the frame keeps it for the reclaim's
+// reach walk (tensor.Reacher.Value), as long as fn can be rerun.
+func Checkpoint[T any](ctx *tensor.Context, inputs []*tensor.Tensor, fn func(inputs []*tensor.Tensor) (T, error), preserveRNG bool, keep any) (T, error) {
 	var rng tensor.RNGSnapshot
 	if preserveRNG {
 		rng = ctx.SnapshotRNG()
@@ -57,6 +61,7 @@ func Checkpoint[T any](ctx *tensor.Context, inputs []*tensor.Tensor, fn func(inp
 	}
 	f := &ckptFrame{
 		ctx:      ctx,
+		keep:     keep,
 		preserve: preserveRNG,
 		rng:      rng,
 		// The recomputation re-enters the forward's autocast state, as
@@ -90,6 +95,7 @@ type ckptFrame struct {
 	ctx       *tensor.Context
 	saver     *Node // its saved tensors are the inputs
 	recompute func(inputs []*tensor.Tensor) error
+	keep      any // what recompute holds besides the inputs (Checkpoint)
 	preserve  bool
 	rng       tensor.RNGSnapshot
 

@@ -37,6 +37,10 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 	// its own (tensor/blas_workspace.go).
 	defer ctx.EnterBackward()()
 	e := &engine{refs: map[*tensor.Tensor]int{}, srefs: map[*tensor.Storage]int{}, buffers: map[*Node][]*tensor.Tensor{}, deps: map[*Node]int{}}
+	// The engine is a root of the reclaim's reach walk while it runs
+	// (Reach): what a node drops can be freed without a collection.
+	e.region = ctx.Tick()
+	defer ctx.Root(e)()
 	rootEdges := make([]Edge, len(roots))
 	rootGrads := make([]*tensor.Tensor, len(roots))
 	for i, r := range roots {
@@ -115,6 +119,20 @@ type engine struct {
 	// counts tracked tensors alive per storage (a storage use_count).
 	refs  map[*tensor.Tensor]int
 	srefs map[*tensor.Storage]int
+	// region is the stamp (tensor.Context.Tick) at which the running
+	// node began: what was allocated since, its Go code may hold.
+	region uint64
+}
+
+// Reach reports what the engine holds to the reclaim's reach walk
+// (tensor.ReachRoot): every gradient it tracks (input buffers, the
+// running node's arguments, the root gradients), and the running node's
+// start as the horizon.
+func (e *engine) Reach(r *tensor.Reacher) {
+	for t := range e.refs {
+		r.Tensor(t)
+	}
+	r.Bound(e.region)
 }
 
 func (e *engine) hold(t *tensor.Tensor) {
@@ -214,6 +232,7 @@ func (e *engine) push(n *Node) {
 
 // evaluate runs node n (Engine::evaluate_function).
 func (e *engine) evaluate(n *Node, retainGraph bool) error {
+	e.region = ctxOf(n).Tick()
 	grads := e.buffers[n]
 	delete(e.buffers, n)
 	if grads == nil {
@@ -241,6 +260,12 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 	// reachable. Kept on the node, not in a global: Sessions in one
 	// process run backward independently.
 	n.running = e
+	// Tensors the node unpacks through saved-tensor hooks are held in
+	// flight until it returns (SavedTensor.Unpack).
+	releaseUnpacked := func() {}
+	if n.ctx != nil {
+		releaseUnpacked = n.ctx.Hold()
+	}
 	var outs []*tensor.Tensor
 	var err error
 	if anyDefined(grads) || n.variable != nil {
@@ -252,6 +277,7 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 		outs = make([]*tensor.Tensor, len(n.next))
 	}
 	n.running = nil
+	releaseUnpacked()
 	if err != nil {
 		return err
 	}

@@ -162,7 +162,14 @@ func (s *SavedTensor) Unpack() (*tensor.Tensor, error) {
 	if s.hooked != nil {
 		// No version check through hooks (PyTorch cannot track versions
 		// through them either).
-		return s.hooked.unpack(s)
+		t, err := s.hooked.unpack(s)
+		if t != nil && s.node != nil && s.node.running != nil && s.node.ctx != nil {
+			// What a hook returns only the running node holds, until it
+			// returns (the engine releases the hold), as the generated
+			// backward's local variable does; the reach walk sees it.
+			s.node.ctx.Hold(t)
+		}
+		return t, err
 	}
 	if v := s.t.Version(); v != s.version {
 		by := "is output 0 of " + s.node.name

@@ -31,12 +31,13 @@ func (n *Node) Reach(r *tensor.Reacher) {
 				}
 				if p.frame != nil {
 					r.Node(p.frame.saver)
+					if p.frame.keep != nil {
+						r.Value(p.frame.keep)
+					}
 				}
 			case nil:
 			default:
-				if r.Other != nil {
-					r.Other(p)
-				}
+				r.Value(p)
 			}
 			if h.gradFn != nil {
 				r.Node(h.gradFn)

@@ -49,6 +49,13 @@ type DebugFrame interface {
 	NumLocals() int               // returns the number of local variables in this frame
 	Local(i int) (Binding, Value) // returns the binding and value of the (Starlark) frame's ith local variable
 	Position() syntax.Position    // returns the current position of execution in this frame
+
+	// memsh (see eval.go)
+	Args() (Tuple, []Tuple)
+	Iterables() []Value
+	Stamp() uint64
+	Transparent() bool
+	Reported() bool
 }
 
 // DebugFrame returns the debugger interface for

@@ -64,6 +64,12 @@ type Thread struct {
 	// none were dropped by Starlark code.
 	Calls uint64
 
+	// memsh: Stamp, if set, is called when a built-in function is
+	// entered; its result is kept in the frame (DebugFrame.Stamp). memsh
+	// stamps a built-in's frame with the step count at its entry, so that
+	// a reclaim knows which allocations the built-in's Go code may hold.
+	Stamp func() uint64
+
 	// cancelReason records the reason from the first call to Cancel.
 	cancelReason atomic.Pointer[string]
 
@@ -196,6 +202,59 @@ type frame struct {
 	pc        uint32   // program counter (Starlark frames only)
 	locals    []Value  // local variables (Starlark frames only)
 	spanStart int64    // start time of current profiler span
+
+	// memsh: what the frame's Go code holds that no other frame does.
+	args        Tuple   // the call's positional arguments
+	kwargs      []Tuple // the call's named arguments
+	iterables   []Value // the values the running for loops iterate (Starlark frames only)
+	stamp       uint64  // Thread.Stamp at entry (built-ins only)
+	transparent bool    // DeclareTransparent was called
+	reported    bool    // DeclareReported was called
+}
+
+// memsh: Args returns the positional and named arguments of the frame's
+// call, as the callee received them.
+func (fr *frame) Args() (Tuple, []Tuple) { return fr.args, fr.kwargs }
+
+// memsh: Iterables returns the values that the frame's running for loops
+// iterate over, outermost first (a loop over a temporary list holds it
+// only through its iterator).
+func (fr *frame) Iterables() []Value { return fr.iterables }
+
+// memsh: Stamp returns what Thread.Stamp returned when the frame's
+// built-in function was entered (0 for Starlark functions, and when the
+// thread has no Stamp).
+func (fr *frame) Stamp() uint64 { return fr.stamp }
+
+// memsh: Transparent reports whether the frame's built-in called
+// DeclareTransparent (or DeclareReported).
+func (fr *frame) Transparent() bool { return fr.transparent || fr.reported }
+
+// memsh: Reported reports whether the frame's built-in called
+// DeclareReported.
+func (fr *frame) Reported() bool { return fr.reported }
+
+// memsh: DeclareTransparent is called by a built-in function, before it
+// calls back into Starlark, to declare that every value its Go code holds
+// while that call runs is reachable from its arguments, its receiver or
+// roots the host walks anyway. memsh's reclaim then may free what the
+// built-in's callees drop (see memsh's backend/reach.go).
+func (thread *Thread) DeclareTransparent() {
+	if n := len(thread.stack); n > 0 {
+		thread.stack[n-1].transparent = true
+	}
+}
+
+// memsh: DeclareReported is DeclareTransparent for a built-in whose own
+// Go code, too, makes everything it holds reachable from roots the host
+// walks, and tells the host which of its allocations it may hold without
+// that (memsh's autograd engine, which does so node by node): memsh's
+// reclaim then ignores the frame's stamp even while the built-in's own Go
+// code runs.
+func (thread *Thread) DeclareReported() {
+	if n := len(thread.stack); n > 0 {
+		thread.stack[n-1].reported = true
+	}
 }
 
 // Position returns the source position of the current point of execution in this frame.
@@ -1229,6 +1288,12 @@ func Call(thread *Thread, fn Value, args Tuple, kwargs []Tuple) (Value, error) {
 	thread.Calls++                          // memsh
 
 	fr.callable = c
+	fr.args, fr.kwargs = args, kwargs // memsh
+	if thread.Stamp != nil {
+		if _, ok := c.(*Function); !ok {
+			fr.stamp = thread.Stamp() // memsh
+		}
+	}
 
 	thread.beginProfSpan()
 

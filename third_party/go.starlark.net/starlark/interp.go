@@ -98,6 +98,7 @@ func (fn *Function) CallInternal(thread *Thread, args Tuple, kwargs []Tuple) (Va
 		}
 
 		fr.locals = nil
+		fr.iterables = nil // memsh
 	}()
 
 	sp := 0
@@ -402,6 +403,7 @@ loop:
 				break loop
 			}
 			iterstack = append(iterstack, iter)
+			fr.iterables = append(fr.iterables, x) // memsh
 
 		case compile.ITERJMP:
 			iter := iterstack[len(iterstack)-1]
@@ -415,6 +417,8 @@ loop:
 			n := len(iterstack) - 1
 			iterstack[n].Done()
 			iterstack = iterstack[:n]
+			fr.iterables[n] = nil // memsh
+			fr.iterables = fr.iterables[:n]
 
 		case compile.NOT:
 			stack[sp-1] = !stack[sp-1].Truth()
