@@ -2,6 +2,7 @@ package backend_test
 
 import (
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +92,105 @@ func TestCollectAlwaysCollects(t *testing.T) {
 	if r := m.Collect(); r.Proven {
 		t.Errorf("Collect proved instead of collecting: %+v", r)
 	}
+}
+
+// TestWalkFrees: a complete walk frees what it did not reach itself, with
+// no collection, when it was allocated before the walk's horizon — even
+// an allocation Go code still holds, which shows that the walk, not the
+// collector, decided (a real walk's completeness rules that out; see
+// TestWalkFreeVerified). At or after the horizon, or after an incomplete
+// walk, the collector decides.
+func TestWalkFrees(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		complete bool
+		horizon  uint64 // allocations are stamped 1 (kept) and 2 (unreached)
+		stamped  bool   // a stamp clock is installed
+		off      bool   // MEMSH_RECLAIM=gc
+		freed    bool   // the unreached allocation is freed although held
+	}{
+		{name: "complete, before the horizon", complete: true, horizon: 3, stamped: true, freed: true},
+		{name: "complete, at the horizon", complete: true, horizon: 2, stamped: true},
+		{name: "incomplete", horizon: 3, stamped: true},
+		{name: "no stamp clock", complete: true, horizon: 3},
+		{name: "MEMSH_RECLAIM=gc", complete: true, horizon: 3, stamped: true, off: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.off {
+				t.Setenv("MEMSH_RECLAIM", "gc")
+			}
+			m := newManager(t, "1GiB", backend.PeakLazy)
+			clock := uint64(1)
+			if tc.stamped {
+				m.SetStampClock(func() uint64 { return clock })
+			}
+			kept, err := m.Alloc("cuda:0", 4096)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clock = 2
+			held, err := m.Alloc("cuda:0", 512)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.SetReach(func(_ uint64, _ time.Time, visit func(*backend.Memory)) backend.Walk {
+				visit(kept)
+				return backend.Walk{Done: true, Complete: tc.complete, Horizon: tc.horizon}
+			})
+			r := m.Reclaim()
+			if got := held.Err() != nil; got != tc.freed {
+				t.Fatalf("held allocation freed: %v, want %v (reclaim %+v)", got, tc.freed, r)
+			}
+			if tc.freed {
+				if r.Count != 1 || r.Freed != 512 || r.Proven {
+					t.Errorf("reclaim: %+v, want 1 allocation of 512 bytes freed", r)
+				}
+				if st := m.Stats(); st.WalkReclaims != 1 || st.ReclaimedBytes != 512 {
+					t.Errorf("stats: %+v, want 1 walk reclaim of 512 bytes", st)
+				}
+				if got := m.GPU(0).Allocated(); got != 4096 {
+					t.Errorf("allocated after the walk freed: %d, want 4096", got)
+				}
+				if want := "freed as unreachable"; held.Err().Error() != "memory on cuda:0 was "+want {
+					t.Errorf("error of the freed handle: %q", held.Err())
+				}
+			} else if r.Count != 0 {
+				t.Errorf("reclaim freed %d allocations, want none (both are held)", r.Count)
+			}
+			runtime.KeepAlive(kept)
+			runtime.KeepAlive(held)
+		})
+	}
+}
+
+// TestWalkFreeVerified: with MEMSH_VERIFY_RECLAIM=1 a walk that would
+// free an allocation the collector finds reachable panics instead.
+func TestWalkFreeVerified(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	m := newManager(t, "1GiB", backend.PeakLazy)
+	m.SetStampClock(func() uint64 { return 1 })
+	held, err := m.Alloc("cuda:0", 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped, err := m.Alloc("cuda:0", 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = dropped
+	m.SetReach(func(uint64, time.Time, func(*backend.Memory)) backend.Walk {
+		return backend.Walk{Done: true, Complete: true, Horizon: 2}
+	})
+	defer func() {
+		r := recover()
+		if r == nil {
+			t.Fatal("no panic: the walk freed a reachable allocation unchecked")
+		}
+		if s, _ := r.(string); !strings.Contains(s, "512 bytes") || !strings.Contains(s, "still reachable") {
+			t.Errorf("panic %v, want one naming the 512-byte allocation", r)
+		}
+		runtime.KeepAlive(held)
+	}()
+	dropped = nil
+	m.Reclaim()
 }

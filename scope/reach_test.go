@@ -9,15 +9,20 @@ import (
 	"github.com/memsh/memsh/scope"
 )
 
-// probe() reclaims and returns what the reclaim was: "proven" (the reach
-// walk found every live allocation, no Go collection), "collected" (the
-// collector ran and freed nothing) or "freed N" (it freed N allocations).
+// probe(*args, **kwargs) reclaims and returns what the reclaim was:
+// "proven" (the reach walk found every live allocation, no Go
+// collection), "walked N" (the walk freed N allocations it proved
+// unreachable, no Go collection), "collected" (the collector ran and
+// freed nothing) or "freed N" (the collector freed N allocations).
 func probe(s *scope.Session) *starlark.Builtin {
 	return starlark.NewBuiltin("probe", func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+		before := s.Manager().Stats().WalkReclaims
 		r := s.Manager().Reclaim()
 		switch {
 		case r.Proven:
 			return starlark.String("proven"), nil
+		case s.Manager().Stats().WalkReclaims > before:
+			return starlark.String(fmt.Sprintf("walked %d", r.Count)), nil
 		case r.Count == 0:
 			return starlark.String("collected"), nil
 		}
@@ -38,7 +43,7 @@ func TestReachProof(t *testing.T) {
 r = probe()`, "proven"},
 		{"garbage", `x = tensor.zeros([256], device="cuda")
 x = tensor.zeros([256], device="cuda")
-r = probe()`, "freed 1"},
+r = probe()`, "walked 1"},
 		{"local of a running function", `def f():
     t = tensor.ones([64], device="cuda")
     return probe()
@@ -77,14 +82,41 @@ r = probe()`, "proven"},
 		{"graph temporaries", `w = tensor.randn([8, 8], device="cuda", requires_grad=True)
 h = tensor.randn([4, 8], device="cuda").matmul(w).relu()
 loss = (h * h).sum()
-r = probe()`, "freed 2"},
+r = probe()`, "walked 2"},
 		{"dropped graph", `w = tensor.randn([8, 8], device="cuda", requires_grad=True)
 loss = tensor.randn([4, 8], device="cuda").matmul(w).relu().sum()
 loss = None
-r = probe()`, "freed 4"},
+r = probe()`, "walked 4"},
 		{"top-level loop binding", `for i in range(2):
     t = tensor.ones([8], device="cuda")
-    r = probe()`, "freed 1"},
+    r = probe()`, "walked 1"},
+		// what running Go code holds, found through the frames
+		{"a call's keyword argument", `r = probe(t=tensor.ones([64], device="cuda"))`, "proven"},
+		{"a call's unpacked arguments", `r = probe(*[tensor.ones([64], device="cuda")])`, "proven"},
+		{"the list a for loop iterates", `def f():
+    for t in [tensor.ones([8], device="cuda"), 1]:
+        t = None
+        return probe()
+r = f()`, "proven"},
+		// the Linear's weights on the host are garbage after .to; the
+		// module, held only as the running call's callable, keeps the rest
+		{"a called module", `r = nn.Module(lambda self: probe(), w=nn.Linear(4, 4).to("cuda"))()`, "walked 2"},
+		// garbage made inside a built-in that calls back: a transparent
+		// one (autocast) lets the walk free it; another (sorted) may hold
+		// what it made, so the collector decides
+		{"inside a transparent built-in", `def k(i):
+    x = tensor.ones([8], device="cuda")
+    x = None
+    return probe()
+r = nn.autocast(k, 1)`, "walked 1"},
+		{"inside another built-in", `out = []
+def k(i):
+    x = tensor.ones([8], device="cuda")
+    x = None
+    out.append(probe())
+    return i
+sorted([1], key=k)
+r = out[0]`, "freed 1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
