@@ -53,7 +53,7 @@ func (w *Walker) Why() string { return w.unknown }
 
 // Bound returns the lowest horizon the engine's roots gave
 // (tensor.Reacher.Bound), if any.
-func (w *Walker) Bound() (uint64, bool) { return w.r.Horizon, w.r.Bounded() }
+func (w *Walker) Bound() (uint64, string, bool) { return w.r.Horizon, w.r.BoundBy, w.r.Bounded() }
 
 // Complete reports whether the walk looked into every value it met.
 func (w *Walker) Complete() bool {

@@ -50,8 +50,9 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 	for _, t := range s.loading {
 		walkFrames(w, t, 0)
 	}
-	if b, ok := w.Bound(); ok {
-		horizon = min(horizon, b)
+	if b, who, ok := w.Bound(); ok && b <= horizon {
+		// the autograd engine: its running node began at b
+		horizon, w.Outermost = b, who
 	}
 	done := w.Finish()
 	return backend.Walk{
@@ -66,11 +67,15 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 
 // stamp is the stamp clock of the Session's allocations and built-in
 // frames: the steps the main thread has run (going on across the
-// per-statement reset of --max-steps). Go code that runs now, outside
-// any built-in (an operator on tensors, the Session between statements),
-// stamps what it allocates with the current value; a built-in's Go code,
-// what it allocates with its frame's stamp or later.
-func (s *Session) stamp() uint64 { return s.stepBase + s.thread.Steps + s.tctx.Ticks() }
+// per-statement reset of --max-steps), plus its call entries and exits,
+// plus the tensor Context's ticks (one per autograd node). Go code that
+// runs now, outside any built-in (an operator on tensors, the Session
+// between statements), stamps what it allocates with the current value;
+// a built-in's Go code, what it allocates with its frame's stamp or
+// later. Each term only grows, so the clock does.
+func (s *Session) stamp() uint64 {
+	return s.stepBase + s.thread.Steps + s.thread.Calls + s.tctx.Ticks()
+}
 
 // walkFrames walks the call stack of thread: each frame's callable (a
 // function's defaults and free variables, a bound method's receiver), the

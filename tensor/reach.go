@@ -25,6 +25,7 @@ type Reacher struct {
 
 	// Horizon is the lowest stamp a root gave Bound (when Bounded).
 	Horizon    uint64
+	BoundBy    string // who gave Horizon
 	bounded    bool
 	incomplete bool // a value could not be walked (Value)
 
@@ -190,10 +191,11 @@ func (c *Context) goRoots() *goRoots {
 }
 
 // Bound lowers the walk's horizon to stamp: what was allocated at or
-// after it may be held by running Go code that the walk does not see.
-func (r *Reacher) Bound(stamp uint64) {
+// after it may be held by running Go code that the walk does not see
+// (who names that code, for MEMSH_DEBUG_REACH).
+func (r *Reacher) Bound(stamp uint64, who string) {
 	if !r.bounded || stamp < r.Horizon {
-		r.Horizon, r.bounded = stamp, true
+		r.Horizon, r.bounded, r.BoundBy = stamp, true, who
 	}
 }
 

@@ -121,7 +121,8 @@ type engine struct {
 	srefs map[*tensor.Storage]int
 	// region is the stamp (tensor.Context.Tick) at which the running
 	// node began: what was allocated since, its Go code may hold.
-	region uint64
+	region  uint64
+	running string // the running node's name
 }
 
 // Reach reports what the engine holds to the reclaim's reach walk
@@ -132,7 +133,7 @@ func (e *engine) Reach(r *tensor.Reacher) {
 	for t := range e.refs {
 		r.Tensor(t)
 	}
-	r.Bound(e.region)
+	r.Bound(e.region, e.running)
 }
 
 func (e *engine) hold(t *tensor.Tensor) {
@@ -232,7 +233,7 @@ func (e *engine) push(n *Node) {
 
 // evaluate runs node n (Engine::evaluate_function).
 func (e *engine) evaluate(n *Node, retainGraph bool) error {
-	e.region = ctxOf(n).Tick()
+	e.region, e.running = ctxOf(n).Tick(), n.name
 	grads := e.buffers[n]
 	delete(e.buffers, n)
 	if grads == nil {
