@@ -362,6 +362,10 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	if m.reach.stamp != nil {
 		rec.stamp = m.reach.stamp()
 	}
+	if debugReach {
+		rec.pcs = make([]uintptr, 20)
+		rec.pcs = rec.pcs[:runtime.Callers(2, rec.pcs)]
+	}
 	h := &Memory{rec: rec}
 	m.entries = append(m.entries, entry{handle: weak.Make(h), rec: rec})
 	m.live++

@@ -153,6 +153,14 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		if r.stamp >= w.Horizon {
 			if debugReach {
 				fmt.Fprintf(os.Stderr, "reach: protected %d (stamp %d >= %d) %s\n", r.nbytes, r.stamp, w.Horizon, w.Why)
+				fr := runtime.CallersFrames(r.pcs)
+				for k := 0; k < 12; k++ {
+					f, more := fr.Next()
+					fmt.Fprintf(os.Stderr, "   %s:%d\n", f.Function, f.Line)
+					if !more {
+						break
+					}
+				}
 			}
 			return res, false
 		}

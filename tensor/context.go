@@ -40,6 +40,9 @@ type Context struct {
 	// layer's first parameter while it makes the second), so that the
 	// reclaim proof (reach.go) sees them.
 	inFlight []*Tensor
+	// inFlightMem is inFlight for raw allocations (a kernel's temporary,
+	// reduce_scratch.go).
+	inFlightMem []*backend.Memory
 
 	// roots are Go code's roots of the reach walk and the tick count
 	// (reach.go), shared with staging contexts.

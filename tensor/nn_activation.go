@@ -169,6 +169,7 @@ func SoftmaxBackward(g, y *Tensor, dim int, log bool) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer g.ctx.Hold(out)()
 	if !log {
 		// PyTorch's CUDA softmax backward computes grad * output into a
 		// temporary after allocating its result (softmax_backward_cuda_out;

@@ -97,6 +97,9 @@ func (r *Reacher) Context(c *Context) {
 	for _, t := range c.inFlight {
 		r.Tensor(t)
 	}
+	for _, m := range c.inFlightMem {
+		r.Memory(m)
+	}
 	if c.roots != nil {
 		for _, x := range c.roots.roots {
 			(*x).Reach(r)
@@ -202,3 +205,13 @@ func (r *Reacher) Bound(stamp uint64, who string) {
 // Bounded reports whether a root called Bound; Horizon is then the
 // lowest stamp it gave.
 func (r *Reacher) Bounded() bool { return r.bounded }
+
+// holdMemory is Hold for a raw allocation.
+func (c *Context) holdMemory(m *backend.Memory) (release func()) {
+	n := len(c.inFlightMem)
+	c.inFlightMem = append(c.inFlightMem, m)
+	return func() {
+		clear(c.inFlightMem[n:])
+		c.inFlightMem = c.inFlightMem[:n]
+	}
+}

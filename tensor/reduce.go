@@ -189,8 +189,11 @@ func Sum(t *Tensor, dims []int, keepdim bool, dt DType) (*Tensor, error) {
 		return nil, err
 	}
 	// A simulated GPU's share of PyTorch's reduce kernel: its scratch
-	// (reduce_scratch.go).
-	if err := reductionScratch(t, dims); err != nil {
+	// (reduce_scratch.go), allocated while out is held.
+	release := t.ctx.Hold(out)
+	err = reductionScratch(t, dims)
+	release()
+	if err != nil {
 		return nil, Renamed(err, fname)
 	}
 	return out, nil

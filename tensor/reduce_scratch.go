@@ -169,5 +169,6 @@ func cudaTemporary(t *Tensor, nbytes uint64, what string) (release func(), err e
 	if err != nil {
 		return nil, err
 	}
-	return func() { t.ctx.Manager.Release(m, what) }, nil
+	unhold := t.ctx.holdMemory(m) // the reach walk sees it until released
+	return func() { unhold(); t.ctx.Manager.Release(m, what) }, nil
 }

@@ -123,15 +123,23 @@ type engine struct {
 	// node began: what was allocated since, its Go code may hold.
 	region  uint64
 	running string // the running node's name
+	// outs are the running node's gradients on their way to the input
+	// buffers (validated, then added).
+	outs []*tensor.Tensor
 }
 
 // Reach reports what the engine holds to the reclaim's reach walk
 // (tensor.ReachRoot): every gradient it tracks (input buffers, the
-// running node's arguments, the root gradients), and the running node's
-// start as the horizon.
+// running node's arguments, the root gradients, its gradients on their
+// way to the input buffers), and the running node's start as the horizon.
 func (e *engine) Reach(r *tensor.Reacher) {
 	for t := range e.refs {
 		r.Tensor(t)
+	}
+	for _, t := range e.outs {
+		if t != nil {
+			r.Tensor(t)
+		}
 	}
 	r.Bound(e.region, e.running)
 }
@@ -288,11 +296,15 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 	if n.variable == nil {
 		ctxOf(n).Manager.NoteDropped()
 	}
+	// The node's gradients are the engine's until they reach the input
+	// buffers (Reach walks them).
+	e.outs = outs
+	defer func() { e.outs = nil }()
 	for i := range outs {
 		if outs[i] == nil || i >= len(n.input) {
 			continue
 		}
-		if outs[i], err = validate(n, i, outs[i]); err != nil {
+		if outs[i], err = validate(n, i, &outs[i]); err != nil {
 			return err
 		}
 	}
@@ -345,20 +357,37 @@ func (e *engine) dropArgs(grads []*tensor.Tensor) {
 // validate makes output i of n match the input it is the gradient of
 // (validate_outputs): broadcast gradients are summed to the input's shape,
 // and cast to its dtype.
-func validate(n *Node, i int, g *tensor.Tensor) (*tensor.Tensor, error) {
+//
+// slot holds g (the engine's outs, which the reach walk sees); the summed
+// gradient replaces it there while it is cast.
+func validate(n *Node, i int, slot **tensor.Tensor) (*tensor.Tensor, error) {
+	g := *slot
 	in := n.input[i]
 	if in.shape == nil {
 		return g, nil
 	}
 	var err error
+	var summed *tensor.Tensor // sumTo's result, when it allocated one
 	if !sameShape(g.Shape(), in.shape) {
+		orig := g
 		if g, err = sumTo(g, in.shape); err != nil {
-			return nil, fmt.Errorf("Function %s returned an invalid gradient at index %d - got %s but expected shape compatible with %s", n.name, i, sizeString(g.Shape()), sizeString(in.shape))
+			return nil, fmt.Errorf("Function %s returned an invalid gradient at index %d - got %s but expected shape compatible with %s", n.name, i, sizeString(orig.Shape()), sizeString(in.shape))
 		}
+		if g.Memory() != orig.Memory() {
+			summed = g
+		}
+		*slot = g
 	}
 	if g.DType() != in.dtype {
 		if g, err = toDType(g, "", in.dtype); err != nil {
 			return nil, err
+		}
+		if summed != nil && g.Memory() != summed.Memory() {
+			// The summed gradient was the engine's own temporary, which
+			// the cast replaces: PyTorch frees it here (its last
+			// reference goes), so memsh does too, without a reclaim.
+			*slot = g
+			summed.Context().Manager.Release(summed.Memory(), "freed by autograd after its cast")
 		}
 	}
 	return g, nil

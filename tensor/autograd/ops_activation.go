@@ -53,5 +53,6 @@ func SoftmaxDType(a *tensor.Tensor, dim int, dt tensor.DType, log bool) (*tensor
 	if err != nil {
 		return nil, err
 	}
+	defer a.Context().Hold(c)() // the cast lives to the end of the call
 	return f(c, dim)
 }

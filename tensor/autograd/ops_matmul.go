@@ -88,6 +88,8 @@ func mmLike(name string, bias, a, b *tensor.Tensor) (*tensor.Tensor, error) {
 		if err := first(); err != nil {
 			return nil, err
 		}
+		// the first gradient is held while the second is computed
+		defer ctxOf(n).Hold(res...)()
 		if err := second(); err != nil {
 			return nil, err
 		}
@@ -174,6 +176,7 @@ func Bmm(a, b *tensor.Tensor) (*tensor.Tensor, error) {
 			if res[1], err = bmm(at, g[0]); err != nil {
 				return nil, err
 			}
+			defer ctxOf(n).Hold(res[1])() // while mat1's is computed
 		}
 		if n.needsGrad(0) {
 			bv, err := sb.Unpack()
@@ -315,11 +318,16 @@ func Matmul(a, b *tensor.Tensor) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	releaseA3 := a.Context().Hold(a3) // while b3 and the product are made
 	b3, err := Reshape(be, []int{nb, m2, p})
 	if err != nil {
+		releaseA3()
 		return nil, err
 	}
+	release3 := a.Context().Hold(b3)
 	r, err := Bmm(a3, b3)
+	release3()
+	releaseA3()
 	if err != nil {
 		return nil, err
 	}

@@ -230,31 +230,44 @@ func (o *Adam) stepForeach(idx []int) error {
 		}
 		gs = nil // `del device_grads`
 		dropped(ps[0])
-		roots := make([]*tensor.Tensor, len(ss))
-		for k, s := range ss {
-			sq := s.expAvgSq
-			if o.AMSGrad {
-				if err := tensor.Maximum_(s.maxExpSq, s.expAvgSq); err != nil {
-					return err
-				}
-				sq = s.maxExpSq
-			}
-			if roots[k], err = tensor.Sqrt(sq); err != nil {
-				return err
-			}
+		if err := o.rootsStep(ps, ss); err != nil {
+			return err
 		}
-		for k, s := range ss {
-			bc1 := 1 - math.Pow(o.Beta1, s.step)
-			bc2 := 1 - math.Pow(o.Beta2, s.step)
-			if err := tensor.DivScalar_(roots[k], math.Sqrt(bc2)); err != nil {
+	}
+	return nil
+}
+
+// rootsStep is the end of the foreach step: the list of the second
+// moments' roots, bias-corrected, then each parameter's addcdiv_. The
+// list is held while it is filled and used (the reclaim's reach walk
+// sees it), and dropped when the step returns.
+func (o *Adam) rootsStep(ps []*tensor.Tensor, ss []*adamState) (err error) {
+	roots := make([]*tensor.Tensor, len(ss))
+	defer ps[0].Context().Hold()()
+	for k, s := range ss {
+		sq := s.expAvgSq
+		if o.AMSGrad {
+			if err := tensor.Maximum_(s.maxExpSq, s.expAvgSq); err != nil {
 				return err
 			}
-			if err := tensor.AddScalar_(roots[k], o.Eps); err != nil {
-				return err
-			}
-			if err := tensor.Addcdiv_(ps[k], s.expAvg, roots[k], -(o.LR / bc1)); err != nil {
-				return err
-			}
+			sq = s.maxExpSq
+		}
+		if roots[k], err = tensor.Sqrt(sq); err != nil {
+			return err
+		}
+		ps[0].Context().Hold(roots[k]) // released by the deferred release
+	}
+	for k, s := range ss {
+		bc1 := 1 - math.Pow(o.Beta1, s.step)
+		bc2 := 1 - math.Pow(o.Beta2, s.step)
+		if err := tensor.DivScalar_(roots[k], math.Sqrt(bc2)); err != nil {
+			return err
+		}
+		if err := tensor.AddScalar_(roots[k], o.Eps); err != nil {
+			return err
+		}
+		if err := tensor.Addcdiv_(ps[k], s.expAvg, roots[k], -(o.LR / bc1)); err != nil {
+			return err
 		}
 	}
 	return nil
