@@ -115,8 +115,7 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 	epoch := m.reach.epoch
 	reached := 0
 	w := m.reach.f(epoch, time.Now().Add(max(2*m.reach.lastCollect, minWalk)), func(h *Memory) {
-		r := h.rec
-		if r.owner == m && !r.freed && r.mark != epoch {
+		if r := h.rec; r.mark != epoch && r.owner == m && !r.freed {
 			r.mark = epoch
 			reached++
 		}

@@ -84,6 +84,21 @@ func NewWalker(epoch uint64, deadline time.Time, visit func(*backend.Memory)) *W
 	return w
 }
 
+// Restart makes w, after Done, a walker for another walk, as NewWalker
+// would, keeping the memory of its seen-set.
+func (w *Walker) Restart(epoch uint64, deadline time.Time, visit func(*backend.Memory)) {
+	seen := w.seen
+	*w = Walker{seen: seen, deadline: deadline}
+	w.r = tensor.Reacher{Epoch: epoch, Memory: visit, Other: w.other}
+}
+
+// Done forgets what the walk saw (it would keep those values alive for
+// the collector); Restart reuses w.
+func (w *Walker) Done() {
+	clear(w.seen)
+	w.r = tensor.Reacher{}
+}
+
 // Exhausted reports that the walk is past its deadline.
 func (w *Walker) Exhausted() bool { return w.late }
 

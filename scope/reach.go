@@ -24,7 +24,14 @@ import (
 // whether a reclaim needs the Go collector, and why it is sound whatever
 // it fails to reach.
 func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Memory)) backend.Walk {
-	w := env.NewWalker(epoch, deadline, visit)
+	w := s.walker
+	if w == nil {
+		w = env.NewWalker(epoch, deadline, visit)
+		s.walker = w
+	} else {
+		w.Restart(epoch, deadline, visit)
+	}
+	defer w.Done()
 	for name := range s.user {
 		w.Value(s.live[name])
 	}

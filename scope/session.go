@@ -65,7 +65,9 @@ type Session struct {
 	// of its step count (--max-steps), for the stamp clock (reach.go).
 	stepBase uint64
 	// roots are what Go code asked the reach walk to visit (Root).
-	roots   []*env.Reacher
+	roots []*env.Reacher
+	// walker is the reach walk's, reused from walk to walk.
+	walker  *env.Walker
 	env     *env.Env
 	tctx    *tensor.Context // the tensor Context (its interrupt flag is set by Interrupt)
 	mgr     *backend.Manager

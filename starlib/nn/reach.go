@@ -8,8 +8,8 @@ func (m *Layer) Reach(w *env.Walker) {
 	if env.Seen(w, m) {
 		return
 	}
-	for _, name := range m.names {
-		w.Value(m.entries[name])
+	for _, v := range m.entries { // any order: the walk only collects
+		w.Value(v)
 	}
 	w.Value(m.userForward)
 }
