@@ -51,11 +51,33 @@ type Walk struct {
 	// Horizon may be held by Go code that is running now (a built-in
 	// function, the instruction being executed), which no walk sees.
 	Horizon uint64
+	// Spans are more stamps that running Go code may hold, each from From
+	// up to (not including) To: the autograd engine's running node
+	// before a checkpoint's recomputation began, while the recomputation
+	// runs (what the recomputation allocates, the node does not hold).
+	Spans []Span
 	// Why says what made the walk incomplete, for MEMSH_DEBUG_REACH.
 	Why string
 }
 
 var debugReach = os.Getenv("MEMSH_DEBUG_REACH") == "1"
+
+// Span is the stamps from From up to (not including) To.
+type Span struct{ From, To uint64 }
+
+// protects reports whether an allocation stamped s may be held by running
+// Go code, by w.
+func (w *Walk) protects(s uint64) bool {
+	if s >= w.Horizon {
+		return true
+	}
+	for _, sp := range w.Spans {
+		if s >= sp.From && s < sp.To {
+			return true
+		}
+	}
+	return false
+}
 
 type reachState struct {
 	f           ReachFunc
@@ -149,7 +171,7 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		if r.freed || r.mark == epoch {
 			continue
 		}
-		if r.stamp >= w.Horizon {
+		if w.protects(r.stamp) {
 			if debugReach {
 				fmt.Fprintf(os.Stderr, "reach: protected %d (stamp %d >= %d) %s\n", r.nbytes, r.stamp, w.Horizon, w.Why)
 				fr := runtime.CallersFrames(r.pcs)

@@ -55,6 +55,10 @@ func (w *Walker) Why() string { return w.unknown }
 // (tensor.Reacher.Bound), if any.
 func (w *Walker) Bound() (uint64, string, bool) { return w.r.Horizon, w.r.BoundBy, w.r.Bounded() }
 
+// Spans returns the closed stretches of stamps the engine's roots protect
+// (tensor.Reacher.Protect).
+func (w *Walker) Spans() []backend.Span { return w.r.Spans }
+
 // Complete reports whether the walk looked into every value it met.
 func (w *Walker) Complete() bool {
 	if w.unknown == "" && !w.r.Complete() {

@@ -2,6 +2,7 @@ package scope
 
 import (
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -68,6 +69,7 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		// are not the stamp clock's.
 		Complete: done && w.Complete() && len(s.loading) == 0,
 		Horizon:  horizon,
+		Spans:    slices.Clone(w.Spans()),
 		Why:      w.Why() + " outermost opaque: " + w.Outermost,
 	}
 }

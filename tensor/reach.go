@@ -25,7 +25,8 @@ type Reacher struct {
 
 	// Horizon is the lowest stamp a root gave Bound (when Bounded).
 	Horizon    uint64
-	BoundBy    string // who gave Horizon
+	BoundBy    string        // who gave Horizon
+	Spans      []backend.Span // closed stretches roots protect (Protect)
 	bounded    bool
 	incomplete bool // a value could not be walked (Value)
 
@@ -144,6 +145,47 @@ type goRoots struct {
 	roots []*ReachRoot
 	ticks uint64
 	stamp func() uint64
+	// gaps are the stretches of stamps in which Go code ran Starlark
+	// code whose allocations it does not hold (Unheld), the last one
+	// still open (To 0) while that code runs.
+	gaps []backend.Span
+}
+
+// Unheld opens a stretch in which the running Go code (an autograd node
+// recomputing a checkpointed region) runs code whose allocations it does
+// not hold itself: a ReachRoot that bounds the walk (the engine) leaves
+// that stretch out of what it protects (Gaps). done closes it.
+func (c *Context) Unheld() (done func()) {
+	g := c.goRoots()
+	g.gaps = append(g.gaps, backend.Span{From: c.Tick()})
+	i := len(g.gaps) - 1
+	return func() {
+		if i < len(g.gaps) {
+			g.gaps[i].To = c.Tick()
+		}
+	}
+}
+
+// Gaps returns the stretches opened by Unheld since stamp from (To 0 for
+// one still open), oldest first, and forgets those that closed before it.
+func (c *Context) Gaps(from uint64) []backend.Span {
+	if c.roots == nil {
+		return nil
+	}
+	g := c.roots
+	kept := g.gaps[:0]
+	for _, s := range g.gaps {
+		if s.To == 0 || s.To >= from {
+			kept = append(kept, s)
+		}
+	}
+	clear(g.gaps[len(kept):])
+	g.gaps = kept
+	i := 0
+	for i < len(kept) && kept[i].From < from {
+		i++
+	}
+	return kept[i:]
 }
 
 // Root makes x a root of the reach walk (Reacher.Context) until release
@@ -199,6 +241,17 @@ func (c *Context) goRoots() *goRoots {
 func (r *Reacher) Bound(stamp uint64, who string) {
 	if !r.bounded || stamp < r.Horizon {
 		r.Horizon, r.bounded, r.BoundBy = stamp, true, who
+	}
+}
+
+// Protect adds the stamps from from up to (not including) to to what
+// running Go code may hold (who names it, for MEMSH_DEBUG_REACH).
+func (r *Reacher) Protect(from, to uint64, who string) {
+	if from < to {
+		r.Spans = append(r.Spans, backend.Span{From: from, To: to})
+		if r.BoundBy == "" {
+			r.BoundBy = who
+		}
 	}
 }
 

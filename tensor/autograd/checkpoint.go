@@ -230,6 +230,9 @@ func (f *ckptFrame) rerun(gid uint64) error {
 		f.ctx.RestoreRNG(f.rng)
 		defer f.ctx.RestoreRNG(cur)
 	}
+	// What the recomputation allocates, the node that unpacked does not
+	// hold: the tensors it saves go to the holders, the rest is garbage.
+	defer f.ctx.Unheld()()
 	run := func() error {
 		return WithSavedTensorHooks(f.ctx, f.recomputationHooks(gid), func() (err error) {
 			defer func() {

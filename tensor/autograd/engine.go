@@ -39,7 +39,7 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 	e := &engine{refs: map[*tensor.Tensor]int{}, srefs: map[*tensor.Storage]int{}, buffers: map[*Node][]*tensor.Tensor{}, deps: map[*Node]int{}}
 	// The engine is a root of the reclaim's reach walk while it runs
 	// (Reach): what a node drops can be freed without a collection.
-	e.region = ctx.Tick()
+	e.region, e.ctx = ctx.Tick(), ctx
 	defer ctx.Root(e)()
 	rootEdges := make([]Edge, len(roots))
 	rootGrads := make([]*tensor.Tensor, len(roots))
@@ -122,7 +122,8 @@ type engine struct {
 	// region is the stamp (tensor.Context.Tick) at which the running
 	// node began: what was allocated since, its Go code may hold.
 	region  uint64
-	running string // the running node's name
+	running string          // the running node's name
+	ctx     *tensor.Context // the roots' Context
 	// outs are the running node's gradients on their way to the input
 	// buffers (validated, then added).
 	outs []*tensor.Tensor
@@ -141,7 +142,19 @@ func (e *engine) Reach(r *tensor.Reacher) {
 			r.Tensor(t)
 		}
 	}
-	r.Bound(e.region, e.running)
+	// The running node may hold what it made since it began, except
+	// what a checkpoint's recomputation made on its behalf (Unheld).
+	from := e.region
+	if e.ctx != nil {
+		for _, g := range e.ctx.Gaps(e.region) {
+			r.Protect(from, g.From, e.running)
+			if g.To == 0 {
+				return
+			}
+			from = g.To
+		}
+	}
+	r.Bound(from, e.running)
 }
 
 func (e *engine) hold(t *tensor.Tensor) {
