@@ -103,6 +103,10 @@ func (w *Walker) Done() {
 	w.r = tensor.Reacher{}
 }
 
+// Epoch returns the walk's number (never 0), for values that mark
+// themselves visited instead of using Seen.
+func (w *Walker) Epoch() uint64 { return w.r.Epoch }
+
 // Exhausted reports that the walk is past its deadline.
 func (w *Walker) Exhausted() bool { return w.late }
 

@@ -31,6 +31,8 @@ type Layer struct {
 	extra       func(m *Layer) string // the repr's arguments ("in_features=4, ...")
 	// indexed: Sequential and ModuleList entries are named "0", "1", ...
 	indexed bool
+	// reached is the number of the last reach walk that visited it.
+	reached uint64
 }
 
 type entryKind int

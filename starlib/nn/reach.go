@@ -5,11 +5,12 @@ import "github.com/memsh/memsh/env"
 // Reach walks the module's parameters, buffers, children, other
 // attributes and its forward function, for the reclaim proof (env.Walker).
 func (m *Layer) Reach(w *env.Walker) {
-	if env.Seen(w, m) {
+	if m.reached == w.Epoch() {
 		return
 	}
-	for _, v := range m.entries { // any order: the walk only collects
-		w.Value(v)
+	m.reached = w.Epoch()
+	for _, name := range m.names {
+		w.Value(m.entries[name])
 	}
 	w.Value(m.userForward)
 }

@@ -95,7 +95,8 @@ type ckptFrame struct {
 	ctx       *tensor.Context
 	saver     *Node // its saved tensors are the inputs
 	recompute func(inputs []*tensor.Tensor) error
-	keep      any // what recompute holds besides the inputs (Checkpoint)
+	keep      any    // what recompute holds besides the inputs (Checkpoint)
+	reached   uint64 // the epoch of the last reach walk that visited it
 	preserve  bool
 	rng       tensor.RNGSnapshot
 

@@ -29,10 +29,12 @@ func (n *Node) Reach(r *tensor.Reacher) {
 				for _, t := range p.handles {
 					r.Tensor(t)
 				}
-				if p.frame != nil {
-					r.Node(p.frame.saver)
-					if p.frame.keep != nil {
-						r.Value(p.frame.keep)
+				if f := p.frame; f != nil && f.reached != r.Epoch {
+					// once per walk for all the frame's holders
+					f.reached = r.Epoch
+					r.Node(f.saver)
+					if f.keep != nil {
+						r.Value(f.keep)
 					}
 				}
 			case nil:
