@@ -355,3 +355,14 @@ func boundNames(stmt syntax.Stmt) []string {
 	walk([]syntax.Stmt{stmt})
 	return names
 }
+
+// setGlobal writes a module-level assignment of the running statement
+// through to the live globals (Thread.OnSetGlobal). Not while the
+// statement's epilogue clears its module (compound.go: the values are in
+// s.flushed then), and not for memsh's synthetic names.
+func (s *Session) setGlobal(name string, v starlark.Value) {
+	if !s.running || s.flushed != nil || strings.HasPrefix(name, "·") {
+		return
+	}
+	s.live[name] = v
+}

@@ -164,6 +164,11 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 	// Allocations, and built-in functions' frames as they are entered,
 	// are stamped with the step count, so that a reclaim can tell what
 	// running Go code may hold (reach.go).
+	// A top-level assignment is written through to the live globals at
+	// once (patch 4 of third_party/go.starlark.net): the old value goes
+	// at the assignment, and functions of earlier statements, which read
+	// the live globals, see the new one.
+	th.OnSetGlobal = s.setGlobal
 	mgr.SetStampClock(s.stamp)
 	th.Stamp = s.stamp
 	s.tctx.SetStampClock(s.stamp)

@@ -64,6 +64,14 @@ type Thread struct {
 	// none were dropped by Starlark code.
 	Calls uint64
 
+	// memsh: OnSetGlobal, if set, is called after a module-level
+	// assignment to a global, with the global's name and new value.
+	// memsh's Session runs each top-level statement as a module of its
+	// own and writes the value through to its live globals at once, so
+	// that the old value is dropped at the assignment and functions of
+	// earlier statements see the new one, as in Python.
+	OnSetGlobal func(name string, v Value)
+
 	// memsh: Stamp, if set, is called when a built-in function is
 	// entered; its result is kept in the frame (DebugFrame.Stamp). memsh
 	// stamps a built-in's frame with the step count at its entry, so that

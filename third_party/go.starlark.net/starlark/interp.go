@@ -618,6 +618,9 @@ loop:
 		case compile.SETGLOBAL:
 			fn.module.globals[arg] = stack[sp-1]
 			sp--
+			if thread.OnSetGlobal != nil { // memsh
+				thread.OnSetGlobal(f.Prog.Globals[arg].Name, fn.module.globals[arg])
+			}
 
 		case compile.LOCAL:
 			x := locals[arg]
