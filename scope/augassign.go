@@ -164,3 +164,6 @@ func cloneExpr(e syntax.Expr) syntax.Expr {
 	}
 	return e
 }
+
+// HoldsNoMemory implements env.Opaque.
+func (inPlaceSet) HoldsNoMemory() {}

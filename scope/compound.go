@@ -167,3 +167,7 @@ func replaceIdents(v reflect.Value, bound map[string]bool) bool {
 	walk(v)
 	return changed
 }
+
+// HoldsNoMemory implements env.Opaque: what it gives access to are the
+// Session's live globals, which the reach walk visits as roots.
+func (g *curGlobals) HoldsNoMemory() {}

@@ -366,3 +366,6 @@ func (s *Session) setGlobal(name string, v starlark.Value) {
 	}
 	s.live[name] = v
 }
+
+// Reach walks the old values not read yet (env.Reacher).
+func (p *prevValues) Reach(w *env.Walker) { w.Values(p.m) }

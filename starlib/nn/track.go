@@ -383,3 +383,10 @@ func (r *TrackReport) breakdown() *record.Breakdown {
 	}
 	return bd
 }
+
+// Reach walks the tracked call's result (env.Reacher); the report itself
+// keeps figures only.
+func (r *TrackReport) Reach(w *env.Walker) { w.Value(r.result) }
+
+// HoldsNoMemory implements env.Opaque: a module's figures only.
+func (t *trackModule) HoldsNoMemory() {}

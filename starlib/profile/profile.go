@@ -380,3 +380,7 @@ func reportBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.T
 	}
 	return starlark.None, nil
 }
+
+// Reach walks the profiled function (env.Reacher): its defaults and
+// captured variables.
+func (p *Profiled) Reach(w *env.Walker) { w.Value(p.fn) }

@@ -234,5 +234,7 @@ func call(e *env.Env, thread *starlark.Thread, fn *starlark.Function, args starl
 		r.close()
 		t.add(r)
 	}()
+	// The run keeps figures only: what fn drops, the walk may free.
+	thread.DeclareTransparent()
 	return starlark.Call(thread, fn, args, kwargs)
 }

@@ -70,3 +70,7 @@ func (d DType) Attr(name string) (starlark.Value, error) {
 
 // AttrNames lists the dtype's attributes.
 func (d DType) AttrNames() []string { return []string{"is_floating_point", "is_signed", "itemsize"} }
+
+// HoldsNoMemory implements env.Opaque: a dtype holds nothing the reclaim's
+// reach walk looks for.
+func (DType) HoldsNoMemory() {}
