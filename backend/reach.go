@@ -7,27 +7,29 @@ import (
 	"time"
 )
 
-// A reclaim frees what nothing reaches any more, and the Go collector is
-// what finds it: a full runtime.GC(), whose cost grows with the whole Go
-// heap. Most reclaims find nothing (a measurement, a peak-raising
-// allocation while every tensor is still in use): 1,798 of the first
-// 2,500 reclaims of `memsh fit gpt2-xl` freed nothing, measured before
-// the walk existed. The reach walk answers that case without a
-// collection: the layer that knows the roots (the Session: globals, the
-// frames of running functions, loaded modules, and the values they hold,
-// down to the tensors, the autograd graph and the optimizer state)
-// reports every allocation it reaches. When it reaches every allocation
-// that is not freed, nothing can be garbage, and the reclaim is done.
-// Otherwise the collector decides, as before.
+// A reclaim frees what nothing reaches any more. The Go collector can
+// find it — a full runtime.GC(), whose cost grows with the whole Go heap
+// — but the reach walk usually answers first: the layer that knows the
+// roots (the Session: globals, the frames of running functions with
+// their arguments, loaded modules, and the values they hold, down to the
+// tensors, the autograd graph and engine and the optimizer state)
+// reports every allocation it reaches.
 //
-// The proof is sound whatever the walk covers: the walk only follows
-// pointers that really exist from roots that really are live, so what it
-// reaches the collector would also find reachable; a value it cannot
-// look into (an unknown type, a Go-only holder, a list held only by a
-// running for loop's iterator) leaves allocations unreached, which sends the reclaim to
-// the collector. Coverage decides how often a reclaim is cheap, never
-// whether it is right. MEMSH_VERIFY_RECLAIM=1 checks every proof with a
-// collection anyway and panics if the collector frees anything.
+//   - It reached every allocation that is not freed: nothing can be
+//     garbage, and the reclaim is done. This is sound whatever the walk
+//     covers: it only follows pointers that exist from roots that are
+//     live, so what it reaches the collector would find reachable too.
+//   - The walk was Complete (it looked into every value it met) and every
+//     allocation it did not reach was made before its Horizon (and
+//     outside its Spans), so no running Go code can hold it: the reclaim
+//     frees those itself. This relies on the walk seeing every holder —
+//     the rules are in docs/architecture.md, "How memory is accounted".
+//   - Otherwise the collector decides, as before.
+//
+// MEMSH_VERIFY_RECLAIM=1 checks both outcomes with a collection and
+// panics on a contradiction; MEMSH_RECLAIM=gc leaves every freeing to
+// the collector; MEMSH_DEBUG_REACH=1 prints why a walk did not settle a
+// reclaim.
 
 // ReachFunc walks the roots of a Session and calls visit for every
 // allocation handle it reaches (repeats are fine). It gives up (Done
