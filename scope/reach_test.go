@@ -2,10 +2,12 @@ package scope_test
 
 import (
 	"fmt"
+	"io"
 	"testing"
 
 	"go.starlark.net/starlark"
 
+	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/scope"
 )
 
@@ -183,5 +185,79 @@ func TestReachNoLiveAllocation(t *testing.T) {
 	}
 	if r := s.Manager().Reclaim(); r.Proven {
 		t.Errorf("reclaim without a reach walk proved %+v", r)
+	}
+}
+
+// TestWalkFreesAsTheCollector: the collector is the oracle. The same
+// scripts run twice, once with every reclaim left to the collector
+// (MEMSH_RECLAIM=gc) and once as usual, in exact and in layout peak mode;
+// every memory event — each allocation and free, in order, with its size
+// and the allocator's figures after it — must be the same.
+func TestWalkFreesAsTheCollector(t *testing.T) {
+	scripts := map[string]string{
+		"training": `
+m = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Dropout(0.1), nn.Linear(256, 10)).to("cuda")
+opt = optim.AdamW(m.parameters(), lr=0.001)
+def step(x, y):
+    loss = nn.functional.cross_entropy(m(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+for i in range(2):
+    nn.autocast(step, tensor.randn([32, 64], device="cuda"), tensor.zeros([32], dtype="int64", device="cuda"))
+    nn.checkpoint(m, tensor.randn([32, 64], device="cuda", requires_grad=True)).sum().backward()
+`,
+		"loops and containers": `
+keep = []
+for i in range(20):
+    t = tensor.ones([256 * (i + 1)], device="cuda")
+    if i % 3 == 0:
+        keep.append(t * 2)
+    if i % 5 == 0:
+        keep.pop(0)
+d = {str(i): tensor.zeros([64], device="cuda") for i in range(10)}
+d = {k: v + 1 for k, v in d.items() if int(k) % 2}
+r = sorted([tensor.ones([8 * i + 8], device="cuda") for i in range(4)], key=lambda t: -t.numel())
+`,
+	}
+	for name, src := range scripts {
+		for _, mode := range []backend.PeakMode{backend.PeakExact, backend.PeakLayout} {
+			t.Run(name+"/"+mode.String(), func(t *testing.T) {
+				run := func(reclaim string) ([]backend.Event, backend.ManagerStats) {
+					t.Setenv("MEMSH_RECLAIM", reclaim)
+					s, err := scope.New(scope.Options{Device: "sim:4GiB", Peak: mode, Out: io.Discard, Err: io.Discard})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer s.Close()
+					var evs []backend.Event
+					defer s.Manager().Observe(func(e backend.Event) {
+						if e.Device == "cpu" {
+							e.Addr = 0 // the host's addresses are the process's
+						}
+						evs = append(evs, e)
+					})()
+					if err := s.Exec("script.star", src); err != nil {
+						t.Fatal(err)
+					}
+					return evs, s.Manager().Stats()
+				}
+				want, gcStats := run("gc")
+				got, st := run("")
+				if st.WalkReclaims == 0 {
+					t.Errorf("no reclaim freed by the walk: %+v", st)
+				}
+				t.Logf("collections: %d of %d reclaims with MEMSH_RECLAIM=gc, %d of %d without", gcStats.Reclaims-gcStats.ProvenReclaims, gcStats.Reclaims, st.Reclaims-st.ProvenReclaims-st.WalkReclaims, st.Reclaims)
+				for i := range min(len(got), len(want)) {
+					if got[i] != want[i] {
+						t.Fatalf("event %d: %+v, with the collector %+v", i, got[i], want[i])
+					}
+				}
+				if len(got) != len(want) {
+					t.Fatalf("%d events, with the collector %d", len(got), len(want))
+				}
+			})
+		}
 	}
 }
