@@ -135,6 +135,19 @@ r = out[0]`, "freed 1"},
 	}
 }
 
+// trainingSetup defines a model m, its optimizer opt and a training step
+// step(x, y) on the simulated GPU.
+const trainingSetup = `
+m = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Dropout(0.1), nn.Linear(256, 10)).to("cuda")
+opt = optim.AdamW(m.parameters(), lr=0.001)
+def step(x, y):
+    loss = nn.functional.cross_entropy(m(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+`
+
 // TestReachProofAgreesWithCollector runs training steps in exact mode with
 // every proof and every walk-freed allocation checked by a collection
 // (MEMSH_VERIFY_RECLAIM's check, which panics when the collector finds
@@ -144,15 +157,7 @@ r = out[0]`, "freed 1"},
 func TestReachProofAgreesWithCollector(t *testing.T) {
 	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
 	s, _ := newSession(t, "sim:4GiB")
-	err := s.Exec("train.star", `
-m = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Dropout(0.1), nn.Linear(256, 10)).to("cuda")
-opt = optim.AdamW(m.parameters(), lr=0.001)
-def step(x, y):
-    loss = nn.functional.cross_entropy(m(x), y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    return loss
+	err := s.Exec("train.star", trainingSetup+`
 for i in range(3):
     e = experiment("step %d" % i)
     nn.autocast(step, tensor.randn([32, 64], device="cuda"), tensor.zeros([32], dtype="int64", device="cuda"))
@@ -195,15 +200,7 @@ func TestReachNoLiveAllocation(t *testing.T) {
 // and the allocator's figures after it — must be the same.
 func TestWalkFreesAsTheCollector(t *testing.T) {
 	scripts := map[string]string{
-		"training": `
-m = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Dropout(0.1), nn.Linear(256, 10)).to("cuda")
-opt = optim.AdamW(m.parameters(), lr=0.001)
-def step(x, y):
-    loss = nn.functional.cross_entropy(m(x), y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    return loss
+		"training": trainingSetup + `
 for i in range(2):
     nn.autocast(step, tensor.randn([32, 64], device="cuda"), tensor.zeros([32], dtype="int64", device="cuda"))
     nn.checkpoint(m, tensor.randn([32, 64], device="cuda", requires_grad=True)).sum().backward()
