@@ -24,12 +24,12 @@ type record struct {
 	alloc    Allocator
 	block    *Block
 	device   string
-	nbytes   uint64 // requested bytes
-	seq      uint64 // allocation sequence number within the Manager (1, 2, ...)
-	stamp    uint64 // the stamp clock when it was made (reach.go)
-	pcs      []uintptr
-	released string // non-empty once freed explicitly: why
-	library  string // non-empty for memory a library keeps for the process: what (SetLibrary)
+	nbytes   uint64    // requested bytes
+	seq      uint64    // allocation sequence number within the Manager (1, 2, ...)
+	stamp    uint64    // the stamp clock when it was made (reach.go)
+	pcs      []uintptr // where it was allocated, with MEMSH_DEBUG_REACH=1 (reach.go)
+	released string    // non-empty once freed explicitly: why
+	library  string    // non-empty for memory a library keeps for the process: what (SetLibrary)
 	freed    bool
 }
 

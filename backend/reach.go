@@ -193,7 +193,9 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		m.verifyGarbage(garbage)
 	}
 	for _, r := range garbage {
-		r.released = "freed as unreachable"
+		// If anything still used it, that is a memsh bug, and its
+		// message says so instead of reading freed memory.
+		r.released = "freed as unreachable by a reclaim that found no reference to it (a memsh bug if you see this: MEMSH_VERIFY_RECLAIM=1 finds where)"
 		m.freeLocked(r)
 		res.Freed += r.nbytes
 		res.Count++

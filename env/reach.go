@@ -240,6 +240,14 @@ func (w *Walker) Value(v starlark.Value) {
 			_, x := v.FreeVar(i)
 			w.Value(x)
 		}
+		// its module's globals: another top-level statement's (a
+		// lambda's module keeps what that statement bound) or a loaded
+		// module's; once per module
+		if gs := v.GlobalValues(); len(gs) > 0 && !Seen(w, &gs[0]) {
+			for _, x := range gs {
+				w.Value(x)
+			}
+		}
 	case *starlark.Builtin:
 		w.Value(v.Receiver())
 	case *starlarkstruct.Module:

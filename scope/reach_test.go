@@ -102,6 +102,9 @@ r = probe()`, "walked 4"},
 r = f()`, "proven"},
 		// the Linear's weights on the host are garbage after .to; the
 		// module, held only as the running call's callable, keeps the rest
+		{"a function's module globals", `a, f = tensor.ones([64], device="cuda"), lambda: a
+a = None
+r = probe()`, "proven"},
 		{"a called module", `r = nn.Module(lambda self: probe(), w=nn.Linear(4, 4).to("cuda"))()`, "walked 2"},
 		// garbage made inside a built-in that calls back: a transparent
 		// one (autocast) lets the walk free it; another (sorted) may hold
@@ -196,8 +199,9 @@ func TestReachNoLiveAllocation(t *testing.T) {
 // TestWalkFreesAsTheCollector: the collector is the oracle. The same
 // scripts run twice, once with every reclaim left to the collector
 // (MEMSH_RECLAIM=gc) and once as usual, in exact and in layout peak mode;
-// every memory event — each allocation and free, in order, with its size
-// and the allocator's figures after it — must be the same.
+// every memory event — each allocation and free and each segment, in
+// order, with its size and the allocator's figures after it — must be the
+// same (addresses aside: they are the process's mappings).
 func TestWalkFreesAsTheCollector(t *testing.T) {
 	scripts := map[string]string{
 		"training": trainingSetup + `
@@ -230,9 +234,7 @@ r = sorted([tensor.ones([8 * i + 8], device="cuda") for i in range(4)], key=lamb
 					defer s.Close()
 					var evs []backend.Event
 					defer s.Manager().Observe(func(e backend.Event) {
-						if e.Device == "cpu" {
-							e.Addr = 0 // the host's addresses are the process's
-						}
+						e.Addr = 0 // the host's and the simulator's mappings are the process's
 						evs = append(evs, e)
 					})()
 					if err := s.Exec("script.star", src); err != nil {

@@ -771,6 +771,12 @@ func (fn *Function) Module() *Module       { return fn.module }
 // fn.Globals() is equivalent to fn.Module().Globals().
 func (fn *Function) Globals() StringDict { return fn.module.Globals() }
 
+// memsh: GlobalValues returns the values of the function's module
+// globals, without copying them (nil for an unassigned one); the slice is
+// the module's own, shared by all its functions. memsh's reach walk visits
+// it: a function keeps what its module's globals hold alive.
+func (fn *Function) GlobalValues() []Value { return fn.module.globals }
+
 func (fn *Function) Position() syntax.Position { return fn.funcode.Pos }
 func (fn *Function) NumParams() int            { return fn.funcode.NumParams }
 func (fn *Function) NumKwonlyParams() int      { return fn.funcode.NumKwonlyParams }
