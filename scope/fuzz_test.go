@@ -2,6 +2,7 @@ package scope_test
 
 import (
 	"io"
+	"strings"
 	"testing"
 
 	"go.starlark.net/starlark"
@@ -30,8 +31,13 @@ func FuzzExec(f *testing.F) {
 		// cuda.dump_snapshot may only write to a scratch directory.
 		s.Env().Files = &fsafe.Policy{Roots: []string{t.TempDir()}}
 
-		if err := s.Exec("fuzz.star", src); err != nil && testing.Verbose() {
-			t.Logf("%v", err)
+		if err := s.Exec("fuzz.star", src); err != nil {
+			if strings.Contains(err.Error(), "freed as unreachable") {
+				t.Fatalf("a reclaim freed memory still in use: %v\n%s", err, src)
+			}
+			if testing.Verbose() {
+				t.Logf("%v", err)
+			}
 		}
 		if err := s.Exec("after.star", "x = 1"); err != nil {
 			t.Fatalf("session unusable after %q: %v", src, err)
