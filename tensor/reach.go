@@ -25,7 +25,7 @@ type Reacher struct {
 
 	// Horizon is the lowest stamp a root gave Bound (when Bounded).
 	Horizon    uint64
-	BoundBy    string        // who gave Horizon
+	BoundBy    string         // who gave Horizon
 	Spans      []backend.Span // closed stretches roots protect (Protect)
 	bounded    bool
 	incomplete bool // a value could not be walked (Value)
