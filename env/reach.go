@@ -192,9 +192,10 @@ func (w *Walker) Value(v starlark.Value) {
 	}
 	w.tick()
 	switch v := v.(type) {
-	case starlark.NoneType, starlark.Bool, starlark.Int, starlark.Float, starlark.String, starlark.Bytes, Opaque:
-	case Reacher:
+	case starlark.NoneType, starlark.Bool, starlark.Int, starlark.Float, starlark.String, starlark.Bytes:
+	case Reacher: // before Opaque: most values a walk meets are tensors and modules
 		v.Reach(w)
+	case Opaque:
 	case *starlark.List:
 		if Seen(w, v) {
 			return
