@@ -58,8 +58,9 @@ type Walk struct {
 	// before a checkpoint's recomputation began, while the recomputation
 	// runs (what the recomputation allocates, the node does not hold).
 	Spans []Span
-	// Why says what made the walk incomplete, for MEMSH_DEBUG_REACH.
-	Why string
+	// Why says what made the walk incomplete, and Holder names the
+	// running code the Horizon comes from, for MEMSH_DEBUG_REACH.
+	Why, Holder string
 }
 
 var debugReach = os.Getenv("MEMSH_DEBUG_REACH") == "1"
@@ -175,7 +176,7 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		}
 		if w.protects(r.stamp) {
 			if debugReach {
-				fmt.Fprintf(os.Stderr, "reach: protected %d (stamp %d >= %d) %s\n", r.nbytes, r.stamp, w.Horizon, w.Why)
+				fmt.Fprintf(os.Stderr, "reach: %d bytes (stamp %d, horizon %d) may be held by %s\n", r.nbytes, r.stamp, w.Horizon, w.Holder)
 				fr := runtime.CallersFrames(r.pcs)
 				for k := 0; k < 12; k++ {
 					f, more := fr.Next()

@@ -70,7 +70,8 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		Complete: done && w.Complete() && len(s.loading) == 0,
 		Horizon:  horizon,
 		Spans:    slices.Clone(w.Spans()),
-		Why:      w.Why() + " outermost opaque: " + w.Outermost,
+		Why:      w.Why(),
+		Holder:   w.Outermost,
 	}
 }
 
