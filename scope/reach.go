@@ -88,19 +88,20 @@ func (s *Session) stamp() uint64 {
 }
 
 // walkFrames walks the call stack of thread: each frame's callable (a
-// function's defaults and free variables, a bound method's receiver), the
-// arguments of its call, a Starlark function's frame's value slots and
-// the values its for loops iterate, and the module globals of the
-// outermost frame (the running top-level statement or loaded module:
-// other functions' modules are the Session's globals and loaded modules,
-// walked as roots already).
+// function's defaults, free variables and module globals — for the
+// outermost frame, the running top-level statement's or loaded module's
+// — a bound method's receiver), the arguments of its call, and a
+// Starlark function's frame's value slots and the values its for loops
+// iterate.
 //
 // It returns the horizon (backend.Walk): now, the stamp clock's value, or
 // the stamp of the outermost built-in frame whose Go code may hold values
 // no walk sees — every built-in's but those that declared themselves
 // transparent (starlark.Thread.DeclareTransparent) while they wait for
 // the Starlark code they called; the innermost frame, when it is a
-// built-in, is running its own Go code and always counts.
+// built-in, is running its own Go code and counts too, unless it reports
+// what it holds itself (starlark.Thread.DeclareReported: backward(),
+// whose engine gives the Context a horizon of its own).
 func walkFrames(w *env.Walker, thread *starlark.Thread, now uint64) (horizon uint64) {
 	horizon = now
 	if thread == nil {
@@ -128,9 +129,6 @@ func walkFrames(w *env.Walker, thread *starlark.Thread, now uint64) (horizon uin
 		}
 		for _, v := range fr.Iterables() {
 			w.Value(v)
-		}
-		if i == depth-1 {
-			w.Values(fn.Globals())
 		}
 		for _, v := range frameSlots(w, fr, fn) {
 			w.Value(v)
