@@ -157,11 +157,15 @@ type goRoots struct {
 // that stretch out of what it protects (Gaps). done closes it.
 func (c *Context) Unheld() (done func()) {
 	g := c.goRoots()
-	g.gaps = append(g.gaps, backend.Span{From: c.Tick()})
-	i := len(g.gaps) - 1
+	from := c.Tick() // unique: each Tick moves the clock
+	g.gaps = append(g.gaps, backend.Span{From: from})
 	return func() {
-		if i < len(g.gaps) {
-			g.gaps[i].To = c.Tick()
+		// found by its start: Gaps may have dropped older ones meanwhile
+		for i := range g.gaps {
+			if g.gaps[i].From == from {
+				g.gaps[i].To = c.Tick()
+				return
+			}
 		}
 	}
 }
