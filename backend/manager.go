@@ -204,6 +204,10 @@ type ManagerStats struct {
 	ProvenReclaims int           // passes that proved without a GC that nothing was garbage
 	WalkReclaims   int           // passes that freed garbage without a GC (the reach walk found it)
 	OOMRetries     int           // passes triggered by an out-of-memory retry
+	// FramesWalked counts the frames of running functions that reach
+	// walks walked; FramesKept, those they did not walk because nothing
+	// they reach can have changed since an earlier walk (Frames).
+	FramesWalked, FramesKept int
 }
 
 // NewManager returns a Manager over the given allocators.
@@ -436,6 +440,7 @@ func (m *Manager) NoteGarbage() {
 	m.mu.Lock()
 	clear(m.quiet)
 	m.layout.noted = true
+	m.reach.frames.Reset()
 	m.mu.Unlock()
 }
 
@@ -447,6 +452,7 @@ func (m *Manager) NoteGarbage() {
 func (m *Manager) NoteDropped() {
 	m.mu.Lock()
 	m.layout.noted = true
+	m.reach.frames.Reset()
 	m.mu.Unlock()
 }
 
@@ -566,6 +572,7 @@ func (m *Manager) freeLocked(r *record) {
 		return
 	}
 	r.freed = true
+	r.owner.reach.frames.freed(r)
 	r.owner.live--
 	if r.block != nil {
 		addr, size := r.block.Ptr, r.block.Size

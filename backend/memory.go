@@ -27,6 +27,8 @@ type Memory struct {
 type record struct {
 	owner    *Manager
 	mark     uint64 // the Manager's reach epoch in which a reach walk last found the record
+	gen      uint64 // the generation of the frame credited with reaching it (Frames), 0 if none
+	frame    int32  // that frame's number
 	alloc    Allocator
 	block    *Block
 	device   string

@@ -35,8 +35,12 @@ import (
 // allocation handle it reaches (repeats are fine). It gives up (Done
 // false) once deadline has passed (twice what the last collection took);
 // the reclaim then runs the collector. It runs while the Manager is
-// locked: it must not call the Manager's methods.
-type ReachFunc func(epoch uint64, deadline time.Time, visit func(*Memory)) Walk
+// locked: it must not call the Manager's methods. Through frames it may
+// keep what earlier walks found reachable from the frames of running
+// functions that have not run since (Frames); a walk that does not use
+// it calls frames.Keep(0) and never Enter, and every allocation is then
+// credited to no frame.
+type ReachFunc func(epoch uint64, deadline time.Time, visit func(*Memory), frames *Frames) Walk
 
 // Walk is what a reach walk found out besides the allocations it reached.
 type Walk struct {
@@ -89,6 +93,7 @@ type reachState struct {
 	verify      bool          // MEMSH_VERIFY_RECLAIM: check each proof with a collection
 	off         bool          // MEMSH_RECLAIM=gc: never free without a collection
 	lastCollect time.Duration // how long the last collection took
+	frames      Frames
 	// skip is the number of reclaims that go straight to the collector
 	// after walks that ran out of time (doubling, up to maxSkip); a
 	// walk that completes sets it back to 0.
@@ -139,12 +144,16 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 	m.reach.epoch++
 	epoch := m.reach.epoch
 	reached := 0
+	fr := &m.reach.frames
+	fr.begin()
 	w := m.reach.f(epoch, time.Now().Add(max(2*m.reach.lastCollect, minWalk)), func(h *Memory) {
-		if r := h.rec; r.mark != epoch && r.owner == m && !r.freed {
+		if r := h.rec; r.mark != epoch && r.owner == m && !r.freed && !fr.holds(r) {
 			r.mark = epoch
+			fr.credit(r)
 			reached++
 		}
-	})
+	}, fr)
+	fr.close()
 	if !w.Done {
 		// out of time: the roots hold more than a walk can cover in a
 		// collection's time; try again later, less often each time
@@ -153,6 +162,8 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		return res, false
 	}
 	m.reach.backoff = 0
+	m.stats.FramesWalked, m.stats.FramesKept = fr.Walked, fr.Kept
+	reached += fr.keptCount()
 	if reached == m.live {
 		if m.reach.verify {
 			m.verifyProof()
@@ -171,7 +182,7 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 	var garbage []*record
 	for _, e := range m.entries {
 		r := e.rec
-		if r.freed || r.mark == epoch {
+		if r.freed || r.mark == epoch || fr.holds(r) {
 			continue
 		}
 		if w.protects(r.stamp) {

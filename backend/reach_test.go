@@ -47,7 +47,7 @@ func TestReachProof(t *testing.T) {
 				reported = append([]*backend.Memory(nil), reported...)
 				second = nil
 			}
-			m.SetReach(func(_ uint64, _ time.Time, visit func(*backend.Memory)) backend.Walk {
+			m.SetReach(func(_ uint64, _ time.Time, visit func(*backend.Memory), _ *backend.Frames) backend.Walk {
 				for _, h := range reported {
 					visit(h)
 				}
@@ -88,7 +88,9 @@ func TestReachNothingLive(t *testing.T) {
 // a proof is at hand.
 func TestCollectAlwaysCollects(t *testing.T) {
 	m := newManager(t, "1GiB", backend.PeakLazy)
-	m.SetReach(func(uint64, time.Time, func(*backend.Memory)) backend.Walk { return backend.Walk{Done: true} })
+	m.SetReach(func(uint64, time.Time, func(*backend.Memory), *backend.Frames) backend.Walk {
+		return backend.Walk{Done: true}
+	})
 	if r := m.Collect(); r.Proven {
 		t.Errorf("Collect proved instead of collecting: %+v", r)
 	}
@@ -134,7 +136,7 @@ func TestWalkFrees(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m.SetReach(func(_ uint64, _ time.Time, visit func(*backend.Memory)) backend.Walk {
+			m.SetReach(func(_ uint64, _ time.Time, visit func(*backend.Memory), _ *backend.Frames) backend.Walk {
 				visit(kept)
 				return backend.Walk{Done: true, Complete: tc.complete, Horizon: tc.horizon}
 			})
@@ -179,7 +181,7 @@ func TestWalkFreeVerified(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = dropped
-	m.SetReach(func(uint64, time.Time, func(*backend.Memory)) backend.Walk {
+	m.SetReach(func(uint64, time.Time, func(*backend.Memory), *backend.Frames) backend.Walk {
 		return backend.Walk{Done: true, Complete: true, Horizon: 2}
 	})
 	defer func() {

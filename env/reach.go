@@ -119,6 +119,15 @@ func (w *Walker) tick() {
 	}
 }
 
+// Settle walks the autograd graphs the walk queued so far, so that what
+// they reach is reported now (before the walk of the next frame begins:
+// backend.Frames credits it to the frame that reached it).
+func (w *Walker) Settle() {
+	if !w.late {
+		w.r.Drain()
+	}
+}
+
 // Finish walks what the walk queued (autograd graphs) and reports whether
 // it completed before its deadline.
 func (w *Walker) Finish() bool {

@@ -1,6 +1,7 @@
 package scope
 
 import (
+	"math"
 	"reflect"
 	"slices"
 	"sync"
@@ -24,7 +25,7 @@ import (
 // and the autograd graph. See backend/reach.go for why this decides
 // whether a reclaim needs the Go collector, and why it is sound whatever
 // it fails to reach.
-func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Memory)) backend.Walk {
+func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Memory), frames *backend.Frames) backend.Walk {
 	w := s.walker
 	if w == nil {
 		w = env.NewWalker(epoch, deadline, visit)
@@ -33,6 +34,12 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		w.Restart(epoch, deadline, visit)
 	}
 	defer w.Done()
+	// The main thread's frames first, bottom-up, each credited with what
+	// it reaches (backend.Frames); those that cannot have changed since
+	// the last walk are not walked again.
+	horizon, who := s.frames.walk(w, s.thread, s.stamp(), frames, len(s.loading) == 0)
+	w.Outermost = who
+	frames.Enter(-1)
 	for name := range s.user {
 		w.Value(s.live[name])
 	}
@@ -54,9 +61,9 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		(*r).Reach(w)
 	}
 	w.Engine(func(r *tensor.Reacher) { r.Context(s.tctx) })
-	horizon := walkFrames(w, s.thread, s.stamp())
 	for _, t := range s.loading {
-		walkFrames(w, t, 0)
+		var none frameCache
+		none.walk(w, t, 0, nil, false)
 	}
 	if b, who, ok := w.Bound(); ok && b <= horizon {
 		// the autograd engine: its running node began at b
@@ -87,54 +94,135 @@ func (s *Session) stamp() uint64 {
 	return s.stepBase + s.thread.Steps + s.thread.Calls + s.tctx.Ticks()
 }
 
-// walkFrames walks the call stack of thread: each frame's callable (a
-// function's defaults, free variables and module globals — for the
-// outermost frame, the running top-level statement's or loaded module's
-// — a bound method's receiver), the arguments of its call, and a
-// Starlark function's frame's value slots and the values its for loops
-// iterate.
+// frameCache is what a walk found in the frames of the main thread, for
+// the next walk to keep (backend.Frames): for each frame, numbered from
+// the bottom of the stack, the least horizon of the frames up to it, the
+// built-in that gave it, and why the walk of those frames was incomplete,
+// if it was.
 //
-// It returns the horizon (backend.Walk): now, the stamp clock's value, or
-// the stamp of the outermost built-in frame whose Go code may hold values
-// no walk sees — every built-in's but those that declared themselves
-// transparent (starlark.Thread.DeclareTransparent) while they wait for
-// the Starlark code they called; the innermost frame, when it is a
-// built-in, is running its own Go code and counts too, unless it reports
-// what it holds itself (starlark.Thread.DeclareReported: backward(),
-// whose engine gives the Context a horizon of its own).
-func walkFrames(w *env.Walker, thread *starlark.Thread, now uint64) (horizon uint64) {
-	horizon = now
+// A frame's values cannot change while it waits for the call above it:
+// its locals, operand stack, arguments and loop iterables stay as they
+// were (starlark.Thread.LowWater says which frames have not run since the
+// last walk). What those values refer to can change only through code
+// that changes an existing value — a list, dict or set mutated, a field
+// or element assigned, a built-in that is not declared pure run (its
+// entry and every return into it) — which moves starlark.Mutations; and
+// Go code that drops memory notes it (backend.Manager.NoteGarbage), which
+// makes the Manager forget the credits. So while Mutations has not moved,
+// a walk keeps the frames below the low-water mark but one. A walk made
+// while a built-in that is not pure runs (the reclaim was called from its
+// Go code, which goes on after it) is not kept from.
+type frameCache struct {
+	thread    *starlark.Thread
+	mutations uint64 // starlark.Mutations() after the last walk
+	usable    bool   // the next walk may keep frames of the last one
+	horizon   []uint64
+	who, why  []string
+}
+
+// walk walks the call stack of thread (see walkFrames), bottom-up,
+// keeping what it can of the last walk when keep is set and frames is
+// not nil, and returns the horizon and the built-in that gave it.
+func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, frames *backend.Frames, keep bool) (uint64, string) {
 	if thread == nil {
-		return
+		return now, ""
 	}
 	depth := thread.CallStackDepth()
-	for i := 0; i < depth && !w.Exhausted(); i++ {
-		fr := thread.DebugFrame(i)
-		c := fr.Callable()
-		w.Value(c)
-		args, kwargs := fr.Args()
-		w.Value(args)
-		for _, kv := range kwargs {
-			w.Value(kv)
+	kept := 0
+	if frames != nil {
+		n := 0
+		if keep && c.usable && c.thread == thread && starlark.Mutations() == c.mutations {
+			n = min(thread.LowWater()-1, len(c.horizon))
 		}
-		fn, ok := c.(*starlark.Function)
-		if !ok {
-			if (i == 0 && !fr.Reported()) || !fr.Transparent() {
-				if fr.Stamp() <= horizon {
-					horizon = fr.Stamp()
-					w.Outermost = c.Name()
-				}
-			}
-			continue
-		}
-		for _, v := range fr.Iterables() {
-			w.Value(v)
-		}
-		for _, v := range frameSlots(w, fr, fn) {
-			w.Value(v)
+		kept = frames.Keep(n)
+	}
+	c.horizon, c.who, c.why = c.horizon[:kept], c.who[:kept], c.why[:kept]
+	horizon, who, why := now, "", ""
+	if kept > 0 {
+		horizon, who, why = c.horizon[kept-1], c.who[kept-1], c.why[kept-1]
+		if why != "" {
+			w.Incomplete(why)
 		}
 	}
-	return horizon
+	for i := kept; i < depth && !w.Exhausted(); i++ {
+		if frames != nil {
+			frames.Enter(i)
+		}
+		fr := thread.DebugFrame(depth - 1 - i)
+		if b, by := walkFrame(w, fr, i == depth-1); b < horizon || (b == horizon && who == "" && by != "") {
+			// among equal stamps the outermost names it
+			horizon, who = b, by
+		}
+		w.Settle()
+		if w.Exhausted() {
+			// cut short: the frame's credits are partial (the walk is not
+			// Done; the frames below it can be kept next time)
+			if frames != nil {
+				frames.Drop(i)
+			}
+			break
+		}
+		if why == "" {
+			why = w.Why()
+		}
+		c.horizon, c.who, c.why = append(c.horizon, horizon), append(c.who, who), append(c.why, why)
+	}
+	c.thread, c.mutations, c.usable = thread, starlark.Mutations(), keep && frames != nil && depth > 0 && pure(thread.DebugFrame(0).Callable())
+	thread.ResetLowWater()
+	return horizon, who
+}
+
+// pure reports whether c, a running frame's callable, changes no value
+// that existed before it was called: a Starlark function (its own
+// instructions that do are counted by starlark.Mutations) or a built-in
+// declared pure.
+func pure(c starlark.Callable) bool {
+	switch c := c.(type) {
+	case *starlark.Function:
+		return true
+	case *starlark.Builtin:
+		return c.Pure()
+	}
+	return false
+}
+
+// walkFrame walks one frame of a call stack: its callable (a function's
+// defaults, free variables and module globals — for the outermost frame,
+// the running top-level statement's or loaded module's — a bound
+// method's receiver), the arguments of its call, and a Starlark
+// function's frame's value slots and the values its for loops iterate.
+//
+// It returns the frame's bound on the horizon (backend.Walk) — the
+// maximum stamp when it gives none — and its name: a built-in frame whose
+// Go code may hold values no walk sees gives its entry stamp — every
+// built-in but those that declared themselves transparent
+// (starlark.Thread.DeclareTransparent) while they wait for the Starlark
+// code they called; the innermost frame, when it is a built-in, is running
+// its own Go code and counts too, unless it reports what it holds itself
+// (starlark.Thread.DeclareReported: backward(), whose engine gives the
+// Context a horizon of its own).
+func walkFrame(w *env.Walker, fr starlark.DebugFrame, innermost bool) (uint64, string) {
+	c := fr.Callable()
+	w.Value(c)
+	args, kwargs := fr.Args()
+	w.Value(args)
+	for _, kv := range kwargs {
+		w.Value(kv)
+	}
+	fn, ok := c.(*starlark.Function)
+	if !ok {
+		if (innermost && !fr.Reported()) || !fr.Transparent() {
+			return fr.Stamp(), c.Name()
+		}
+		return math.MaxUint64, ""
+	}
+	for _, v := range fr.Iterables() {
+		w.Value(v)
+	}
+	for _, v := range frameSlots(w, fr, fn) {
+		w.Value(v)
+	}
+	return math.MaxUint64, ""
 }
 
 // go.starlark.net gives each running function one array of value slots:

@@ -260,3 +260,117 @@ r = sorted([tensor.ones([8 * i + 8], device="cuda") for i in range(4)], key=lamb
 		}
 	}
 }
+
+// TestDeepRecursionKeepsFrames: in a recursion that keeps a tensor per
+// level, a reclaim does not walk again the frames that have not run since
+// the last walk (backend.Frames), so the frames walked over the whole
+// recursion grow linearly with its depth (issue 13: deep recursion costs
+// linear time in depth), and the peak stays exact: the depth+1 tensors
+// of 256 bytes, each rounded up to the allocator's 512-byte blocks.
+func TestDeepRecursionKeepsFrames(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	for _, depth := range []int{500, 4000} {
+		s, _ := newSession(t, "sim:1GiB")
+		err := s.Exec("deep.star", fmt.Sprintf(`
+def f(n):
+    t = tensor.zeros([64], device="cuda")
+    u = t + 1
+    if n == 0:
+        return cuda.max_memory_allocated()
+    return f(n - 1)
+peak = f(%d)
+`, depth))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// each level holds t and u at its peak; the innermost level's u
+		// is the last allocation
+		want := int64(2 * (depth + 1) * 512)
+		if got := s.Globals()["peak"]; got.String() != fmt.Sprint(want) {
+			t.Errorf("depth %d: peak %s, want %d", depth, got, want)
+		}
+		st := s.Manager().Stats()
+		// each frame walked about once, and the whole stack once more when
+		// a built-in that is not pure (max_memory_allocated) reclaims at the
+		// bottom; walking every frame at each of the depth/128 reclaims
+		// (PeakWindow) would be depth²/256
+		if limit := 3*depth + 64; st.FramesWalked > limit || st.FramesKept == 0 {
+			t.Errorf("depth %d: %d frames walked, %d kept over %d reclaims: want at most %d walked", depth, st.FramesWalked, st.FramesKept, st.Reclaims, limit)
+		}
+		t.Logf("depth %d: %d reclaims, %d frames walked, %d kept", depth, st.Reclaims, st.FramesWalked, st.FramesKept)
+	}
+}
+
+// TestKeptFramesSeeMutations: frames kept from an earlier walk stay
+// right when code above them changes what they reach — a list or dict of
+// waiting frames gains or loses a tensor, built-ins that are not pure
+// (backward, an optimizer step) give parameters gradients and state in
+// the middle of a recursion — every proof and every walk-freed
+// allocation checked by a collection, and the peaks exact. (Without the
+// Mutations counter the dropped tensor counts toward the peak and the
+// verification panics.)
+func TestKeptFramesSeeMutations(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	s, _ := newSession(t, "sim:1GiB")
+	err := s.Exec("mutations.star", `
+KiB = 1024
+def grow(n):
+    # a tensor of n KiB, made in a pure built-in: a reclaim there may keep frames
+    return tensor.zeros([n * KiB // 4], device="cuda")
+
+def deep(n, lst, d, fn):
+    t = grow(16)
+    if n > 0:
+        return deep(n - 1, lst, d, fn)
+    return fn(lst, d)
+
+def swap(lst, d):
+    lst[0] = None             # 64 KiB dropped, held by a waiting frame's list
+    d["k"] = grow(32)         # 32 KiB kept, only through a waiting frame's dict
+    big = grow(512)           # raises the peak: the 64 KiB must be gone, the 32 KiB kept
+    peak = cuda.max_memory_allocated()
+    big = None
+    return peak
+
+lst = [grow(64)]
+d = {}
+base = cuda.memory_allocated()
+cuda.reset_peak_memory_stats()
+peak = deep(40, lst, d, swap)
+after = cuda.memory_allocated()
+kept_ok = d["k"].numel() == 32 * KiB // 4
+
+m = nn.Linear(64, 64, device="cuda")
+opt = optim.AdamW(m.parameters())
+def train(lst, d):
+    x = tensor.randn([8, 64], device="cuda")
+    m(x).sum().backward()
+    opt.step()
+    big = grow(1024)          # raises the peak after backward and step changed m's parameters
+    n = 0
+    for p in m.parameters():
+        n += p.grad.numel()
+    return n
+ngrad = deep(40, lst, d, train)
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := s.Globals()
+	// at the peak: the 41 tensors of the recursion (16 KiB each), the
+	// 32 KiB tensor and the 512 KiB one, but not the dropped 64 KiB
+	base := g["base"].(starlark.Int)
+	b, _ := base.Int64()
+	if want := b - 64*1024 + 41*16*1024 + 32*1024 + 512*1024; g["peak"].String() != fmt.Sprint(want) {
+		t.Errorf("peak in the recursion %s, want %d (base %d)", g["peak"], want, b)
+	}
+	if want := b - 64*1024 + 32*1024; g["after"].String() != fmt.Sprint(want) {
+		t.Errorf("allocated after the recursion %s, want %d", g["after"], want)
+	}
+	if g["kept_ok"] != starlark.True || g["ngrad"].String() != "4160" {
+		t.Errorf("kept_ok %s, ngrad %s: want True, 4160", g["kept_ok"], g["ngrad"])
+	}
+	if st := s.Manager().Stats(); st.FramesKept == 0 {
+		t.Errorf("no frame kept: %+v", st)
+	}
+}

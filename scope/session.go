@@ -68,6 +68,7 @@ type Session struct {
 	roots []*env.Reacher
 	// walker is the reach walk's, reused from walk to walk.
 	walker  *env.Walker
+	frames  frameCache // what the last walk found in the frames it walked (reach.go)
 	env     *env.Env
 	tctx    *tensor.Context // the tensor Context (its interrupt flag is set by Interrupt)
 	mgr     *backend.Manager

@@ -57,6 +57,29 @@ func init() {
 		"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like"} {
 		Module.Members[name] = withRequiresGrad(Module.Members[name].(*starlark.Builtin))
 	}
+	for name, v := range Module.Members {
+		if b, ok := v.(*starlark.Builtin); ok && pureOps[name] {
+			b.DeclarePure()
+		}
+	}
+}
+
+// pureOps are the module functions and Tensor methods that change no
+// value that existed before the call — they make new tensors, views or
+// plain values (starlark.Builtin.DeclarePure) — so that a reclaim inside
+// a deep recursion need not walk the frames below again (scope/reach.go).
+// In-place ops, backward() and anything that sets state are not here.
+var pureOps = map[string]bool{
+	"zeros": true, "ones": true, "empty": true, "full": true, "rand": true, "randn": true,
+	"arange": true, "tensor": true, "zeros_like": true, "ones_like": true, "empty_like": true,
+	"full_like": true, "rand_like": true, "randn_like": true, "cat": true, "stack": true,
+	"matmul": true, "relu": true, "neg": true, "abs": true, "exp": true, "log": true,
+	"sqrt": true, "tanh": true, "sigmoid": true, "add": true, "sub": true, "mul": true,
+	"div": true, "eq": true, "ne": true, "lt": true, "le": true, "gt": true, "ge": true,
+	"equal": true, "allclose": true, "sum": true, "mean": true, "max": true, "min": true,
+	"clone": true, "reshape": true, "transpose": true, "t": true, "permute": true,
+	"flatten": true, "squeeze": true, "unsqueeze": true, "numel": true, "narrow": true,
+	"select": true, "pow": true, "rsqrt": true,
 }
 
 // autogradAttr returns the autograd attributes.

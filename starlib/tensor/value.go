@@ -290,9 +290,13 @@ func (t *Tensor) Attr(name string) (starlark.Value, error) {
 		return v, nil
 	}
 	if m, ok := methods[name]; ok {
-		return starlark.NewBuiltin("tensor."+name, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		b := starlark.NewBuiltin("tensor."+name, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			return m(thread, b.Name(), b.Receiver().(*Tensor), args, kwargs)
-		}).BindReceiver(t), nil
+		})
+		if pureOps[name] {
+			b.DeclarePure()
+		}
+		return b.BindReceiver(t), nil
 	}
 	return nil, nil
 }

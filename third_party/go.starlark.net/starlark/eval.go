@@ -78,6 +78,10 @@ type Thread struct {
 	// a reclaim knows which allocations the built-in's Go code may hold.
 	Stamp func() uint64
 
+	// memsh: lowWater is the least call-stack depth since
+	// ResetLowWater (see LowWater).
+	lowWater int
+
 	// cancelReason records the reason from the first call to Cancel.
 	cancelReason atomic.Pointer[string]
 
@@ -163,6 +167,50 @@ func (thread *Thread) CallStack() CallStack {
 
 // CallStackDepth returns the number of frames in the current call stack.
 func (thread *Thread) CallStackDepth() int { return len(thread.stack) }
+
+// memsh: LowWater returns the least call-stack depth the thread has had
+// since the last ResetLowWater (0 before the first). The frames below
+// it, but for the one at LowWater()-1, have not run since: each was
+// waiting for the call above it to return, so its locals, operand stack,
+// arguments and loop iterables are as they were.
+func (thread *Thread) LowWater() int { return min(thread.lowWater, len(thread.stack)) }
+
+// memsh: ResetLowWater sets the low-water mark to the current depth.
+func (thread *Thread) ResetLowWater() { thread.lowWater = len(thread.stack) }
+
+// memsh: mutations counts what may have changed which values an existing
+// value refers to (see Mutations).
+var mutations atomic.Uint64
+
+// memsh: Mutations returns a counter that moves whenever a value that
+// existed before may have come to refer to other values: a list, dict
+// or set was changed (by any goroutine), a field or an element was
+// assigned (x.f = v, x[k] = v), or a callable other than a Starlark
+// function or a built-in declared pure (Builtin.DeclarePure) was called.
+// Between two equal readings, with the frames below a thread's LowWater
+// unchanged, what those frames reach is what it was: memsh's reclaim
+// keeps what it found reachable from them instead of walking them again.
+func Mutations() uint64 { return mutations.Load() }
+
+// memsh: mutating moves the Mutations counter when c, a callable whose
+// code runs now (entered, or returned into), may change existing values:
+// unless it is a Starlark function (whose instructions that do move it
+// themselves) or a built-in declared pure.
+func mutating(c Callable) {
+	switch c := c.(type) {
+	case *Function:
+	case *Builtin:
+		if !c.pure {
+			mutations.Add(1)
+		}
+	default:
+		mutations.Add(1)
+	}
+}
+
+// memsh: Mutated moves the Mutations counter, for host code that changes
+// which values one of its values refers to outside any call.
+func Mutated() { mutations.Add(1) }
 
 // A StringDict is a mapping from names to values, and represents
 // an environment such as the global variables of a module.
@@ -736,6 +784,7 @@ func getAttr(x Value, name string) (Value, error) {
 
 // setField implements x.name = y.
 func setField(x Value, name string, y Value) error {
+	mutations.Add(1) // memsh
 	if x, ok := x.(HasSetField); ok {
 		err := x.SetField(name, y)
 		if is[NoSuchAttrError](err) {
@@ -791,6 +840,7 @@ func outOfRange(i, n int, x Value) error {
 
 // setIndex implements x[y] = z.
 func setIndex(x, y, z Value) error {
+	mutations.Add(1) // memsh
 	switch x := x.(type) {
 	case HasSetKey:
 		if err := x.SetKey(y, z); err != nil {
@@ -1294,6 +1344,7 @@ func Call(thread *Thread, fn Value, args Tuple, kwargs []Tuple) (Value, error) {
 
 	thread.stack = append(thread.stack, fr) // push
 	thread.Calls++                          // memsh
+	mutating(c) // memsh: see Mutations
 
 	fr.callable = c
 	fr.args, fr.kwargs = args, kwargs // memsh
@@ -1318,6 +1369,12 @@ func Call(thread *Thread, fn Value, args Tuple, kwargs []Tuple) (Value, error) {
 		thread.Calls++ // memsh
 
 		thread.stack = thread.stack[:len(thread.stack)-1] // pop
+		if n := len(thread.stack); n < thread.lowWater {
+			thread.lowWater = n // memsh
+		}
+		if n := len(thread.stack); n > 0 {
+			mutating(thread.stack[n-1].callable) // memsh: its Go code resumes
+		}
 	}()
 
 	result, err := c.CallInternal(thread, args, kwargs)

@@ -330,6 +330,7 @@ func (ht *hashtable) delete(k Value) (v Value, found bool, err error) {
 // checkMutable reports an error if the hash table should not be mutated.
 // verb+" dict" should describe the operation.
 func (ht *hashtable) checkMutable(verb string) error {
+	mutations.Add(1) // memsh: see Mutations
 	if ht.frozen {
 		return fmt.Errorf("cannot %s frozen hash table", verb)
 	}

@@ -837,7 +837,17 @@ type Builtin struct {
 	name string
 	fn   func(thread *Thread, fn *Builtin, args Tuple, kwargs []Tuple) (Value, error)
 	recv Value // for bound methods (e.g. "".startswith)
+	pure bool  // memsh: see DeclarePure
 }
+
+// memsh: DeclarePure declares that calling b changes no value that
+// existed before the call (it only makes new ones), so that the call does
+// not move the Mutations counter; it returns b. Bound copies
+// (BindReceiver) keep it.
+func (b *Builtin) DeclarePure() *Builtin { b.pure = true; return b }
+
+// memsh: Pure reports whether b was declared pure (DeclarePure).
+func (b *Builtin) Pure() bool { return b.pure }
 
 func (b *Builtin) Name() string { return b.name }
 func (b *Builtin) Freeze() {
@@ -879,7 +889,7 @@ func NewBuiltin(name string, fn func(thread *Thread, fn *Builtin, args Tuple, kw
 //
 //	"abc".index("a")
 func (b *Builtin) BindReceiver(recv Value) *Builtin {
-	return &Builtin{name: b.name, fn: b.fn, recv: recv}
+	return &Builtin{name: b.name, fn: b.fn, recv: recv, pure: b.pure}
 }
 
 // A *Dict represents a Starlark dictionary.
@@ -979,6 +989,7 @@ func (l *List) Freeze() {
 // checkMutable reports an error if the list should not be mutated.
 // verb+" list" should describe the operation.
 func (l *List) checkMutable(verb string) error {
+	mutations.Add(1) // memsh: see Mutations
 	if l.frozen {
 		return fmt.Errorf("cannot %s frozen list", verb)
 	}

@@ -1,0 +1,122 @@
+package backend
+
+// Frames keeps, between reach walks, which allocations each frame of the
+// running call stack reached, so that a walk need not visit again the
+// frames that have not run since the last one (a deep recursion would
+// otherwise walk every frame at every reclaim: quadratic in its depth).
+//
+// Frames are numbered from the bottom of the stack: 0 is the outermost.
+// A walk first says how many bottom frames it keeps (Keep) — those whose
+// values cannot have changed since the last walk; the layer that knows the
+// call stack decides (scope: the frames below the thread's low-water mark,
+// when nothing that may change an existing value ran since) — then walks
+// the others bottom-up, calling Enter before each, and Enter(-1) before
+// the roots that are not frames. Each allocation a walk reaches is
+// credited to the lowest frame that reached it; the allocations credited
+// to kept frames count as reached without a visit. The credit of a frame
+// lasts until the frame is walked again, until an allocation credited to
+// it (or to a frame below) is freed, or until Go code notes garbage
+// (NoteGarbage, NoteDropped): then the frames from there up are walked
+// again at the next reclaim.
+type Frames struct {
+	gens []uint64 // gens[i]: the generation of frame i's credits (0: none)
+	cum  []int    // cum[i]: the live allocations credited to frames 0..i
+	kept int      // frames kept at the start of the running walk
+	cur  int      // the frame being walked, -1 when none
+	n    int      // allocations credited to cur so far
+	next uint64   // the last generation handed out
+	// Walked counts the frames walked (Enter with i >= 0) over the
+	// Manager's life; Kept, the frames a walk did not walk because it
+	// kept their credits.
+	Walked, Kept int
+}
+
+// Keep keeps the credits of the n bottom frames (or of as many as Frames
+// has) for the walk that starts, and returns how many it kept.
+func (f *Frames) Keep(n int) int {
+	n = max(0, min(n, len(f.gens)))
+	f.truncate(n)
+	f.kept, f.cur, f.n = n, -1, 0
+	f.Kept += n
+	return n
+}
+
+// begin readies f for a walk that keeps nothing unless it calls Keep.
+func (f *Frames) begin() { f.kept, f.cur, f.n = 0, -1, 0 }
+
+// Enter starts frame i (Keep's result, or one more than the frame entered
+// before it), or, with i = -1, the roots that are not frames: the
+// allocations visited from now on are credited to it.
+func (f *Frames) Enter(i int) {
+	f.close()
+	if i < 0 {
+		return
+	}
+	if i != len(f.gens) {
+		panic("backend: Frames.Enter out of order")
+	}
+	f.next++
+	f.gens = append(f.gens, f.next)
+	f.cum = append(f.cum, f.below(i))
+	f.cur, f.n = i, 0
+	f.Walked++
+}
+
+// close ends the frame being walked: its credits join the running total.
+func (f *Frames) close() {
+	if f.cur >= 0 {
+		f.cum[f.cur] = f.below(f.cur) + f.n
+	}
+	f.cur, f.n = -1, 0
+}
+
+// below returns the allocations credited to the frames under i.
+func (f *Frames) below(i int) int {
+	if i == 0 {
+		return 0
+	}
+	return f.cum[i-1]
+}
+
+// keptCount returns the live allocations credited to the kept frames.
+func (f *Frames) keptCount() int { return f.below(f.kept) }
+
+// truncate forgets the credits of frames n and up.
+func (f *Frames) truncate(n int) {
+	if n < len(f.gens) {
+		f.gens, f.cum = f.gens[:n], f.cum[:n]
+	}
+	f.kept = min(f.kept, n)
+}
+
+// Drop forgets the credits of frames i and up: a walk cut short in frame
+// i (past its deadline) calls it, and the next walk may keep the frames
+// below.
+func (f *Frames) Drop(i int) { f.cur, f.n = -1, 0; f.truncate(i) }
+
+// Reset forgets every frame's credits.
+func (f *Frames) Reset() { f.truncate(0); f.cur, f.n = -1, 0 }
+
+// holds reports whether r is credited to a kept frame.
+func (f *Frames) holds(r *record) bool {
+	return r.gen != 0 && int(r.frame) < f.kept && f.gens[r.frame] == r.gen
+}
+
+// credit credits r, reached for the first time in this walk, to the
+// frame being walked.
+func (f *Frames) credit(r *record) {
+	if f.cur < 0 {
+		r.gen = 0
+		return
+	}
+	r.frame, r.gen = int32(f.cur), f.gens[f.cur]
+	f.n++
+}
+
+// freed forgets the credits from r's frame up when r, which is freed,
+// was credited to a frame: the counts no longer hold.
+func (f *Frames) freed(r *record) {
+	if r.gen != 0 && int(r.frame) < len(f.gens) && f.gens[r.frame] == r.gen {
+		f.truncate(int(r.frame))
+	}
+}
