@@ -1344,7 +1344,7 @@ func Call(thread *Thread, fn Value, args Tuple, kwargs []Tuple) (Value, error) {
 
 	thread.stack = append(thread.stack, fr) // push
 	thread.Calls++                          // memsh
-	mutating(c) // memsh: see Mutations
+	mutating(c)                             // memsh: see Mutations
 
 	fr.callable = c
 	fr.args, fr.kwargs = args, kwargs // memsh
