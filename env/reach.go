@@ -31,7 +31,8 @@ type Walker struct {
 	seen     map[unsafe.Pointer]struct{}
 	deadline time.Time
 	count    int  // values visited since the last look at the clock
-	late     bool // past the deadline
+	visited  int  // values visited in this walk, by 256
+	late     bool // past the deadline, after minWalkValues
 	// unknown names a value the walk met and could not look into (a type
 	// it does not know), if any: then it is not Complete.
 	unknown string
@@ -107,6 +108,13 @@ func (w *Walker) Done() {
 // themselves visited instead of using Seen.
 func (w *Walker) Epoch() uint64 { return w.r.Epoch }
 
+// minWalkValues: a walk that has visited fewer values than this is never
+// past its deadline. Its own work is a fraction of a millisecond; when
+// the clock says more, the time went elsewhere — the Go collector
+// stopping the goroutine to scan a deep recursion's stack — and giving up
+// would only send the reclaim to a collection, which scans it again.
+const minWalkValues = 4096
+
 // Exhausted reports that the walk is past its deadline.
 func (w *Walker) Exhausted() bool { return w.late }
 
@@ -115,7 +123,8 @@ func (w *Walker) tick() {
 	w.count++
 	if w.count >= 256 {
 		w.count = 0
-		w.late = time.Now().After(w.deadline)
+		w.visited += 256
+		w.late = w.visited >= minWalkValues && time.Now().After(w.deadline)
 	}
 }
 
@@ -134,7 +143,7 @@ func (w *Walker) Finish() bool {
 	if !w.late {
 		w.r.Drain()
 	}
-	return !w.late && !time.Now().After(w.deadline)
+	return !w.late && (w.visited < minWalkValues || !time.Now().After(w.deadline))
 }
 
 // Memory reports an allocation.
