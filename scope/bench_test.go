@@ -3,6 +3,7 @@ package scope_test
 import (
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"strings"
 	"testing"
@@ -157,7 +158,9 @@ for i in range(%d):
 // BenchmarkDeepRecursion calls a recursive function that allocates a
 // 256-byte tensor at each level and keeps it in a local until the
 // recursion unwinds (exact peak mode, inside an experiment), at depth
-// 1,000 and 8,000. Linear cost in depth (issue 13) shows as a ratio of 8.
+// 1,000 and 8,000. Linear cost in depth (issue 13) shows as a ratio of 8,
+// and as frames walked per level (over all the reclaims of the deeper
+// run) staying near 1.
 func BenchmarkDeepRecursion(b *testing.B) {
 	src := `
 def f(n):
@@ -170,6 +173,7 @@ f(%d)
 e.finish()
 `
 	times := map[int]time.Duration{}
+	frames := 0.0
 	for i := 0; i < b.N; i++ {
 		for _, depth := range []int{1000, 8000} {
 			s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: io.Discard, Err: io.Discard})
@@ -181,10 +185,49 @@ e.finish()
 				b.Fatal(err)
 			}
 			times[depth] += time.Since(start)
+			if depth == 8000 {
+				frames += float64(s.Manager().Stats().FramesWalked) / float64(depth)
+			}
 			s.Close()
 		}
 	}
 	b.ReportMetric(float64(times[1000].Milliseconds())/float64(b.N), "ms@1000")
 	b.ReportMetric(float64(times[8000].Milliseconds())/float64(b.N), "ms@8000")
 	b.ReportMetric(float64(times[8000])/float64(times[1000]), "ratio")
+	b.ReportMetric(frames/float64(b.N), "frames-walked/level")
+}
+
+// BenchmarkDeepRecursionPerLevel is BenchmarkDeepRecursion's recursion
+// (without the experiment) at depths 1,000 to 16,000, in exact and lazy
+// peak mode: the time per level of each (best of b.N runs) is flat when
+// the cost is linear in depth. Run it with GOGC=off too: the Go
+// collector's scans of the goroutine's stack (about 2 KiB per level) add
+// to both modes alike.
+func BenchmarkDeepRecursionPerLevel(b *testing.B) {
+	src := `
+def f(n):
+    t = tensor.zeros([64], device="cuda")
+    if n == 0:
+        return 0
+    return f(n - 1)
+f(%d)
+`
+	for _, mode := range []backend.PeakMode{backend.PeakExact, backend.PeakLazy} {
+		for _, depth := range []int{1000, 4000, 16000} {
+			best := time.Duration(math.MaxInt64)
+			for i := 0; i < b.N; i++ {
+				s, err := scope.New(scope.Options{Device: "sim:1GiB", Peak: mode, Out: io.Discard, Err: io.Discard})
+				if err != nil {
+					b.Fatal(err)
+				}
+				start := time.Now()
+				if err := s.Exec("deep.star", fmt.Sprintf(src, depth)); err != nil {
+					b.Fatal(err)
+				}
+				best = min(best, time.Since(start))
+				s.Close()
+			}
+			b.ReportMetric(float64(best.Nanoseconds())/1e3/float64(depth), fmt.Sprintf("µs/level@%d-%s", depth, mode))
+		}
+	}
 }
