@@ -190,9 +190,38 @@ func (m *Manager) emit(a Allocator, e Event) {
 	}
 }
 
+// entry is the Manager's reference to one allocation. Its handle is held
+// strongly (young) until the collector is to judge it: making a weak
+// pointer costs a walk of a per-span list in the Go runtime, and most
+// allocations are freed by a reach walk (or stay reachable) without a
+// collection ever asking. settle makes the weak pointers before every
+// runtime.GC() whose verdict the Manager reads.
 type entry struct {
-	handle weak.Pointer[Memory]
+	handle weak.Pointer[Memory] // once settled
+	young  *Memory              // until then
 	rec    *record
+}
+
+// value returns the entry's handle, or nil when the collector found it
+// unreachable.
+func (e *entry) value() *Memory {
+	if e.young != nil {
+		return e.young
+	}
+	return e.handle.Value()
+}
+
+// settle turns every young entry's strong reference into a weak pointer,
+// so that the next collection can tell which handles are unreachable.
+func (m *Manager) settle() {
+	for i := range m.entries {
+		if e := &m.entries[i]; e.young != nil {
+			if !e.rec.freed {
+				e.handle = weak.Make(e.young)
+			}
+			e.young = nil
+		}
+	}
 }
 
 // ManagerStats counts the Manager's reclaim work.
@@ -371,7 +400,7 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 		rec.pcs = rec.pcs[:runtime.Callers(2, rec.pcs)]
 	}
 	h := &Memory{rec: rec}
-	m.entries = append(m.entries, entry{handle: weak.Make(h), rec: rec})
+	m.entries = append(m.entries, entry{young: h, rec: rec})
 	m.live++
 	if storesData(a) {
 		m.sinceReclaim += nbytes
@@ -520,6 +549,7 @@ func (m *Manager) reclaimLocked() ReclaimResult {
 
 func (m *Manager) collectLocked(start time.Time) ReclaimResult {
 	gcStart := time.Now()
+	m.settle()
 	runtime.GC()
 	var res ReclaimResult
 	kept := m.entries[:0]
@@ -527,7 +557,7 @@ func (m *Manager) collectLocked(start time.Time) ReclaimResult {
 		if e.rec.freed {
 			continue
 		}
-		if e.handle.Value() == nil {
+		if e.value() == nil {
 			m.freeLocked(e.rec)
 			res.Freed += e.rec.nbytes
 			res.Count++
@@ -605,7 +635,7 @@ func (m *Manager) Live(f func(*Memory) bool) {
 		if e.rec.freed {
 			continue
 		}
-		if h := e.handle.Value(); h != nil {
+		if h := e.value(); h != nil {
 			hs = append(hs, h)
 		}
 	}

@@ -6,19 +6,22 @@ import (
 )
 
 // Memory is the handle to one allocation owned by a Manager: what a tensor's
-// storage or a cuda.malloc buffer holds. The Manager keeps only a weak
-// pointer to the handle, so when the last Starlark value referring to it
-// becomes unreachable the next reclaim frees the allocation.
+// storage or a cuda.malloc buffer holds. The reach walk finds the handles
+// the Session's values still reach (reach.go); before a reclaim asks the
+// Go collector instead, the Manager keeps only a weak pointer to each
+// handle (entry, settle), so when the last Starlark value referring to it
+// becomes unreachable the reclaim frees the allocation.
 //
 // Code holding a *Memory must not let the record escape to anything the
 // Manager keeps strongly.
 type Memory struct {
 	rec *record
-	// The Manager makes a weak pointer to every handle, which the Go
-	// runtime records in a list per span of memory, kept in address
-	// order; an 8-byte handle shares its span with 1,023 others, and
-	// each new weak pointer walks that list. 64 bytes (128 per span)
-	// made an op on a meta device 15 % faster (bench/README.md).
+	// A weak pointer to a handle (made before a collection that judges
+	// it) is recorded by the Go runtime in a list per span of memory,
+	// kept in address order; an 8-byte handle shares its span with 1,023
+	// others, and each new weak pointer walks that list. 64 bytes (128
+	// per span) made an op on a meta device 15 % faster when every
+	// allocation made one (bench/README.md).
 	_ [7]uintptr
 }
 

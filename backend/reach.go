@@ -219,9 +219,10 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 // garbage: the walk reported an allocation the collector finds
 // unreachable, which the walk's construction rules out.
 func (m *Manager) verifyProof() {
+	m.settle()
 	runtime.GC()
 	for _, e := range m.entries {
-		if !e.rec.freed && e.handle.Value() == nil {
+		if !e.rec.freed && e.value() == nil {
 			panic(fmt.Sprintf("memsh: reach walk proved no garbage, but the allocation of %d bytes on %s (sequence number %d) is unreachable", e.rec.nbytes, e.rec.device, e.rec.seq))
 		}
 	}
@@ -231,10 +232,11 @@ func (m *Manager) verifyProof() {
 // reach, and panics if any of it is still reachable: the walk missed a
 // holder.
 func (m *Manager) verifyGarbage(garbage []*record) {
+	m.settle()
 	runtime.GC()
 	dead := map[*record]bool{}
 	for _, e := range m.entries {
-		if !e.rec.freed && e.handle.Value() == nil {
+		if !e.rec.freed && e.value() == nil {
 			dead[e.rec] = true
 		}
 	}

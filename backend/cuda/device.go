@@ -15,6 +15,7 @@ import (
 type Device struct {
 	drv     *Driver
 	ordinal int
+	name    string // "cuda:N", made once: Name is called at every allocation
 	props   deviceProps
 	uuid    string
 
@@ -33,7 +34,7 @@ type Device struct {
 var _ backend.Device = (*Device)(nil)
 
 func newDevice(drv *Driver, ordinal int, p deviceProps) *Device {
-	return &Device{drv: drv, ordinal: ordinal, props: p, uuid: formatUUID(p.uuid), funcs: map[string]unsafe.Pointer{}}
+	return &Device{drv: drv, ordinal: ordinal, name: fmt.Sprintf("cuda:%d", ordinal), props: p, uuid: formatUUID(p.uuid), funcs: map[string]unsafe.Pointer{}}
 }
 
 // ContextInfo describes a device's primary context as memsh created it.
@@ -52,7 +53,7 @@ type ContextInfo struct {
 }
 
 // Name implements backend.Device: "cuda:N".
-func (d *Device) Name() string { return fmt.Sprintf("cuda:%d", d.ordinal) }
+func (d *Device) Name() string { return d.name }
 
 // Description implements backend.Device: the driver's device name.
 func (d *Device) Description() string { return d.props.name }

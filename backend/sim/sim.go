@@ -295,6 +295,7 @@ var hostMemTotal = func() (uint64, bool) {
 type Device struct {
 	mu      sync.Mutex
 	ordinal int
+	name    string // "cuda:N", made once: Name is called at every allocation
 	spec    Spec
 	used    uint64 // bytes handed out by Malloc
 	driver  uint64 // bytes taken outside the allocator since the start (TakeDriverMemory)
@@ -307,13 +308,13 @@ type Device struct {
 func New(sp Spec) []*Device {
 	ds := make([]*Device, sp.Count)
 	for i := range ds {
-		ds[i] = &Device{ordinal: i, spec: sp, next: 1 << 40, maps: map[*byte][]byte{}}
+		ds[i] = &Device{ordinal: i, name: fmt.Sprintf("cuda:%d", i), spec: sp, next: 1 << 40, maps: map[*byte][]byte{}}
 	}
 	return ds
 }
 
 // Name implements backend.Device.
-func (d *Device) Name() string { return fmt.Sprintf("cuda:%d", d.ordinal) }
+func (d *Device) Name() string { return d.name }
 
 // Kind implements backend.Device.
 func (d *Device) Kind() string { return "sim" }
