@@ -300,7 +300,7 @@ type Device struct {
 	used    uint64 // bytes handed out by Malloc
 	driver  uint64 // bytes taken outside the allocator since the start (TakeDriverMemory)
 	mallocs int
-	next    uintptr          // next fake address in meta mode
+	va      *vaSpace         // the device addresses of allocations (va.go)
 	maps    map[*byte][]byte // live mappings, by first byte
 }
 
@@ -308,7 +308,7 @@ type Device struct {
 func New(sp Spec) []*Device {
 	ds := make([]*Device, sp.Count)
 	for i := range ds {
-		ds[i] = &Device{ordinal: i, name: fmt.Sprintf("cuda:%d", i), spec: sp, next: 1 << 40, maps: map[*byte][]byte{}}
+		ds[i] = &Device{ordinal: i, name: fmt.Sprintf("cuda:%d", i), spec: sp, va: newVASpace(), maps: map[*byte][]byte{}}
 	}
 	return ds
 }
@@ -380,11 +380,9 @@ func (d *Device) Malloc(size uint64) (backend.DeviceMem, error) {
 		return backend.DeviceMem{}, fmt.Errorf("sim %s: cannot allocate %s: %w", d.Name(), backend.FormatSize(size), backend.ErrDeviceFull)
 	}
 	if d.spec.Meta {
-		p := d.next
-		d.next += uintptr((size + 4095) &^ 4095)
 		d.used += size
 		d.mallocs++
-		return backend.DeviceMem{Ptr: p}, nil
+		return backend.DeviceMem{Ptr: d.va.alloc(size)}, nil
 	}
 	b, err := mapPages(size)
 	if err != nil {
@@ -393,7 +391,9 @@ func (d *Device) Malloc(size uint64) (backend.DeviceMem, error) {
 	d.used += size
 	d.mallocs++
 	d.maps[&b[0]] = b
-	return backend.DeviceMem{Ptr: uintptr(unsafePointer(b)), Host: b}, nil
+	// the device address (the allocator orders blocks by it) is the
+	// driver's, as in meta mode; the data lives in the mapping
+	return backend.DeviceMem{Ptr: d.va.alloc(size), Host: b}, nil
 }
 
 // Free implements backend.Device.
@@ -406,6 +406,7 @@ func (d *Device) Free(m backend.DeviceMem, size uint64) error {
 			return fmt.Errorf("sim %s: munmap: %v", d.Name(), err)
 		}
 	}
+	d.va.free(m.Ptr)
 	d.used -= size
 	d.mallocs--
 	return nil
