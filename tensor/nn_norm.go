@@ -235,6 +235,14 @@ func NativeLayerNormBackward(g, x *Tensor, normalized []int, mean, rstd, w, b *T
 	if err != nil {
 		return nil, nil, nil, Renamed(err, fname)
 	}
+	if gw != nil || gb != nil {
+		release := x.ctx.Hold(gx, gw, gb, gc)
+		gw, gb, err = gammaBetaBlocks(fname, x, m, n, gw, gb)
+		release()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	outs := []*Tensor{gx, gw, gb}
 	err = actHostKernel(x.ctx, fname, outs, []*Tensor{gc, xc, mean, rstd, wc}, func(outs, ins []*Tensor) {
 		layerNormBackward(outs, ins, m, n)
@@ -246,6 +254,91 @@ func NativeLayerNormBackward(g, x *Tensor, normalized []int, mean, rstd, w, b *T
 		return nil, nil, nil, err
 	}
 	return gx, gw, gb, nil
+}
+
+// gammaBetaBlocks makes the memory of PyTorch's CUDA weight and bias
+// gradients of a layer norm over many short rows (ATen's
+// layer_norm_kernel.cu, LaunchGammaBetaBackwardCUDAKernel): when there are
+// more than 65,536 rows (m) and n/32 is less than half the device's
+// multiprocessors, each 32-row tile sums into a [blocks, n] buffer of the
+// gradient's dtype (blocks = min(⌈m/32⌉, 32,768/⌈n/32⌉); one for the
+// weight, then one for the bias), and each gradient is then that
+// buffer's .sum(0): a new tensor, with the reduce kernel's staging
+// (reduce_scratch.go), which replaces the gradient allocated first (freed
+// then). The buffers are freed last. Other devices and shapes allocate
+// nothing here. It returns the gradients to fill.
+func gammaBetaBlocks(fname string, x *Tensor, m, n int, gw, gb *Tensor) (*Tensor, *Tensor, error) {
+	a := presetAllocator(x)
+	if a == nil || m <= 64*1024 {
+		return gw, gb, nil
+	}
+	_, d := x.ctx.deviceOf(x.Device())
+	sms, tpsm, _ := d.(ReduceDevice).Multiprocessors()
+	if n/32 >= sms/2 {
+		return gw, gb, nil
+	}
+	bx := (n + 31) / 32
+	by := min((m+31)/32, (64*1024/2)/bx)
+	var releases []func()
+	defer func() {
+		for i := len(releases) - 1; i >= 0; i-- {
+			releases[i]()
+		}
+	}()
+	for _, p := range []*Tensor{gw, gb} {
+		if p == nil {
+			continue
+		}
+		r, err := cudaTemporary(x, uint64(by*n*p.dtype.Size()), "layer norm backward's per-tile sums")
+		if err != nil {
+			return nil, nil, err
+		}
+		releases = append(releases, r)
+	}
+	sum := func(p *Tensor) (*Tensor, error) {
+		if p == nil {
+			return nil, nil
+		}
+		out, err := newTensor(x.ctx, fname, p.mem.Device(), p.dtype, slices.Clone(p.shape))
+		if err != nil {
+			return nil, err
+		}
+		acc := int64(4)
+		if p.dtype == Float64 {
+			acc = 8
+		}
+		if staging, sem := reduceScratch(int64(by), int64(n), acc, sms, tpsm); staging > 0 {
+			buf, err := x.ctx.Manager.AllocOn(a, uint64(staging))
+			if err != nil {
+				x.ctx.Manager.Release(out.mem, "layer norm backward failed")
+				return nil, err
+			}
+			s, err := x.ctx.Manager.AllocOn(a, uint64(sem))
+			if err != nil {
+				x.ctx.Manager.Release(buf, "reduction staging")
+				x.ctx.Manager.Release(out.mem, "layer norm backward failed")
+				return nil, err
+			}
+			x.ctx.Manager.Release(s, "reduction semaphores")
+			x.ctx.Manager.Release(buf, "reduction staging")
+		}
+		x.ctx.Manager.Release(p.mem, "replaced by the sum of the per-tile sums")
+		return out, nil
+	}
+	ngw, err := sum(gw)
+	if err != nil {
+		return nil, nil, err
+	}
+	release := x.ctx.Hold(ngw)
+	defer release()
+	ngb, err := sum(gb)
+	if err != nil {
+		if ngw != nil {
+			x.ctx.Manager.Release(ngw.mem, "layer norm backward failed")
+		}
+		return nil, nil, err
+	}
+	return ngw, ngb, nil
 }
 
 // newGradParam allocates a gradient of p's shape (zero-filled when there
