@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -92,12 +93,6 @@ func TestRealGPUPhases(t *testing.T) {
 		rc := run(args, strings.NewReader(""), &out, &errb)
 		got := readPoints(t, out.Bytes())
 		switch {
-		case rc != 0 && c.ckpt && len(got) >= 4:
-			// Known gap: at batch 122 with checkpointing memsh runs out of
-			// memory in a later backward where PyTorch did not (CUDA's
-			// reduction staging buffers are not modelled; bench/README.md,
-			// "Real GPUs"). The points it reached are compared.
-			t.Logf("%+v: memsh stopped after %d of %d points: %s", c, len(got), len(want[c]), strings.TrimSpace(errb.String()))
 		case rc != 0:
 			t.Fatalf("%v: exit %d\n%s", args, rc, errb.String())
 		case len(got) != len(want[c]):
@@ -135,10 +130,15 @@ func TestRealGPUPhases(t *testing.T) {
 // TestRealGPUBoundary: the largest batch PyTorch trained on each card
 // (GPT-2 small, sequence 1024, bf16 autocast, AdamW, two steps, each
 // trial after empty_cache, the first of the search having made cuBLAS's
-// workspaces) fits in memsh's layout mode on the card's preset, and the
-// next batch runs out of memory, as it did on the card.
+// workspaces), with and without activation checkpointing, fits in memsh's
+// layout mode on the card's preset, and the next batch runs out of
+// memory, as it did on the card.
 func TestRealGPUBoundary(t *testing.T) {
-	for _, card := range []string{"h100", "h200"} {
+	for _, tc := range []struct {
+		card string
+		ckpt bool
+	}{{"h100", false}, {"h200", false}, {"h100", true}, {"h200", true}} {
+		card, ckpt := tc.card, tc.ckpt
 		data, err := os.ReadFile(realGPUDir + card + "_search.jsonl")
 		if err != nil {
 			t.Fatal(err)
@@ -154,7 +154,7 @@ func TestRealGPUBoundary(t *testing.T) {
 			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 				t.Fatal(err)
 			}
-			if !r.Checkpoint && r.LargestBatch != nil {
+			if r.Checkpoint == ckpt && r.LargestBatch != nil {
 				fit, oom = *r.LargestBatch, *r.FirstOOM
 			}
 		}
@@ -166,7 +166,7 @@ def forward_loss(model, x, y):
     out = model(x)
     return nn.functional.cross_entropy(out.view(-1, out.shape[-1]), y.view(-1))
 def train(b):
-    model = gpt2(device = "cuda", **GPT2_SMALL)
+    model = gpt2(device = "cuda", checkpoint = %s, **GPT2_SMALL)
     opt = optim.AdamW(model.parameters(), lr = 1e-4)
     x = tensor.randint(0, 50257, [b, 1024], device = "cuda")
     y = tensor.randint(0, 50257, [b, 1024], device = "cuda")
@@ -179,14 +179,14 @@ def train(b):
     return b
 r = sweep.grid(train, b = [1, %d, %d])
 print("STATUS", [t.status for t in r.trials])
-`, fit, oom)
+`, map[bool]string{false: "False", true: "True"}[ckpt], fit, oom)
 		var out, errb bytes.Buffer
 		args := []string{"--peak", "layout", "--quiet", "--device", "sim:" + strings.ToUpper(card) + ",meta", "--load-path", "../../scripts", "-c", code}
 		if rc := run(args, strings.NewReader(""), &out, &errb); rc != 0 {
 			t.Fatalf("%s: exit %d\n%s\n%s", card, rc, out.String(), errb.String())
 		}
 		if !strings.Contains(out.String(), `STATUS ["ok", "ok", "oom"]`) {
-			t.Errorf("%s: batch %d should fit and %d run out of memory, as on the card:\n%s", card, fit, oom, out.String())
+			t.Errorf("%s (checkpoint %v): batch %d should fit and %d run out of memory, as on the card:\n%s", card, ckpt, fit, oom, out.String())
 		}
 	}
 }
@@ -304,4 +304,145 @@ func normalizeFrees(ev []traceEvent) []traceEvent {
 	}
 	flush()
 	return out
+}
+
+// TestRealGPUPlacement: at batch 122 with activation checkpointing, where
+// the H100 had 1 GiB to spare, every allocation of more than 1 MiB of the
+// first training step's forward and backward, up to the embeddings'
+// backward (whose index sort's cub buffers memsh does not model), lands
+// where PyTorch 2.11's landed on the card
+// (h100_trace_b122_ckpt_cpp.jsonl.gz): in the segment of the same
+// ordinal (segments numbered as they were obtained) at the same offset.
+// The caching allocator picks the free block of the best size and, among
+// equal ones, the lowest address, so this holds only if the simulator
+// orders the segments' addresses as the CUDA driver does
+// (backend/sim/va.go) and the ops allocate what CUDA's kernels do (layer
+// norm backward's per-tile sums, tensor/nn_norm.go). The largest
+// reserved bytes of the whole run are PyTorch's to 2 MiB, the largest
+// allocated to 8 MiB.
+func TestRealGPUPlacement(t *testing.T) {
+	const large = 1 << 20
+	type place struct {
+		size        int64
+		seg, offset int64
+	}
+	segOf := func(segs []([3]int64), addr int64) (int64, int64) {
+		for _, sg := range segs {
+			if addr >= sg[0] && addr < sg[0]+sg[1] {
+				return sg[2], addr - sg[0]
+			}
+		}
+		return -1, -1
+	}
+	f, err := os.Open(realGPUDir + "h100_trace_b122_ckpt_cpp.jsonl.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []place
+	var segs [][3]int64     // address, size, ordinal
+	nseg, n := int64(0), -1 // n: large allocations before the embeddings' backward
+	var wantAlloc, wantRes, alloc, res int64
+	sc := bufio.NewScanner(zr)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var e struct {
+			A    string `json:"a"`
+			S    int64  `json:"s"`
+			Addr int64  `json:"addr"`
+			Node string `json:"node"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatal(err)
+		}
+		switch e.A {
+		case "segment_alloc":
+			segs = append(segs, [3]int64{e.Addr, e.S, nseg})
+			nseg++
+			res += e.S
+			wantRes = max(wantRes, res)
+		case "segment_free":
+			segs = slices.DeleteFunc(segs, func(sg [3]int64) bool { return sg[0] == e.Addr })
+			res -= e.S
+		case "alloc":
+			alloc += e.S
+			wantAlloc = max(wantAlloc, alloc)
+			if n < 0 && strings.Contains(e.Node, "EmbeddingBackward") {
+				n = len(want)
+			}
+			if e.S > large {
+				sg, off := segOf(segs, e.Addr)
+				want = append(want, place{e.S, sg, off})
+			}
+		case "free_completed":
+			alloc -= e.S
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	var out bytes.Buffer
+	sess, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakLayout, Out: &out, Err: &out, Argv: []string{"--batch", "122", "--checkpoint"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []place
+	var gsegs [][3]int64
+	var gotAlloc, gotRes, cur int64 // the blocks' bytes since the recording began, as in the trace
+	nseg = 0
+	stop := sess.Manager().Observe(func(e backend.Event) {
+		if e.Device != "cuda:0" {
+			return
+		}
+		switch e.Kind {
+		case backend.EventSegmentAlloc:
+			gsegs = append(gsegs, [3]int64{int64(e.Addr), int64(e.Size), nseg})
+			nseg++
+		case backend.EventSegmentFree:
+			gsegs = slices.DeleteFunc(gsegs, func(sg [3]int64) bool { return sg[0] == int64(e.Addr) })
+		case backend.EventAlloc:
+			cur += int64(e.Size)
+			gotAlloc = max(gotAlloc, cur)
+			if e.Requested > large {
+				sg, off := segOf(gsegs, int64(e.Addr))
+				got = append(got, place{int64(e.Requested), sg, off})
+			}
+		case backend.EventFree:
+			cur -= int64(e.Size)
+		}
+		gotRes = max(gotRes, int64(e.Reserved))
+	})
+	err = sess.Exec("../../scripts/fit_phases.star", nil)
+	stop()
+	sess.Close()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if n < 1000 {
+		t.Fatalf("golden trace: the embeddings' backward at large allocation %d", n)
+	}
+	for i := range want[:n] {
+		if i >= len(got) || got[i] != want[i] {
+			var g place
+			if i < len(got) {
+				g = got[i]
+			}
+			t.Fatalf("large allocation %d (of %d compared): memsh %+v, PyTorch %+v", i, n, g, want[i])
+		}
+	}
+	const mib = 1 << 20
+	if d := gotRes - wantRes; d < -2*mib || d > 2*mib {
+		t.Errorf("largest reserved: memsh %d, PyTorch %d", gotRes, wantRes)
+	}
+	// the second step's backward still differs (the embeddings' index
+	// sort, cub's buffers): 6.9 MiB more at memsh's peak
+	if d := gotAlloc - wantAlloc; d < -8*mib || d > 8*mib {
+		t.Errorf("largest allocated: memsh %d, PyTorch %d", gotAlloc, wantAlloc)
+	}
+	t.Logf("%d large allocations placed as on the H100; largest reserved %d (PyTorch %d), allocated %d (PyTorch %d)", n, gotRes, wantRes, gotAlloc, wantAlloc)
 }
