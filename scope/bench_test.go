@@ -155,6 +155,16 @@ for i in range(%d):
 	}
 }
 
+// deepRecursion defines f(n), which recurses n levels deep, each keeping a
+// 256-byte tensor in a local until the recursion unwinds.
+const deepRecursion = `
+def f(n):
+    t = tensor.zeros([64], device="cuda")
+    if n == 0:
+        return 0
+    return f(n - 1)
+`
+
 // BenchmarkDeepRecursion calls a recursive function that allocates a
 // 256-byte tensor at each level and keeps it in a local until the
 // recursion unwinds (exact peak mode, inside an experiment), at depth
@@ -162,12 +172,7 @@ for i in range(%d):
 // and as frames walked per level (over all the reclaims of the deeper
 // run) staying near 1.
 func BenchmarkDeepRecursion(b *testing.B) {
-	src := `
-def f(n):
-    t = tensor.zeros([64], device="cuda")
-    if n == 0:
-        return 0
-    return f(n - 1)
+	src := deepRecursion + `
 e = experiment(quiet=True)
 f(%d)
 e.finish()
@@ -204,14 +209,7 @@ e.finish()
 // collector's scans of the goroutine's stack (about 2 KiB per level) add
 // to both modes alike.
 func BenchmarkDeepRecursionPerLevel(b *testing.B) {
-	src := `
-def f(n):
-    t = tensor.zeros([64], device="cuda")
-    if n == 0:
-        return 0
-    return f(n - 1)
-f(%d)
-`
+	src := deepRecursion + "f(%d)\n"
 	for _, mode := range []backend.PeakMode{backend.PeakExact, backend.PeakLazy} {
 		for _, depth := range []int{1000, 4000, 16000} {
 			best := time.Duration(math.MaxInt64)

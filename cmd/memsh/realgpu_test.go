@@ -208,25 +208,8 @@ func TestRealGPUTrace(t *testing.T) {
 		{"h100_trace_b1.jsonl.gz", false},
 		{"h100_trace_b1_ckpt.jsonl.gz", true},
 	} {
-		f, err := os.Open(realGPUDir + tc.golden)
-		if err != nil {
-			t.Fatal(err)
-		}
-		zr, err := gzip.NewReader(f)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var want []traceEvent
-		sc := bufio.NewScanner(zr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var e struct {
-				A string `json:"a"`
-				S int64  `json:"s"`
-			}
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				t.Fatal(err)
-			}
+		eachTraceEvent(t, tc.golden, func(e goldenEvent) {
 			switch {
 			case e.S <= large:
 			case e.A == "alloc":
@@ -234,8 +217,7 @@ func TestRealGPUTrace(t *testing.T) {
 			case e.A == "free_completed":
 				want = append(want, traceEvent{false, e.S})
 			}
-		}
-		f.Close()
+		})
 
 		args := []string{"--batch", "1"}
 		if tc.ckpt {
@@ -334,31 +316,11 @@ func TestRealGPUPlacement(t *testing.T) {
 		}
 		return -1, -1
 	}
-	f, err := os.Open(realGPUDir + "h100_trace_b122_ckpt_cpp.jsonl.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var want []place
 	var segs [][3]int64     // address, size, ordinal
 	nseg, n := int64(0), -1 // n: large allocations before the embeddings' backward
 	var wantAlloc, wantRes, alloc, res int64
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var e struct {
-			A    string `json:"a"`
-			S    int64  `json:"s"`
-			Addr int64  `json:"addr"`
-			Node string `json:"node"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatal(err)
-		}
+	eachTraceEvent(t, "h100_trace_b122_ckpt_cpp.jsonl.gz", func(e goldenEvent) {
 		switch e.A {
 		case "segment_alloc":
 			segs = append(segs, [3]int64{e.Addr, e.S, nseg})
@@ -381,10 +343,7 @@ func TestRealGPUPlacement(t *testing.T) {
 		case "free_completed":
 			alloc -= e.S
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
+	})
 
 	var out bytes.Buffer
 	sess, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakLayout, Out: &out, Err: &out, Argv: []string{"--batch", "122", "--checkpoint"}})
@@ -445,4 +404,41 @@ func TestRealGPUPlacement(t *testing.T) {
 		t.Errorf("largest allocated: memsh %d, PyTorch %d", gotAlloc, wantAlloc)
 	}
 	t.Logf("%d large allocations placed as on the H100; largest reserved %d (PyTorch %d), allocated %d (PyTorch %d)", n, gotRes, wantRes, gotAlloc, wantAlloc)
+}
+
+// goldenEvent is one event of a torch allocator trace (bench/gpu/torch_fit.py
+// trace): its action, size, address and, in the _cpp traces, the autograd
+// node that made it.
+type goldenEvent struct {
+	A    string `json:"a"`
+	S    int64  `json:"s"`
+	Addr int64  `json:"addr"`
+	Node string `json:"node"`
+}
+
+// eachTraceEvent calls f for every event of the gzipped golden trace name,
+// in order.
+func eachTraceEvent(t *testing.T, name string, f func(goldenEvent)) {
+	t.Helper()
+	file, err := os.Open(realGPUDir + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	zr, err := gzip.NewReader(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(zr)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var e goldenEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatal(err)
+		}
+		f(e)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
 }
