@@ -207,7 +207,8 @@ e.finish()
 // peak mode: the time per level of each (best of b.N runs) is flat when
 // the cost is linear in depth. Run it with GOGC=off too: the Go
 // collector's scans of the goroutine's stack (about 2 KiB per level) add
-// to both modes alike.
+// to both modes alike, and to go.starlark.net's own recursion, which is
+// measured too.
 func BenchmarkDeepRecursionPerLevel(b *testing.B) {
 	src := deepRecursion + "f(%d)\n"
 	for _, mode := range []backend.PeakMode{backend.PeakExact, backend.PeakLazy} {
@@ -227,5 +228,20 @@ func BenchmarkDeepRecursionPerLevel(b *testing.B) {
 			}
 			b.ReportMetric(float64(best.Nanoseconds())/1e3/float64(depth), fmt.Sprintf("µs/level@%d-%s", depth, mode))
 		}
+	}
+	// go.starlark.net alone, a 64-element list per level instead of the
+	// tensor: how the interpreter's own recursion grows with depth
+	opts := &syntax.FileOptions{Recursion: true}
+	for _, depth := range []int{1000, 4000, 16000} {
+		src := fmt.Sprintf("def f(n):\n    t = [n] * 64\n    if n == 0:\n        return 0\n    return f(n - 1)\nf(%d)\n", depth)
+		best := time.Duration(math.MaxInt64)
+		for i := 0; i < b.N; i++ {
+			start := time.Now()
+			if _, err := starlark.ExecFileOptions(opts, &starlark.Thread{}, "deep.star", src, nil); err != nil {
+				b.Fatal(err)
+			}
+			best = min(best, time.Since(start))
+		}
+		b.ReportMetric(float64(best.Nanoseconds())/1e3/float64(depth), fmt.Sprintf("µs/level@%d-go.starlark.net", depth))
 	}
 }
