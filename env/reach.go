@@ -215,6 +215,7 @@ func (w *Walker) Value(v starlark.Value) {
 		v.Reach(w)
 	case Opaque:
 	case *starlark.List:
+		v.Watch() // a mutation now moves starlark.Mutations (scope/reach.go)
 		if Seen(w, v) {
 			return
 		}
@@ -226,6 +227,7 @@ func (w *Walker) Value(v starlark.Value) {
 			w.Value(x)
 		}
 	case *starlark.Dict:
+		v.Watch()
 		if Seen(w, v) {
 			return
 		}
@@ -234,6 +236,7 @@ func (w *Walker) Value(v starlark.Value) {
 			w.Value(x)
 		}
 	case *starlark.Set:
+		v.Watch()
 		if Seen(w, v) {
 			return
 		}

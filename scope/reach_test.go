@@ -306,9 +306,10 @@ peak = f(%d)
 // waiting frames gains or loses a tensor, built-ins that are not pure
 // (backward, an optimizer step) give parameters gradients and state in
 // the middle of a recursion — every proof and every walk-freed
-// allocation checked by a collection, and the peaks exact. (Without the
-// Mutations counter the dropped tensor counts toward the peak and the
-// verification panics.)
+// allocation checked by a collection, and the peaks exact. The list and
+// the dict change through their own methods, which are pure built-ins:
+// what moves starlark.Mutations is that a walk watched them (without it
+// the dropped tensor counts toward the peak and the verification panics).
 func TestKeptFramesSeeMutations(t *testing.T) {
 	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
 	s, _ := newSession(t, "sim:1GiB")
@@ -325,8 +326,8 @@ def deep(n, lst, d, fn):
     return fn(lst, d)
 
 def swap(lst, d):
-    lst[0] = None             # 64 KiB dropped, held by a waiting frame's list
-    d["k"] = grow(32)         # 32 KiB kept, only through a waiting frame's dict
+    lst.pop(0)                # 64 KiB dropped, held by a waiting frame's list
+    d.update(k = grow(32))    # 32 KiB kept, only through a waiting frame's dict
     big = grow(512)           # raises the peak: the 64 KiB must be gone, the 32 KiB kept
     peak = cuda.max_memory_allocated()
     big = None

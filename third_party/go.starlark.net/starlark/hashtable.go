@@ -24,6 +24,7 @@ type hashtable struct {
 	head      *entry  // insertion order doubly-linked list; may be nil
 	tailLink  **entry // address of nil link at end of list (perhaps &head)
 	frozen    bool
+	watched   bool // memsh: see List.Watch
 
 	_ noCopy // triggers vet copylock check on this type.
 }
@@ -330,7 +331,9 @@ func (ht *hashtable) delete(k Value) (v Value, found bool, err error) {
 // checkMutable reports an error if the hash table should not be mutated.
 // verb+" dict" should describe the operation.
 func (ht *hashtable) checkMutable(verb string) error {
-	mutations.Add(1) // memsh: see Mutations
+	if ht.watched {
+		mutations.Add(1) // memsh: see Mutations and List.Watch
+	}
 	if ht.frozen {
 		return fmt.Errorf("cannot %s frozen hash table", verb)
 	}

@@ -156,6 +156,22 @@ var (
 	}
 )
 
+// memsh: the built-in functions and methods change existing values only
+// through the lists', dicts' and sets' own mutability checks, which move
+// the Mutations counter for watched ones: calling them does not.
+func init() {
+	for _, v := range Universe {
+		if b, ok := v.(*Builtin); ok {
+			b.DeclarePure()
+		}
+	}
+	for _, ms := range []map[string]*Builtin{bytesMethods, dictMethods, listMethods, stringMethods, setMethods} {
+		for _, b := range ms {
+			b.DeclarePure()
+		}
+	}
+}
+
 func builtinAttr(recv Value, name string, methods map[string]*Builtin) (Value, error) {
 	b := methods[name]
 	if b == nil {
@@ -1435,7 +1451,9 @@ func list_remove(_ *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, erro
 		if eq, err := Equal(elem, value); err != nil {
 			return nil, fmt.Errorf("remove: %v", err)
 		} else if eq {
+			n := len(recv.elems)
 			recv.elems = append(recv.elems[:i], recv.elems[i+1:]...)
+			recv.elems[:n][n-1] = nil // memsh: the vacated slot lets go of its value
 			return None, nil
 		}
 	}
@@ -1463,6 +1481,7 @@ func list_pop(_ *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, error) 
 	}
 	res := list.elems[i]
 	list.elems = append(list.elems[:i], list.elems[i+1:]...)
+	list.elems[:n][n-1] = nil // memsh: the vacated slot lets go of its value
 	return res, nil
 }
 

@@ -900,6 +900,9 @@ type Dict struct {
 	ht hashtable
 }
 
+// memsh: Watch is List.Watch for a dict.
+func (d *Dict) Watch() { d.ht.watched = true }
+
 // NewDict returns a set with initial space for
 // at least size insertions before rehashing.
 func NewDict(size int) *Dict {
@@ -970,8 +973,15 @@ func dictsEqual(x, y *Dict, depth int) (bool, error) {
 type List struct {
 	elems     []Value
 	frozen    bool
+	watched   bool   // memsh: see Watch
 	itercount uint32 // number of active iterators (ignored if frozen)
 }
+
+// memsh: Watch makes every later mutation of l move the Mutations
+// counter (memsh watches the containers a reclaim's walk found in the
+// frames of running functions; a mutation of any other cannot change
+// what those frames reach).
+func (l *List) Watch() { l.watched = true }
 
 // NewList returns a list containing the specified elements.
 // Callers should not subsequently modify elems.
@@ -989,7 +999,9 @@ func (l *List) Freeze() {
 // checkMutable reports an error if the list should not be mutated.
 // verb+" list" should describe the operation.
 func (l *List) checkMutable(verb string) error {
-	mutations.Add(1) // memsh: see Mutations
+	if l.watched {
+		mutations.Add(1) // memsh: see Mutations and Watch
+	}
 	if l.frozen {
 		return fmt.Errorf("cannot %s frozen list", verb)
 	}
@@ -1234,6 +1246,9 @@ func (it *tupleIterator) Done() {}
 type Set struct {
 	ht hashtable // values are all None
 }
+
+// memsh: Watch is List.Watch for a set.
+func (s *Set) Watch() { s.ht.watched = true }
 
 // NewSet returns a dictionary with initial space for
 // at least size insertions before rehashing.
