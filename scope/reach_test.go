@@ -261,12 +261,14 @@ r = sorted([tensor.ones([8 * i + 8], device="cuda") for i in range(4)], key=lamb
 	}
 }
 
-// TestDeepRecursionKeepsFrames: in a recursion that keeps a tensor per
-// level, a reclaim does not walk again the frames that have not run since
-// the last walk (backend.Frames), so the frames walked over the whole
-// recursion grow linearly with its depth (issue 13: deep recursion costs
-// linear time in depth), and the peak stays exact: the depth+1 tensors
-// of 256 bytes, each rounded up to the allocator's 512-byte blocks.
+// TestDeepRecursionKeepsFrames: in a recursion that keeps tensors per
+// level (and builds a list of its own with append, a go.starlark.net
+// method: pure, and the list is not watched yet), a reclaim does not
+// walk again the frames that have not run since the last walk
+// (backend.Frames), so the frames walked over the whole recursion grow
+// linearly with its depth (issue 13: deep recursion costs linear time in
+// depth), and the peak stays exact: two tensors of 256 bytes per level,
+// each rounded up to the allocator's 512-byte blocks.
 func TestDeepRecursionKeepsFrames(t *testing.T) {
 	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
 	for _, depth := range []int{500, 4000} {
@@ -275,6 +277,8 @@ func TestDeepRecursionKeepsFrames(t *testing.T) {
 def f(n):
     t = tensor.zeros([64], device="cuda")
     u = t + 1
+    seen = []          # a list of its own, changed by a built-in method
+    seen.append(len(str(n)))
     if n == 0:
         return cuda.max_memory_allocated()
     return f(n - 1)
