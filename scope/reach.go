@@ -104,9 +104,10 @@ func (s *Session) stamp() uint64 {
 // its locals, operand stack, arguments and loop iterables stay as they
 // were (starlark.Thread.LowWater says which frames have not run since the
 // last walk). What those values refer to can change only through code
-// that changes an existing value — a list, dict or set mutated, a field
-// or element assigned, a built-in that is not declared pure run (its
-// entry and every return into it) — which moves starlark.Mutations; and
+// that changes an existing value — a list, dict or set that a walk met
+// mutated (env.Walker watches them: starlark.List.Watch), a field or
+// element assigned, a built-in that is not declared pure run (its entry
+// and every return into it) — which moves starlark.Mutations; and
 // Go code that drops memory notes it (backend.Manager.NoteGarbage), which
 // makes the Manager forget the credits. So while Mutations has not moved,
 // a walk keeps the frames below the low-water mark but one. A walk made
@@ -120,9 +121,9 @@ type frameCache struct {
 	who, why  []string
 }
 
-// walk walks the call stack of thread (see walkFrames), bottom-up,
-// keeping what it can of the last walk when keep is set and frames is
-// not nil, and returns the horizon and the built-in that gave it.
+// walk walks the call stack of thread bottom-up, each frame as walkFrame
+// does, keeping what it can of the last walk when keep is set and frames
+// is not nil, and returns the horizon and the built-in that gave it.
 func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, frames *backend.Frames, keep bool) (uint64, string) {
 	if thread == nil {
 		return now, ""

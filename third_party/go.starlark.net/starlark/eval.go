@@ -784,7 +784,8 @@ func getAttr(x Value, name string) (Value, error) {
 
 // setField implements x.name = y.
 func setField(x Value, name string, y Value) error {
-	mutations.Add(1) // memsh
+	mutations.Add(1)       // memsh: before, and after (its Go code may
+	defer mutations.Add(1) // allocate, and so reclaim, before it assigns)
 	if x, ok := x.(HasSetField); ok {
 		err := x.SetField(name, y)
 		if is[NoSuchAttrError](err) {
@@ -840,7 +841,8 @@ func outOfRange(i, n int, x Value) error {
 
 // setIndex implements x[y] = z.
 func setIndex(x, y, z Value) error {
-	mutations.Add(1) // memsh
+	mutations.Add(1) // memsh: before and after, as setField
+	defer mutations.Add(1)
 	switch x := x.(type) {
 	case HasSetKey:
 		if err := x.SetKey(y, z); err != nil {
