@@ -3,6 +3,7 @@ package scope_test
 import (
 	"io"
 	"strings"
+	"syscall"
 	"testing"
 
 	"go.starlark.net/starlark"
@@ -19,6 +20,22 @@ import (
 // The seed corpus (testdata/fuzz/FuzzExec) runs with `go test`.
 func FuzzExec(f *testing.F) {
 	f.Add("x = tensor.zeros([4, 4], device='cuda')\ny = x + 1\n")
+	// A fuzzed program may ask for host tensors of any size (the default
+	// device is the CPU): a sweep that doubles one until it runs out of
+	// memory would fill the machine, and the kernel kills the worker,
+	// which the fuzzer reports as a crash (testdata/fuzz/FuzzExec/
+	// 27040247e17775d0). Past 2 GiB of private mappings (RLIMIT_DATA,
+	// which counts the mappings host tensors live in) an allocation fails
+	// and memsh reports it as host memory exhausted, as it does on a full
+	// machine.
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_DATA, &old); err == nil && old.Cur > 2<<30 {
+		lim := old
+		lim.Cur = 2 << 30
+		if err := syscall.Setrlimit(syscall.RLIMIT_DATA, &lim); err == nil {
+			defer syscall.Setrlimit(syscall.RLIMIT_DATA, &old)
+		}
+	}
 	f.Fuzz(func(t *testing.T, src string) {
 		if len(src) > 4096 {
 			return
