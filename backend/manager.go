@@ -659,7 +659,9 @@ func (m *Manager) Seq() uint64 {
 func (m *Manager) Stats() ManagerStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.stats
+	st := m.stats
+	st.FramesWalked, st.FramesKept = m.reach.frames.Walked, m.reach.frames.Kept
+	return st
 }
 
 // Close frees every allocation, reachable or not. The Manager must not be

@@ -162,7 +162,6 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		return res, false
 	}
 	m.reach.backoff = 0
-	m.stats.FramesWalked, m.stats.FramesKept = fr.Walked, fr.Kept
 	reached += fr.keptCount()
 	if reached == m.live {
 		if m.reach.verify {

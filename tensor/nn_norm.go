@@ -307,20 +307,9 @@ func gammaBetaBlocks(fname string, x *Tensor, m, n int, gw, gb *Tensor) (*Tensor
 		if p.dtype == Float64 {
 			acc = 8
 		}
-		if staging, sem := reduceScratch(int64(by), int64(n), acc, sms, tpsm); staging > 0 {
-			buf, err := x.ctx.Manager.AllocOn(a, uint64(staging))
-			if err != nil {
-				x.ctx.Manager.Release(out.mem, "layer norm backward failed")
-				return nil, err
-			}
-			s, err := x.ctx.Manager.AllocOn(a, uint64(sem))
-			if err != nil {
-				x.ctx.Manager.Release(buf, "reduction staging")
-				x.ctx.Manager.Release(out.mem, "layer norm backward failed")
-				return nil, err
-			}
-			x.ctx.Manager.Release(s, "reduction semaphores")
-			x.ctx.Manager.Release(buf, "reduction staging")
+		if err := takeReduceScratch(x.ctx, a, int64(by), int64(n), acc, sms, tpsm); err != nil {
+			x.ctx.Manager.Release(out.mem, "layer norm backward failed")
+			return nil, err
 		}
 		x.ctx.Manager.Release(p.mem, "replaced by the sum of the per-tile sums")
 		return out, nil

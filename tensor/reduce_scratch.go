@@ -122,21 +122,29 @@ func reductionScratch(t *Tensor, dims []int) error {
 	if t.dtype == Float64 || !t.dtype.IsFloat() {
 		acc = 8
 	}
+	return takeReduceScratch(t.ctx, a, r, c, acc, sms, tpsm)
+}
+
+// takeReduceScratch allocates on a, then frees, the staging and semaphores
+// of PyTorch's reduce kernel summing the r rows of an [r, c] input
+// (reduceScratch), as the kernel's launch does; nothing when it needs
+// none.
+func takeReduceScratch(ctx *Context, a backend.Allocator, r, c, acc int64, sms, tpsm int) error {
 	staging, sem := reduceScratch(r, c, acc, sms, tpsm)
 	if staging == 0 {
 		return nil
 	}
-	buf, err := t.ctx.Manager.AllocOn(a, uint64(staging))
+	buf, err := ctx.Manager.AllocOn(a, uint64(staging))
 	if err != nil {
 		return err
 	}
-	s, err := t.ctx.Manager.AllocOn(a, uint64(sem))
+	s, err := ctx.Manager.AllocOn(a, uint64(sem))
 	if err != nil {
-		t.ctx.Manager.Release(buf, "reduction staging")
+		ctx.Manager.Release(buf, "reduction staging")
 		return err
 	}
-	t.ctx.Manager.Release(s, "reduction semaphores")
-	t.ctx.Manager.Release(buf, "reduction staging")
+	ctx.Manager.Release(s, "reduction semaphores")
+	ctx.Manager.Release(buf, "reduction staging")
 	return nil
 }
 
