@@ -45,6 +45,10 @@ type ReachNode interface {
 // accumulator when it has autograd state (nodes are walked by Drain).
 func (r *Reacher) Tensor(t *Tensor) {
 	for t != nil {
+		if t.reached == r.Epoch {
+			return
+		}
+		t.reached = r.Epoch
 		if t.mem != nil {
 			r.Memory(t.mem)
 		}

@@ -33,6 +33,11 @@ type Tensor struct {
 	Binding any
 
 	ag *AutogradMeta // autograd state (autograd_meta.go), nil if none
+
+	// reached is the number of the last reach walk that visited the
+	// tensor (Reacher.Tensor), so that a parameter met through its
+	// module, its optimizer and its AccumulateGrad node is walked once.
+	reached uint64
 }
 
 // newTensorOn makes a tensor over mem with a new Storage.

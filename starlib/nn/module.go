@@ -22,6 +22,7 @@ type Layer struct {
 	typ      string // PyTorch's class name: "Linear", "Sequential", "Module"
 	names    []string
 	entries  map[string]starlark.Value
+	vals     []starlark.Value // vals[i] is entries[names[i]] (for the reach walk)
 	kinds    map[string]entryKind
 	training bool
 	frozen   bool
@@ -96,6 +97,9 @@ func (m *Layer) Name() string          { return m.typ }
 func (m *Layer) set(name string, v starlark.Value, k entryKind) {
 	if _, ok := m.entries[name]; !ok {
 		m.names = append(m.names, name)
+		m.vals = append(m.vals, v)
+	} else {
+		m.vals[slices.Index(m.names, name)] = v
 	}
 	m.entries[name] = v
 	m.kinds[name] = k
@@ -184,6 +188,7 @@ func (m *Layer) SetField(name string, v starlark.Value) error {
 	case starlark.NoneType:
 		if k, ok := m.kinds[name]; ok && (k == kindParam || k == kindBuffer) {
 			m.entries[name] = starlark.None
+			m.vals[slices.Index(m.names, name)] = starlark.None
 			return nil
 		}
 	}

@@ -9,8 +9,8 @@ func (m *Layer) Reach(w *env.Walker) {
 		return
 	}
 	m.reached = w.Epoch()
-	for _, name := range m.names {
-		w.Value(m.entries[name])
+	for _, v := range m.vals {
+		w.Value(v)
 	}
 	w.Value(m.userForward)
 }
