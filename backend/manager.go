@@ -485,6 +485,20 @@ func (m *Manager) NoteDropped() {
 	m.mu.Unlock()
 }
 
+// Dropped tells the Manager that the running Go code that made h no
+// longer holds it: a reach walk that does not reach h may free it even
+// though h was made after the walk's Horizon (which otherwise leaves h to
+// the collector). The caller must hold no other handle to h's memory
+// that the walk cannot see. Layout mode looks for garbage before its next
+// allocation, as after NoteDropped.
+func (m *Manager) Dropped(h *Memory) {
+	m.mu.Lock()
+	h.rec.dropped = true
+	m.layout.noted = true
+	m.reach.frames.Reset()
+	m.mu.Unlock()
+}
+
 // ResetPeakStats resets a's ".peak" statistics to the current figures, as
 // torch.cuda.reset_peak_memory_stats does.
 func (m *Manager) ResetPeakStats(a Allocator) {

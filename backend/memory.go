@@ -42,6 +42,7 @@ type record struct {
 	released string    // non-empty once freed explicitly: why
 	library  string    // non-empty for memory a library keeps for the process: what (SetLibrary)
 	freed    bool
+	dropped  bool // the Go code that made it let go of it (Manager.Dropped)
 }
 
 // Bytes returns the CPU view of the allocation's nbytes bytes, or nil when the

@@ -184,7 +184,7 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		if r.freed || r.mark == epoch || fr.holds(r) {
 			continue
 		}
-		if w.protects(r.stamp) {
+		if !r.dropped && w.protects(r.stamp) {
 			if debugReach {
 				fmt.Fprintf(os.Stderr, "reach: %d bytes (stamp %d, horizon %d) may be held by %s\n", r.nbytes, r.stamp, w.Horizon, w.Holder)
 				fr := runtime.CallersFrames(r.pcs)

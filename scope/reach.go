@@ -138,7 +138,9 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 		kept = frames.Keep(n)
 	}
 	c.horizon, c.who, c.why = c.horizon[:kept], c.who[:kept], c.why[:kept]
-	horizon, who, why := now, "", ""
+	// the frames' own bounds (the walk's now is not one: a kept frame's
+	// bound must not be an earlier walk's now)
+	horizon, who, why := uint64(math.MaxUint64), "", ""
 	if kept > 0 {
 		horizon, who, why = c.horizon[kept-1], c.who[kept-1], c.why[kept-1]
 		if why != "" {
@@ -170,6 +172,9 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 	}
 	c.thread, c.mutations, c.usable = thread, starlark.Mutations(), keep && frames != nil && depth > 0 && pure(thread.DebugFrame(0).Callable())
 	thread.ResetLowWater()
+	if horizon > now || (horizon == now && who == "") {
+		return now, ""
+	}
 	return horizon, who
 }
 

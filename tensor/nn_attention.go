@@ -37,14 +37,19 @@ func FlashAttentionForward(q, k, v *Tensor, dropoutP float64, causal bool, scale
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
+	release := c.Hold(o) // reachable while the rest is allocated
 	if lse, err = newTensor(c, fname, q.mem.Device(), Float32, []int{B, H, L}); err != nil {
+		release()
 		return nil, nil, nil, nil, err
 	}
+	c.Hold(lse) // released with o's hold
 	var rs, ro uint64
 	if dropoutP > 0 {
 		rs, ro = c.draw(B * H * 32)
 	}
-	if seed, offset, err = philoxTensors(c, dropoutP > 0, rs, ro); err != nil {
+	seed, offset, err = philoxTensors(c, dropoutP > 0, rs, ro)
+	release()
+	if err != nil {
 		return nil, nil, nil, nil, err
 	}
 	if out, err = Transpose(o, 1, 2); err != nil {

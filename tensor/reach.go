@@ -267,6 +267,20 @@ func (r *Reacher) Protect(from, to uint64, who string) {
 // lowest stamp it gave.
 func (r *Reacher) Bounded() bool { return r.bounded }
 
+// Dropped tells the Manager that the calling Go code no longer holds ts
+// (temporaries of a composite op, such as rms_norm's pow and mean, that a
+// reference-counted runtime frees when the expression ends): a reclaim's
+// walk that does not reach them frees them without a collection. The
+// caller must hold no other tensor over their storage; what autograd
+// saved of them the walk reaches, and keeps.
+func Dropped(ts ...*Tensor) {
+	for _, t := range ts {
+		if t != nil && t.mem != nil && t.ctx != nil && t.ctx.Manager != nil {
+			t.ctx.Manager.Dropped(t.mem)
+		}
+	}
+}
+
 // holdMemory is Hold for a raw allocation.
 func (c *Context) holdMemory(m *backend.Memory) (release func()) {
 	n := len(c.inFlightMem)

@@ -3,7 +3,6 @@ package autograd
 import (
 	"fmt"
 	"math"
-	"runtime"
 
 	"github.com/memsh/memsh/tensor"
 )
@@ -99,35 +98,79 @@ func RMSNorm(x *tensor.Tensor, normalized []int, w *tensor.Tensor, eps *float64)
 	for i := range dims {
 		dims[i] = x.Dim() - i - 1
 	}
+	// Each intermediate is held (Context.Hold) while the next ones are
+	// made, and dropped when the expression ends (tensor.Dropped): what
+	// autograd saved of them the reclaim's walk reaches; the rest — all
+	// of them in a checkpointed region, whose saved tensors are packed
+	// away — is garbage then, as in PyTorch.
 	up, err := To(x, "", opmath, false)
 	if err != nil {
 		return nil, err
 	}
+	ctx := x.Context()
+	var temps []*tensor.Tensor // what this function made, in order
+	defer func() {
+		if up != x {
+			temps = append(temps, up)
+		}
+		tensor.Dropped(temps...)
+	}()
+	release := ctx.Hold(up)
+	hold := func(t *tensor.Tensor) {
+		ctx.Hold(t) // released with the first hold
+		temps = append(temps, t)
+	}
 	p, err := PowScalar(up, 2)
 	if err != nil {
+		release()
 		return nil, err
 	}
+	// pow's and mean's results are temporaries of rsqrt's full
+	// expression: dropped once rsqrt's result exists
+	exprEnd := ctx.Hold(p)
 	m, err := Mean(p, dims, true, tensor.Undefined)
 	if err != nil {
+		release()
+		tensor.Dropped(p)
 		return nil, err
 	}
+	ctx.Hold(m)
 	if _, err := BinaryInPlace(tensor.OpAdd, m, tensor.Float(e)); err != nil {
+		release()
+		tensor.Dropped(p, m)
 		return nil, err
 	}
 	r, err := Rsqrt(m)
-	runtime.KeepAlive(p)
-	runtime.KeepAlive(m)
+	exprEnd()
+	tensor.Dropped(p, m)
 	if err != nil {
+		release()
 		return nil, err
 	}
+	hold(r)
 	y, err := Mul(up, r)
 	if err != nil {
+		release()
 		return nil, err
 	}
 	if w != nil {
-		if y, err = Mul(y, w); err != nil {
+		// result = result.mul(weight): the old result dies at the
+		// assignment (autograd saved it outside a checkpointed region)
+		y0 := y
+		rel := ctx.Hold(y0)
+		y, err = Mul(y0, w)
+		rel()
+		tensor.Dropped(y0)
+		if err != nil {
+			release()
 			return nil, err
 		}
 	}
-	return To(y, "", x.DType(), false)
+	hold(y)
+	out, err := To(y, "", x.DType(), false)
+	release()
+	if out == y {
+		temps = temps[:len(temps)-1] // returned
+	}
+	return out, err
 }

@@ -93,20 +93,21 @@ func (o *Adam) initState(idx []int) error {
 		if o.state[p] != nil {
 			continue
 		}
+		// in the state map from the start, where the reclaim's walk (Reach)
+		// sees the moments already made while the next one is allocated;
+		// taken out again if one of them cannot be made
 		s := &adamState{}
+		o.state[p] = s
 		var err error
-		if s.expAvg, err = tensor.ZerosLike(p, p.DType(), p.Device()); err != nil {
-			return err
-		}
-		if s.expAvgSq, err = tensor.ZerosLike(p, p.DType(), p.Device()); err != nil {
-			return err
-		}
-		if o.AMSGrad {
-			if s.maxExpSq, err = tensor.ZerosLike(p, p.DType(), p.Device()); err != nil {
-				return err
+		if s.expAvg, err = tensor.ZerosLike(p, p.DType(), p.Device()); err == nil {
+			if s.expAvgSq, err = tensor.ZerosLike(p, p.DType(), p.Device()); err == nil && o.AMSGrad {
+				s.maxExpSq, err = tensor.ZerosLike(p, p.DType(), p.Device())
 			}
 		}
-		o.state[p] = s
+		if err != nil {
+			delete(o.state, p)
+			return err
+		}
 	}
 	return nil
 }
