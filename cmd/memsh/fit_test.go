@@ -37,3 +37,34 @@ func TestFitGPT2XL(t *testing.T) {
 		t.Error("an unknown model should fail")
 	}
 }
+
+// TestFitStarSequenceSearch runs scripts/fit.star for GPT-2 small and
+// Llama 3.2 1B, batch and sequence: GPT-2's batch search trains batch 1
+// at its longest sequence (1024), so the sequence search is not run and
+// the row says so; Llama's sequence search starts at the batch search's
+// 2048 (its first trial) and ends on an exact boundary.
+func TestFitStarSequenceSearch(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"--device", "sim:H100,meta", "../../scripts/fit.star", "gpt2-small", "llama-3.2-1b", "--checkpoint", "off"}
+	if rc := run(args, strings.NewReader(""), &out, &errb); rc != 0 {
+		t.Fatalf("fit.star: exit %d\n%s\n%s", rc, out.String(), errb.String())
+	}
+	o := out.String()
+	if strings.Contains(o, `"gpt2-small seq (batch 1)"`) || !strings.Contains(o, "gpt2-small seq (batch 1): 1024, the model's longest sequence, trains") {
+		t.Errorf("GPT-2 small's sequence search should be answered by its batch search:\n%s", o)
+	}
+	if !regexp.MustCompile(`(?m)^gpt2-small +124\.4 M +no +1024 +\d+ \(\d+ OOM\) +1 +1024 \(no OOM up to the limit\)$`).MatchString(o) {
+		t.Errorf("GPT-2 small's row:\n%s", o)
+	}
+	m := regexp.MustCompile(`(?s)sweep.max_fit "llama-3.2-1b seq \(batch 1\)" \(binsearch, low=2048, high=131072\)\n.*?\ns +status[^\n]*\n(\d+) +ok`).FindStringSubmatch(o)
+	if m == nil || m[1] != "2048" {
+		t.Errorf("Llama's sequence search should start at 2048:\n%s", o)
+	}
+	r := regexp.MustCompile(`(?m)^llama-3.2-1b +1235\.8 M +no +2048 +\d+ \(\d+ OOM\) +1 +(\d+) \((\d+) OOM\)$`).FindStringSubmatch(o)
+	if r == nil {
+		t.Fatalf("no Llama row:\n%s", o)
+	}
+	if !regexp.MustCompile(`(?m)^`+r[1]+` +ok `).MatchString(o) || !regexp.MustCompile(`(?m)^`+r[2]+` +oom `).MatchString(o) {
+		t.Errorf("sequence %s should be an ok trial and %s an oom trial:\n%s", r[1], r[2], o)
+	}
+}
