@@ -38,6 +38,7 @@ type Walker struct {
 	unknown string
 	// Outermost names the built-in the horizon comes from (MEMSH_DEBUG_REACH).
 	Outermost string
+	lastFunc  *starlark.Function // the function walked last (Value)
 }
 
 // Incomplete records that the walk met something it could not look into
@@ -101,6 +102,7 @@ func (w *Walker) Restart(epoch uint64, deadline time.Time, visit func(*backend.M
 // the collector); Restart reuses w.
 func (w *Walker) Done() {
 	clear(w.seen)
+	w.lastFunc = nil
 	w.r = tensor.Reacher{}
 }
 
@@ -252,9 +254,12 @@ func (w *Walker) Value(v starlark.Value) {
 			w.Value(x)
 		}
 	case *starlark.Function:
-		if Seen(w, v) {
+		// modules made by one constructor share their forward function:
+		// the last one walked is checked before the seen-set
+		if v == w.lastFunc || Seen(w, v) {
 			return
 		}
+		w.lastFunc = v
 		for i := 0; i < v.NumParams()+v.NumKwonlyParams(); i++ {
 			w.Value(v.ParamDefault(i))
 		}

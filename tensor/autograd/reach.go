@@ -26,8 +26,10 @@ func (n *Node) Reach(r *tensor.Reacher) {
 			case *ckptHolder:
 				// a checkpointed region's saved tensor: what the
 				// recomputation produced for it, and the region's inputs
-				for _, t := range p.handles {
-					r.Tensor(t)
+				if len(p.handles) > 0 { // most are empty: no map iteration
+					for _, t := range p.handles {
+						r.Tensor(t)
+					}
 				}
 				if f := p.frame; f != nil && f.reached != r.Epoch {
 					// once per walk for all the frame's holders
