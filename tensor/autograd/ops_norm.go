@@ -99,78 +99,67 @@ func RMSNorm(x *tensor.Tensor, normalized []int, w *tensor.Tensor, eps *float64)
 		dims[i] = x.Dim() - i - 1
 	}
 	// Each intermediate is held (Context.Hold) while the next ones are
-	// made, and dropped when the expression ends (tensor.Dropped): what
-	// autograd saved of them the reclaim's walk reaches; the rest — all
-	// of them in a checkpointed region, whose saved tensors are packed
-	// away — is garbage then, as in PyTorch.
+	// made, and dropped (tensor.Dropped) where PyTorch's C++ lets go of
+	// it: what autograd saved of them the reclaim's walk reaches; the
+	// rest — all of them in a checkpointed region, whose saved tensors
+	// are packed away — is garbage then. upcasted_input and rqrst_input
+	// are locals of the dispatch lambda, gone before type_as.
 	up, err := To(x, "", opmath, false)
 	if err != nil {
 		return nil, err
 	}
 	ctx := x.Context()
-	var temps []*tensor.Tensor // what this function made, in order
-	defer func() {
+	locals := ctx.Hold(up)
+	dropLocals := func(r *tensor.Tensor) {
+		locals()
+		tensor.Dropped(r)
 		if up != x {
-			temps = append(temps, up)
+			tensor.Dropped(up)
 		}
-		tensor.Dropped(temps...)
-	}()
-	release := ctx.Hold(up)
-	hold := func(t *tensor.Tensor) {
-		ctx.Hold(t) // released with the first hold
-		temps = append(temps, t)
 	}
 	p, err := PowScalar(up, 2)
 	if err != nil {
-		release()
+		dropLocals(nil)
 		return nil, err
 	}
 	// pow's and mean's results are temporaries of rsqrt's full
 	// expression: dropped once rsqrt's result exists
 	exprEnd := ctx.Hold(p)
 	m, err := Mean(p, dims, true, tensor.Undefined)
-	if err != nil {
-		release()
-		tensor.Dropped(p)
-		return nil, err
+	if err == nil {
+		ctx.Hold(m) // released with p's hold
+		_, err = BinaryInPlace(tensor.OpAdd, m, tensor.Float(e))
 	}
-	ctx.Hold(m)
-	if _, err := BinaryInPlace(tensor.OpAdd, m, tensor.Float(e)); err != nil {
-		release()
-		tensor.Dropped(p, m)
-		return nil, err
+	var r *tensor.Tensor
+	if err == nil {
+		r, err = Rsqrt(m)
 	}
-	r, err := Rsqrt(m)
 	exprEnd()
 	tensor.Dropped(p, m)
 	if err != nil {
-		release()
+		dropLocals(nil)
 		return nil, err
 	}
-	hold(r)
+	ctx.Hold(r) // released with up's hold
 	y, err := Mul(up, r)
-	if err != nil {
-		release()
-		return nil, err
-	}
-	if w != nil {
-		// result = result.mul(weight): the old result dies at the
-		// assignment (autograd saved it outside a checkpointed region)
+	if err == nil && w != nil {
+		// upcasted_result = upcasted_result.mul(weight): the old result
+		// dies at the assignment (autograd saved it outside a region)
 		y0 := y
 		rel := ctx.Hold(y0)
 		y, err = Mul(y0, w)
 		rel()
 		tensor.Dropped(y0)
-		if err != nil {
-			release()
-			return nil, err
-		}
 	}
-	hold(y)
+	dropLocals(r)
+	if err != nil {
+		return nil, err
+	}
+	rel := ctx.Hold(y)
 	out, err := To(y, "", x.DType(), false)
-	release()
-	if out == y {
-		temps = temps[:len(temps)-1] // returned
+	rel()
+	if out != y {
+		tensor.Dropped(y)
 	}
 	return out, err
 }
