@@ -245,3 +245,51 @@ func BenchmarkDeepRecursionPerLevel(b *testing.B) {
 		b.ReportMetric(float64(best.Nanoseconds())/1e3/float64(depth), fmt.Sprintf("µs/level@%d-go.starlark.net", depth))
 	}
 }
+
+// BenchmarkLayoutTrainingStep runs training steps of GPT-2 small
+// (scripts/models, bf16 autocast, AdamW) on a simulated H100 without
+// data in layout peak mode, as memsh fit's trials do: ns/op is one step,
+// and it reports the reclaims per step, the Go collections among them
+// and the mean time of a reclaim (almost all of it the reach walk, whose
+// cost follows what the session holds: parameters, optimizer state, the
+// autograd graph).
+func BenchmarkLayoutTrainingStep(b *testing.B) {
+	s, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard, LoadPath: []string{"../scripts"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Exec("setup.star", `
+load("models/gpt2.star", "gpt2", "GPT2_SMALL")
+model = gpt2(device="cuda", **GPT2_SMALL)
+opt = optim.AdamW(model.parameters(), lr=1e-4)
+x = tensor.randint(0, 50257, [4, 1024], device="cuda")
+def loss_of(model, x):
+    out = model(x)
+    return nn.functional.cross_entropy(out.view(-1, out.shape[-1]), x.view(-1))
+def step():
+    nn.autocast(loss_of, model, x, dtype="bfloat16").backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+step()
+`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	before := s.Manager().Stats()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := s.Exec("step.star", "step()"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	st := s.Manager().Stats()
+	reclaims := st.Reclaims - before.Reclaims
+	collections := reclaims - (st.ProvenReclaims - before.ProvenReclaims) - (st.WalkReclaims - before.WalkReclaims)
+	b.ReportMetric(float64(reclaims)/float64(b.N), "reclaims/step")
+	b.ReportMetric(float64(collections)/float64(b.N), "collections/step")
+	if reclaims > 0 {
+		b.ReportMetric(float64((st.ReclaimTime-before.ReclaimTime).Microseconds())/float64(reclaims), "µs/reclaim")
+	}
+}
