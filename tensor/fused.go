@@ -397,6 +397,9 @@ func Normal_(t *Tensor, mean, std float64) error {
 	return randomFill("tensor.normal_", t, true, func(x float64) float64 { return mean + std*x })
 }
 
+// randomFillChunk is how many values randomFill draws at a time.
+const randomFillChunk = 1 << 16
+
 func randomFill(fname string, t *Tensor, normal bool, scale func(float64) float64) error {
 	if err := t.checkLive(fname); err != nil {
 		return err
@@ -410,14 +413,20 @@ func randomFill(fname string, t *Tensor, normal bool, scale func(float64) float6
 		if !dst.hasData() || n == 0 {
 			return
 		}
-		vals := make([]float64, n)
-		randomF64s(vals, seed, offset, normal)
-		for k, v := range vals {
-			vals[k] = scale(v)
-		}
+		// the values of generator offsets offset+i, randomFillChunk at a
+		// time: a fill's Go memory is bounded, not 8 bytes per element
+		buf := make([]float64, min(n, randomFillChunk))
 		i := 0
 		forEachElem(dst, func(p elemPtr) bool {
-			storeF64[dst.dtype](p, vals[i])
+			j := i % randomFillChunk
+			if j == 0 {
+				vals := buf[:min(randomFillChunk, n-i)]
+				randomF64s(vals, seed, offset+uint64(i), normal)
+				for k, v := range vals {
+					vals[k] = scale(v)
+				}
+			}
+			storeF64[dst.dtype](p, buf[j])
 			i++
 			return true
 		})
