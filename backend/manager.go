@@ -10,65 +10,6 @@ import (
 	"weak"
 )
 
-// PeakMode says when an allocation reclaims garbage first.
-type PeakMode int
-
-const (
-	// PeakExact: an allocation that would raise an open peak counter reclaims
-	// first, so no unreachable byte ever counts toward a peak. The default.
-	PeakExact PeakMode = iota
-	// PeakLazy skips that reclaim: faster, but garbage the tracing GC has not
-	// found yet may count toward peaks. Reports say so.
-	PeakLazy
-	// PeakLayout is PeakExact, and an allocation of more than 1 MiB from
-	// a caching allocator reclaims first whenever something may have
-	// become garbage since the last such reclaim (mayHaveGarbage), so
-	// every garbage block is free before it, as in a reference-counted
-	// runtime: the caching allocator then picks the blocks PyTorch's
-	// picks, and reserved bytes, fragmentation and out-of-memory errors
-	// are PyTorch's too, not only allocated bytes and peaks. Slower: a
-	// reclaim (usually a Go collection) per such allocation.
-	PeakLayout
-)
-
-func (m PeakMode) String() string {
-	switch m {
-	case PeakLazy:
-		return "lazy"
-	case PeakLayout:
-		return "layout"
-	}
-	return "exact"
-}
-
-// Exact reports whether peaks are exact in mode m (PeakExact, PeakLayout).
-func (m PeakMode) Exact() bool { return m != PeakLazy }
-
-// ParsePeakMode parses "exact", "lazy" or "layout".
-func ParsePeakMode(s string) (PeakMode, error) {
-	switch s {
-	case "exact", "":
-		return PeakExact, nil
-	case "lazy":
-		return PeakLazy, nil
-	case "layout":
-		return PeakLayout, nil
-	}
-	return 0, fmt.Errorf("unknown peak mode %q (want exact, lazy or layout)", s)
-}
-
-// PeakWindow bounds the cost of exact-peak mode when memory only grows. A
-// peak-triggered reclaim that finds no garbage on an allocator means every
-// allocation there was reachable at that moment; the next peak-triggered
-// reclaim on it then waits until allocated bytes have grown PeakWindow past
-// that level (any reclaim that frees something ends the wait). Garbage made
-// meanwhile was counted in the peak already while it was alive, so a peak
-// can be overstated by at most the bytes allocated inside the window: less
-// than PeakWindow, and never by a single large allocation, which always
-// crosses the window and reclaims first. Building a list of 20,000 small
-// tensors then costs one GC per 64 KiB of growth instead of one per tensor.
-const PeakWindow = 64 << 10
-
 // DefaultPacing is the number of bytes allocated since the last reclaim after
 // which the Manager reclaims before the next allocation (Go's GC does not see
 // off-heap bytes, so it would not run on its own).
@@ -409,47 +350,6 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	return h, nil
 }
 
-// layoutMin: layout mode reclaims before allocations larger than this
-// only (PyTorch's small-pool limit, 1 MiB). Smaller ones come from 2 MiB
-// small-pool segments, where which block a request gets moves reserved
-// bytes by a segment at most; they skip the reclaim (half of a GPT-2
-// step's allocations), and the next large allocation frees what they
-// left.
-const layoutMin = 1 << 20
-
-// mayHaveGarbage reports, for layout mode, whether something may have
-// become garbage since the last layout reclaim: the layout clock moved
-// (Starlark code ran, or a call began or ended) or Go code noted garbage
-// (NoteGarbage). Without a clock, always.
-func (m *Manager) mayHaveGarbage() bool {
-	return m.layout.clock == nil || m.layout.noted || m.layout.clock() != m.layout.seen
-}
-
-// SetLayoutClock installs the clock layout mode consults (see
-// mayHaveGarbage): a counter that moves whenever values the Manager's
-// allocations hang off may have been dropped (scope: the Starlark
-// thread's call counter). nil makes every allocation reclaim first.
-func (m *Manager) SetLayoutClock(clock func() uint64) {
-	m.mu.Lock()
-	m.layout.clock = clock
-	m.layout.noted = true
-	m.mu.Unlock()
-}
-
-// layoutState is layout mode's memory of its last reclaim.
-type layoutState struct {
-	clock func() uint64
-	seen  uint64 // the clock at the last layout reclaim
-	noted bool   // NoteGarbage since then
-}
-
-// caching reports whether a is a caching allocator, whose choice of block
-// depends on which blocks are free (PeakLayout).
-func caching(a Allocator) bool {
-	_, ok := a.(interface{ NeedsSegment(uint64) bool })
-	return ok
-}
-
 // wouldRaise reports whether allocating nbytes from a would raise an open
 // peak counter (allocated bytes) or obtain a new segment (reserved bytes).
 func (m *Manager) wouldRaise(a Allocator, nbytes uint64) bool {
@@ -458,45 +358,6 @@ func (m *Manager) wouldRaise(a Allocator, nbytes uint64) bool {
 	}
 	g, ok := a.(interface{ NeedsSegment(uint64) bool })
 	return ok && g.NeedsSegment(nbytes)
-}
-
-// NoteGarbage tells the Manager that memory may just have become
-// unreachable (an autograd node released its saved tensors, the backward
-// engine dropped a gradient): the PeakWindow wait after a fruitless
-// reclaim ends, so the next allocation that would raise a peak reclaims
-// first and the freed bytes do not count toward it.
-func (m *Manager) NoteGarbage() {
-	m.mu.Lock()
-	clear(m.quiet)
-	m.layout.noted = true
-	m.reach.frames.Reset()
-	m.mu.Unlock()
-}
-
-// NoteDropped tells the Manager that Go code let go of memory it held
-// (an autograd node's unpacked tensors when it returns, an optimizer
-// step's temporaries): layout mode looks for garbage before the next
-// allocation. Unlike NoteGarbage it leaves exact mode's PeakWindow wait
-// alone.
-func (m *Manager) NoteDropped() {
-	m.mu.Lock()
-	m.layout.noted = true
-	m.reach.frames.Reset()
-	m.mu.Unlock()
-}
-
-// Dropped tells the Manager that the running Go code that made h no
-// longer holds it: a reach walk that does not reach h may free it even
-// though h was made after the walk's Horizon (which otherwise leaves h to
-// the collector). The caller must hold no other handle to h's memory
-// that the walk cannot see. Layout mode looks for garbage before its next
-// allocation, as after NoteDropped.
-func (m *Manager) Dropped(h *Memory) {
-	m.mu.Lock()
-	h.rec.dropped = true
-	m.layout.noted = true
-	m.reach.frames.Reset()
-	m.mu.Unlock()
 }
 
 // ResetPeakStats resets a's ".peak" statistics to the current figures, as

@@ -1,5 +1,7 @@
 package backend
 
+import "fmt"
+
 // PeakSet is the set of independent peak counters of one Allocator. Each
 // counter is exact: the allocator reports every increase of its allocated and
 // reserved bytes through Observe, so no transient allocation is missed,
@@ -96,3 +98,62 @@ func (p *Peak) Close() {
 	p.set = nil
 	s.recompute()
 }
+
+// PeakMode says when an allocation reclaims garbage first.
+type PeakMode int
+
+const (
+	// PeakExact: an allocation that would raise an open peak counter reclaims
+	// first, so no unreachable byte ever counts toward a peak. The default.
+	PeakExact PeakMode = iota
+	// PeakLazy skips that reclaim: faster, but garbage the tracing GC has not
+	// found yet may count toward peaks. Reports say so.
+	PeakLazy
+	// PeakLayout is PeakExact, and an allocation of more than 1 MiB from
+	// a caching allocator reclaims first whenever something may have
+	// become garbage since the last such reclaim (mayHaveGarbage), so
+	// every garbage block is free before it, as in a reference-counted
+	// runtime: the caching allocator then picks the blocks PyTorch's
+	// picks, and reserved bytes, fragmentation and out-of-memory errors
+	// are PyTorch's too, not only allocated bytes and peaks. Slower: a
+	// reclaim (usually a Go collection) per such allocation.
+	PeakLayout
+)
+
+func (m PeakMode) String() string {
+	switch m {
+	case PeakLazy:
+		return "lazy"
+	case PeakLayout:
+		return "layout"
+	}
+	return "exact"
+}
+
+// Exact reports whether peaks are exact in mode m (PeakExact, PeakLayout).
+func (m PeakMode) Exact() bool { return m != PeakLazy }
+
+// ParsePeakMode parses "exact", "lazy" or "layout".
+func ParsePeakMode(s string) (PeakMode, error) {
+	switch s {
+	case "exact", "":
+		return PeakExact, nil
+	case "lazy":
+		return PeakLazy, nil
+	case "layout":
+		return PeakLayout, nil
+	}
+	return 0, fmt.Errorf("unknown peak mode %q (want exact, lazy or layout)", s)
+}
+
+// PeakWindow bounds the cost of exact-peak mode when memory only grows. A
+// peak-triggered reclaim that finds no garbage on an allocator means every
+// allocation there was reachable at that moment; the next peak-triggered
+// reclaim on it then waits until allocated bytes have grown PeakWindow past
+// that level (any reclaim that frees something ends the wait). Garbage made
+// meanwhile was counted in the peak already while it was alive, so a peak
+// can be overstated by at most the bytes allocated inside the window: less
+// than PeakWindow, and never by a single large allocation, which always
+// crosses the window and reclaims first. Building a list of 20,000 small
+// tensors then costs one GC per 64 KiB of growth instead of one per tensor.
+const PeakWindow = 64 << 10

@@ -1,0 +1,85 @@
+package backend
+
+// When garbage may exist: layout mode's clock (a reclaim before a GPU
+// allocation only when something may have become garbage since the last
+// one) and the notes Go code gives the Manager when it lets go of memory.
+
+// layoutMin: layout mode reclaims before allocations larger than this
+// only (PyTorch's small-pool limit, 1 MiB). Smaller ones come from 2 MiB
+// small-pool segments, where which block a request gets moves reserved
+// bytes by a segment at most; they skip the reclaim (half of a GPT-2
+// step's allocations), and the next large allocation frees what they
+// left.
+const layoutMin = 1 << 20
+
+// mayHaveGarbage reports, for layout mode, whether something may have
+// become garbage since the last layout reclaim: the layout clock moved
+// (Starlark code ran, or a call began or ended) or Go code noted garbage
+// (NoteGarbage). Without a clock, always.
+func (m *Manager) mayHaveGarbage() bool {
+	return m.layout.clock == nil || m.layout.noted || m.layout.clock() != m.layout.seen
+}
+
+// SetLayoutClock installs the clock layout mode consults (see
+// mayHaveGarbage): a counter that moves whenever values the Manager's
+// allocations hang off may have been dropped (scope: the Starlark
+// thread's call counter). nil makes every allocation reclaim first.
+func (m *Manager) SetLayoutClock(clock func() uint64) {
+	m.mu.Lock()
+	m.layout.clock = clock
+	m.layout.noted = true
+	m.mu.Unlock()
+}
+
+// layoutState is layout mode's memory of its last reclaim.
+type layoutState struct {
+	clock func() uint64
+	seen  uint64 // the clock at the last layout reclaim
+	noted bool   // NoteGarbage since then
+}
+
+// caching reports whether a is a caching allocator, whose choice of block
+// depends on which blocks are free (PeakLayout).
+func caching(a Allocator) bool {
+	_, ok := a.(interface{ NeedsSegment(uint64) bool })
+	return ok
+}
+
+// NoteGarbage tells the Manager that memory may just have become
+// unreachable (an autograd node released its saved tensors, the backward
+// engine dropped a gradient): the PeakWindow wait after a fruitless
+// reclaim ends, so the next allocation that would raise a peak reclaims
+// first and the freed bytes do not count toward it.
+func (m *Manager) NoteGarbage() {
+	m.mu.Lock()
+	clear(m.quiet)
+	m.layout.noted = true
+	m.reach.frames.Reset()
+	m.mu.Unlock()
+}
+
+// NoteDropped tells the Manager that Go code let go of memory it held
+// (an autograd node's unpacked tensors when it returns, an optimizer
+// step's temporaries): layout mode looks for garbage before the next
+// allocation. Unlike NoteGarbage it leaves exact mode's PeakWindow wait
+// alone.
+func (m *Manager) NoteDropped() {
+	m.mu.Lock()
+	m.layout.noted = true
+	m.reach.frames.Reset()
+	m.mu.Unlock()
+}
+
+// Dropped tells the Manager that the running Go code that made h no
+// longer holds it: a reach walk that does not reach h may free it even
+// though h was made after the walk's Horizon (which otherwise leaves h to
+// the collector). The caller must hold no other handle to h's memory
+// that the walk cannot see. Layout mode looks for garbage before its next
+// allocation, as after NoteDropped.
+func (m *Manager) Dropped(h *Memory) {
+	m.mu.Lock()
+	h.rec.dropped = true
+	m.layout.noted = true
+	m.reach.frames.Reset()
+	m.mu.Unlock()
+}
