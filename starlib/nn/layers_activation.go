@@ -88,7 +88,7 @@ func newGELU(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 		if err := starlark.UnpackPositionalArgs("GELU", args, kwargs, 1, &x); err != nil {
 			return nil, err
 		}
-		a, _ := starlark.AsString(m.entries["approximate"])
+		a, _ := starlark.AsString(m.entry("approximate"))
 		return gelu("GELU", x, a)
 	}
 	return m, nil

@@ -194,8 +194,8 @@ func newSequential(thread *starlark.Thread, b *starlark.Builtin, args starlark.T
 			return nil, err
 		}
 		thread.DeclareTransparent() // x is the argument of the child running
-		for _, n := range m.names {
-			c, ok := m.entries[n].(*Layer)
+		for _, v := range m.vals {
+			c, ok := v.(*Layer)
 			if !ok {
 				continue
 			}

@@ -80,13 +80,13 @@ func newDropout(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	m := newModule("Dropout")
 	m.set("p", pV, kindAttr)
 	m.set("inplace", starlark.Bool(inplace), kindAttr)
-	m.extra = func(m *Layer) string { return fmt.Sprintf("p=%s, inplace=%s", m.entries["p"], pyBool(inplace)) }
+	m.extra = func(m *Layer) string { return fmt.Sprintf("p=%s, inplace=%s", m.entry("p"), pyBool(inplace)) }
 	m.forward = func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var x starlark.Value
 		if err := starlark.UnpackPositionalArgs("Dropout", args, kwargs, 1, &x); err != nil {
 			return nil, err
 		}
-		p, err := dropoutP("Dropout", m.entries["p"]) // drop.p may have been reassigned
+		p, err := dropoutP("Dropout", m.entry("p")) // drop.p may have been reassigned
 		if err != nil {
 			return nil, err
 		}

@@ -79,7 +79,7 @@ func childrenMethod(named bool) moduleMethod {
 			if m.kinds[n] != kindModule {
 				continue
 			}
-			c := m.entries[n].(*Layer)
+			c := m.entry(n).(*Layer)
 			if seen[c] {
 				continue
 			}

@@ -19,10 +19,10 @@ import (
 // built-in layer's, or the user's for Module(forward, ...)). Calling the
 // module calls forward.
 type Layer struct {
-	typ      string // PyTorch's class name: "Linear", "Sequential", "Module"
-	names    []string
-	entries  map[string]starlark.Value
-	vals     []starlark.Value // vals[i] is entries[names[i]] (for the reach walk)
+	typ      string           // PyTorch's class name: "Linear", "Sequential", "Module"
+	names    []string         // the entries' names, in order
+	vals     []starlark.Value // vals[i] is the entry named names[i]
+	index    map[string]int   // the position of each name in names
 	kinds    map[string]entryKind
 	training bool
 	frozen   bool
@@ -55,7 +55,7 @@ var (
 )
 
 func newModule(typ string) *Layer {
-	return &Layer{typ: typ, entries: map[string]starlark.Value{}, kinds: map[string]entryKind{}, training: true}
+	return &Layer{typ: typ, index: map[string]int{}, kinds: map[string]entryKind{}, training: true}
 }
 
 func (m *Layer) String() string {
@@ -79,7 +79,7 @@ func (m *Layer) repr(b *strings.Builder, indent string) {
 		b.WriteString("\n")
 		for _, n := range kids {
 			b.WriteString(indent + "  (" + n + "): ")
-			m.entries[n].(*Layer).repr(b, indent+"  ")
+			m.entry(n).(*Layer).repr(b, indent+"  ")
 			b.WriteString("\n")
 		}
 		b.WriteString(indent)
@@ -95,14 +95,22 @@ func (m *Layer) Name() string          { return m.typ }
 
 // set adds or replaces an entry of the given kind (keeping its position).
 func (m *Layer) set(name string, v starlark.Value, k entryKind) {
-	if _, ok := m.entries[name]; !ok {
+	if i, ok := m.index[name]; ok {
+		m.vals[i] = v
+	} else {
+		m.index[name] = len(m.names)
 		m.names = append(m.names, name)
 		m.vals = append(m.vals, v)
-	} else {
-		m.vals[slices.Index(m.names, name)] = v
 	}
-	m.entries[name] = v
 	m.kinds[name] = k
+}
+
+// entry returns the entry called name, or nil.
+func (m *Layer) entry(name string) starlark.Value {
+	if i, ok := m.index[name]; ok {
+		return m.vals[i]
+	}
+	return nil
 }
 
 // param registers a parameter (a tensor that requires grad).
@@ -126,14 +134,14 @@ func (m *Layer) child(name string, c *Layer) { m.set(name, c, kindModule) }
 
 // tensorOf returns the engine tensor of entry name, or nil.
 func (m *Layer) tensorOf(name string) *tensor.Tensor {
-	if t, ok := m.entries[name].(*startensor.Tensor); ok {
+	if t, ok := m.entry(name).(*startensor.Tensor); ok {
 		return t.Engine()
 	}
 	return nil
 }
 
 func (m *Layer) Attr(name string) (starlark.Value, error) {
-	if v, ok := m.entries[name]; ok {
+	if v := m.entry(name); v != nil {
 		return v, nil
 	}
 	switch name {
@@ -187,8 +195,7 @@ func (m *Layer) SetField(name string, v starlark.Value) error {
 		}
 	case starlark.NoneType:
 		if k, ok := m.kinds[name]; ok && (k == kindParam || k == kindBuffer) {
-			m.entries[name] = starlark.None
-			m.vals[slices.Index(m.names, name)] = starlark.None
+			m.vals[m.index[name]] = starlark.None
 			return nil
 		}
 	}
@@ -220,22 +227,20 @@ func (m *Layer) Len() int {
 	return len(m.names)
 }
 
-func (m *Layer) Index(i int) starlark.Value { return m.entries[m.names[i]] }
+func (m *Layer) Index(i int) starlark.Value { return m.vals[i] }
 
 func (m *Layer) Iterate() starlark.Iterator {
 	var vs []starlark.Value
 	if m.indexed {
-		for _, n := range m.names {
-			vs = append(vs, m.entries[n])
-		}
+		vs = slices.Clone(m.vals)
 	}
 	return starlark.NewList(vs).Iterate()
 }
 
 // References implements refpath.Referrer: every entry, as ".name".
 func (m *Layer) References(edge func(suffix string, v starlark.Value)) {
-	for _, n := range m.names {
-		edge("."+n, m.entries[n])
+	for i, n := range m.names {
+		edge("."+n, m.vals[i])
 	}
 }
 
@@ -251,11 +256,11 @@ func (m *Layer) namedTensors(kind entryKind, prefix string, recurse bool) (names
 			return
 		}
 		seenM[mod] = true
-		for _, n := range mod.names {
+		for i, n := range mod.names {
 			if mod.kinds[n] != kind {
 				continue
 			}
-			t, ok := mod.entries[n].(*startensor.Tensor)
+			t, ok := mod.vals[i].(*startensor.Tensor)
 			if !ok || seenT[t.Engine()] {
 				continue
 			}
@@ -266,9 +271,9 @@ func (m *Layer) namedTensors(kind entryKind, prefix string, recurse bool) (names
 		if !recurse {
 			return
 		}
-		for _, n := range mod.names {
+		for i, n := range mod.names {
 			if mod.kinds[n] == kindModule {
-				walk(mod.entries[n].(*Layer), prefix+n+".")
+				walk(mod.vals[i].(*Layer), prefix+n+".")
 			}
 		}
 	}
@@ -287,13 +292,13 @@ func (m *Layer) modulesPreorder(prefix string) (names []string, mods []*Layer) {
 		seen[mod] = true
 		names = append(names, prefix)
 		mods = append(mods, mod)
-		for _, n := range mod.names {
+		for i, n := range mod.names {
 			if mod.kinds[n] == kindModule {
 				p := n
 				if prefix != "" {
 					p = prefix + "." + n
 				}
-				walk(mod.entries[n].(*Layer), p)
+				walk(mod.vals[i].(*Layer), p)
 			}
 		}
 	}
