@@ -180,6 +180,28 @@ type ManagerStats struct {
 	FramesWalked, FramesKept int
 }
 
+// Collections returns the reclaim passes that a Go collection settled:
+// those neither proven nor freed by the reach walk.
+func (s ManagerStats) Collections() int {
+	return s.Reclaims - s.ProvenReclaims - s.WalkReclaims
+}
+
+// Since returns the counts of s less those of before, an earlier
+// snapshot: the work done in between.
+func (s ManagerStats) Since(before ManagerStats) ManagerStats {
+	return ManagerStats{
+		Reclaims:       s.Reclaims - before.Reclaims,
+		ReclaimedBytes: s.ReclaimedBytes - before.ReclaimedBytes,
+		ReclaimTime:    s.ReclaimTime - before.ReclaimTime,
+		PeakReclaims:   s.PeakReclaims - before.PeakReclaims,
+		ProvenReclaims: s.ProvenReclaims - before.ProvenReclaims,
+		WalkReclaims:   s.WalkReclaims - before.WalkReclaims,
+		OOMRetries:     s.OOMRetries - before.OOMRetries,
+		FramesWalked:   s.FramesWalked - before.FramesWalked,
+		FramesKept:     s.FramesKept - before.FramesKept,
+	}
+}
+
 // NewManager returns a Manager over the given allocators.
 func NewManager(cfg Config) *Manager {
 	p := cfg.Pacing

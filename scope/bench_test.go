@@ -284,12 +284,10 @@ step()
 		}
 	}
 	b.StopTimer()
-	st := s.Manager().Stats()
-	reclaims := st.Reclaims - before.Reclaims
-	collections := reclaims - (st.ProvenReclaims - before.ProvenReclaims) - (st.WalkReclaims - before.WalkReclaims)
-	b.ReportMetric(float64(reclaims)/float64(b.N), "reclaims/step")
-	b.ReportMetric(float64(collections)/float64(b.N), "collections/step")
-	if reclaims > 0 {
-		b.ReportMetric(float64((st.ReclaimTime-before.ReclaimTime).Microseconds())/float64(reclaims), "µs/reclaim")
+	st := s.Manager().Stats().Since(before)
+	b.ReportMetric(float64(st.Reclaims)/float64(b.N), "reclaims/step")
+	b.ReportMetric(float64(st.Collections())/float64(b.N), "collections/step")
+	if st.Reclaims > 0 {
+		b.ReportMetric(float64(st.ReclaimTime.Microseconds())/float64(st.Reclaims), "µs/reclaim")
 	}
 }

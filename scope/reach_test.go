@@ -174,7 +174,7 @@ for i in range(3):
 	if st.ProvenReclaims == 0 || st.WalkReclaims == 0 {
 		t.Errorf("of %d reclaims, %d proven and %d freed by the walk: want some of each", st.Reclaims, st.ProvenReclaims, st.WalkReclaims)
 	}
-	if collected := st.Reclaims - st.ProvenReclaims - st.WalkReclaims; 2*collected > st.Reclaims {
+	if collected := st.Collections(); 2*collected > st.Reclaims {
 		t.Errorf("%d of %d reclaims ran a collection", collected, st.Reclaims)
 	}
 	t.Logf("%d of %d reclaims proven, %d freed by the walk (%d peak-triggered)", st.ProvenReclaims, st.Reclaims, st.WalkReclaims, st.PeakReclaims)
@@ -258,7 +258,7 @@ r = sorted([tensor.ones([8 * i + 8], device="cuda") for i in range(4)], key=lamb
 				if st.WalkReclaims == 0 {
 					t.Errorf("no reclaim freed by the walk: %+v", st)
 				}
-				t.Logf("collections: %d of %d reclaims with MEMSH_RECLAIM=gc, %d of %d without", gcStats.Reclaims-gcStats.ProvenReclaims, gcStats.Reclaims, st.Reclaims-st.ProvenReclaims-st.WalkReclaims, st.Reclaims)
+				t.Logf("collections: %d of %d reclaims with MEMSH_RECLAIM=gc, %d of %d without", gcStats.Collections(), gcStats.Reclaims, st.Collections(), st.Reclaims)
 				for i := range min(len(got), len(want)) {
 					if got[i] != want[i] {
 						t.Fatalf("event %d: %+v, with the collector %+v", i, got[i], want[i])
@@ -451,13 +451,11 @@ q = tensor.randn([4, 8, 512, 64], device="cuda", dtype="bfloat16", requires_grad
 			if err := s.Exec("measured.star", c.measured); err != nil {
 				t.Fatal(err)
 			}
-			st := s.Manager().Stats()
-			reclaims := st.Reclaims - before.Reclaims
-			collections := reclaims - (st.ProvenReclaims - before.ProvenReclaims) - (st.WalkReclaims - before.WalkReclaims)
-			if reclaims == 0 || collections != 0 {
-				t.Fatalf("%d reclaims, %d of them collections; want some, none", reclaims, collections)
+			st := s.Manager().Stats().Since(before)
+			if st.Reclaims == 0 || st.Collections() != 0 {
+				t.Fatalf("%d reclaims, %d of them collections; want some, none", st.Reclaims, st.Collections())
 			}
-			t.Logf("%d reclaims (%d walks freed garbage), no collection", reclaims, st.WalkReclaims-before.WalkReclaims)
+			t.Logf("%d reclaims (%d walks freed garbage), no collection", st.Reclaims, st.WalkReclaims)
 		})
 	}
 }
