@@ -11,9 +11,15 @@ import (
 )
 
 func newContext(t *testing.T) *tensor.Context {
+	return newSimContext(t, sim.Spec{Count: 1, Total: 1 << 30}, backend.PeakExact)
+}
+
+// newSimContext returns a Context over one simulated GPU of spec sp and
+// the host, in peak mode peak.
+func newSimContext(t *testing.T, sp sim.Spec, peak backend.PeakMode) *tensor.Context {
 	t.Helper()
-	dev := sim.New(sim.Spec{Count: 1, Total: 1 << 30})[0]
-	m := backend.NewManager(backend.Config{GPUs: []backend.Allocator{backend.NewCachingAllocator(dev, 0)}, Host: host.NewAllocator()})
+	dev := sim.New(sp)[0]
+	m := backend.NewManager(backend.Config{GPUs: []backend.Allocator{backend.NewCachingAllocator(dev, 0)}, Host: host.NewAllocator(), Peak: peak})
 	t.Cleanup(m.Close)
 	return tensor.NewContext(m)
 }

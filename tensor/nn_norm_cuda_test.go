@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/backend/sim"
 	"github.com/memsh/memsh/tensor"
 )
@@ -25,10 +24,8 @@ func TestLayerNormBackwardTileSums(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := sim.New(sp)[0]
-	m := backend.NewManager(backend.Config{GPUs: []backend.Allocator{backend.NewCachingAllocator(dev, 0)}, Host: host.NewAllocator(), Peak: backend.PeakLazy})
-	defer m.Close()
-	c := tensor.NewContext(m)
+	c := newSimContext(t, sp, backend.PeakLazy)
+	m := c.Manager
 	for _, rows := range []int{124928, 65536} {
 		x, err := tensor.Empty(c, []int{rows, 768}, tensor.Float32, "cuda")
 		if err != nil {

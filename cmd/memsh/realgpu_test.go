@@ -308,27 +308,18 @@ func TestRealGPUPlacement(t *testing.T) {
 		size        int64
 		seg, offset int64
 	}
-	segOf := func(segs []([3]int64), addr int64) (int64, int64) {
-		for _, sg := range segs {
-			if addr >= sg[0] && addr < sg[0]+sg[1] {
-				return sg[2], addr - sg[0]
-			}
-		}
-		return -1, -1
-	}
 	var want []place
-	var segs [][3]int64     // address, size, ordinal
-	nseg, n := int64(0), -1 // n: large allocations before the embeddings' backward
+	var segs segmentMap
+	n := -1 // large allocations before the embeddings' backward
 	var wantAlloc, wantRes, alloc, res int64
 	eachTraceEvent(t, "h100_trace_b122_ckpt_cpp.jsonl.gz", func(e goldenEvent) {
 		switch e.A {
 		case "segment_alloc":
-			segs = append(segs, [3]int64{e.Addr, e.S, nseg})
-			nseg++
+			segs.add(e.Addr, e.S)
 			res += e.S
 			wantRes = max(wantRes, res)
 		case "segment_free":
-			segs = slices.DeleteFunc(segs, func(sg [3]int64) bool { return sg[0] == e.Addr })
+			segs.remove(e.Addr)
 			res -= e.S
 		case "alloc":
 			alloc += e.S
@@ -337,7 +328,7 @@ func TestRealGPUPlacement(t *testing.T) {
 				n = len(want)
 			}
 			if e.S > large {
-				sg, off := segOf(segs, e.Addr)
+				sg, off := segs.locate(e.Addr)
 				want = append(want, place{e.S, sg, off})
 			}
 		case "free_completed":
@@ -351,24 +342,22 @@ func TestRealGPUPlacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []place
-	var gsegs [][3]int64
+	var gsegs segmentMap
 	var gotAlloc, gotRes, cur int64 // bytes requested and not freed, as the trace's sizes are
-	nseg = 0
 	stop := sess.Manager().Observe(func(e backend.Event) {
 		if e.Device != "cuda:0" {
 			return
 		}
 		switch e.Kind {
 		case backend.EventSegmentAlloc:
-			gsegs = append(gsegs, [3]int64{int64(e.Addr), int64(e.Size), nseg})
-			nseg++
+			gsegs.add(int64(e.Addr), int64(e.Size))
 		case backend.EventSegmentFree:
-			gsegs = slices.DeleteFunc(gsegs, func(sg [3]int64) bool { return sg[0] == int64(e.Addr) })
+			gsegs.remove(int64(e.Addr))
 		case backend.EventAlloc:
 			cur += int64(e.Requested)
 			gotAlloc = max(gotAlloc, cur)
 			if e.Requested > large {
-				sg, off := segOf(gsegs, int64(e.Addr))
+				sg, off := gsegs.locate(int64(e.Addr))
 				got = append(got, place{int64(e.Requested), sg, off})
 			}
 		case backend.EventFree:
@@ -403,6 +392,35 @@ func TestRealGPUPlacement(t *testing.T) {
 		t.Errorf("largest allocated: memsh %d, PyTorch %d", gotAlloc, wantAlloc)
 	}
 	t.Logf("%d large allocations placed as on the H100; largest reserved %d (PyTorch %d), allocated %d (PyTorch %d)", n, gotRes, wantRes, gotAlloc, wantAlloc)
+}
+
+// segmentMap is the live segments of an allocator trace, numbered in
+// the order they were obtained.
+type segmentMap struct {
+	segs []segment
+	n    int64 // segments obtained so far
+}
+
+type segment struct{ addr, size, ordinal int64 }
+
+func (m *segmentMap) add(addr, size int64) {
+	m.segs = append(m.segs, segment{addr, size, m.n})
+	m.n++
+}
+
+func (m *segmentMap) remove(addr int64) {
+	m.segs = slices.DeleteFunc(m.segs, func(s segment) bool { return s.addr == addr })
+}
+
+// locate returns the ordinal of the live segment holding addr and addr's
+// offset in it (-1, -1 when none does).
+func (m *segmentMap) locate(addr int64) (ordinal, offset int64) {
+	for _, s := range m.segs {
+		if addr >= s.addr && addr < s.addr+s.size {
+			return s.ordinal, addr - s.addr
+		}
+	}
+	return -1, -1
 }
 
 // goldenEvent is one event of a torch allocator trace (bench/gpu/torch_fit.py
