@@ -303,11 +303,7 @@ func gammaBetaBlocks(fname string, x *Tensor, m, n int, gw, gb *Tensor) (*Tensor
 		if err != nil {
 			return nil, err
 		}
-		acc := int64(4)
-		if p.dtype == Float64 {
-			acc = 8
-		}
-		if err := takeReduceScratch(x.ctx, a, int64(by), int64(n), acc, sms, tpsm); err != nil {
+		if err := takeReduceScratch(x.ctx, a, int64(by), int64(n), reduceAccBytes(p.dtype), sms, tpsm); err != nil {
 			x.ctx.Manager.Release(out.mem, "layer norm backward failed")
 			return nil, err
 		}

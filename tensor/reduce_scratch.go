@@ -118,11 +118,17 @@ func reductionScratch(t *Tensor, dims []int) error {
 			c *= int64(s)
 		}
 	}
-	acc := int64(4) // opmath float for float32, float16, bfloat16
-	if t.dtype == Float64 || !t.dtype.IsFloat() {
-		acc = 8
+	return takeReduceScratch(t.ctx, a, r, c, reduceAccBytes(t.dtype), sms, tpsm)
+}
+
+// reduceAccBytes is the size of the reduce kernel's accumulator for a sum
+// of dtype dt: opmath float for float32, float16 and bfloat16; 8 bytes
+// for float64 and the integer types.
+func reduceAccBytes(dt DType) int64 {
+	if dt == Float64 || !dt.IsFloat() {
+		return 8
 	}
-	return takeReduceScratch(t.ctx, a, r, c, acc, sms, tpsm)
+	return 4
 }
 
 // takeReduceScratch allocates on a, then frees, the staging and semaphores
