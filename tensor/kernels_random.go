@@ -5,6 +5,8 @@ package tensor
 void memsh_uniform_f32(float *o, uint64_t seed, uint64_t offset, int64_t n, int bits, int isa);
 void memsh_uniform_f64(double *o, uint64_t seed, uint64_t offset, int64_t n, int isa);
 void memsh_normal_u(double *u1, double *u2, uint64_t seed, uint64_t offset, int64_t n, int isa);
+void memsh_box_muller_f64(double *o, const double *u1, const double *u2, int64_t n, int isa);
+void memsh_box_muller_f32(float *o, const double *u1, const double *u2, int64_t n, int isa);
 */
 import "C"
 
@@ -73,8 +75,9 @@ const randomBlock = 256
 
 // The bulk generators: Philox runs in C (kernels_math.c), vectorised
 // across counters (AVX-512, AVX2 or baseline, as the math kernels), with
-// exactly randomValue's mapping; normal values take Philox's u1 and u2
-// from C and finish with Go's math.Log and math.Cos, so that they stay
+// exactly randomValue's mapping; normal values finish with Box-Muller in
+// C too (kernels_normal.c: Go's amd64 math.Log and math.Cos transcribed
+// operation for operation, without fused multiply-adds), so that they stay
 // bit-identical to randomValue's. Large requests are split over
 // goroutines by counter ranges.
 
@@ -94,25 +97,20 @@ func randomKernelISA(p unsafe.Pointer, dt DType, n int, seed, offset uint64, nor
 		at := func(i int) unsafe.Pointer { return elemAddr(p, i, size) }
 		switch {
 		case normal:
-			var u1, u2 [randomBlock]float64
+			var u1, u2, z [randomBlock]float64
 			for i := lo; i < hi; i += randomBlock {
 				m := min(randomBlock, hi-i)
 				C.memsh_normal_u((*C.double)(&u1[0]), (*C.double)(&u2[0]), cs, C.uint64_t(offset+uint64(i)), C.int64_t(m), isa)
 				switch dt {
 				case Float32:
-					o := unsafe.Slice((*float32)(at(i)), m)
-					for j := range o {
-						o[j] = float32(boxMuller(u1[j], u2[j]))
-					}
+					boxMullerF32s(unsafe.Slice((*float32)(at(i)), m), u1[:m], u2[:m], isa0)
 				case Float64:
-					o := unsafe.Slice((*float64)(at(i)), m)
-					for j := range o {
-						o[j] = boxMuller(u1[j], u2[j])
-					}
+					boxMullerF64s(unsafe.Slice((*float64)(at(i)), m), u1[:m], u2[:m], isa0)
 				default:
+					boxMullerF64s(z[:m], u1[:m], u2[:m], isa0)
 					store := storeF64[dt]
 					for j := range m {
-						store(at(i+j), boxMuller(u1[j], u2[j]))
+						store(at(i+j), z[j])
 					}
 				}
 			}
@@ -137,6 +135,23 @@ func randomKernelISA(p unsafe.Pointer, dt DType, n int, seed, offset uint64, nor
 			}
 		}
 	})
+}
+
+// boxMullerF64s sets o[i] = boxMuller(u1[i], u2[i]), bit for bit, with
+// kernels_normal.c's loops for instruction set isa (see mathISA); u1 must
+// lie in (0, 1] and u2 in [0, 1), as Philox's do. The slices have one
+// length.
+func boxMullerF64s(o, u1, u2 []float64, isa int) {
+	if len(o) > 0 {
+		C.memsh_box_muller_f64((*C.double)(&o[0]), (*C.double)(&u1[0]), (*C.double)(&u2[0]), C.int64_t(len(o)), C.int(isa))
+	}
+}
+
+// boxMullerF32s is boxMullerF64s rounded to float32.
+func boxMullerF32s(o []float32, u1, u2 []float64, isa int) {
+	if len(o) > 0 {
+		C.memsh_box_muller_f32((*C.float)(&o[0]), (*C.double)(&u1[0]), (*C.double)(&u2[0]), C.int64_t(len(o)), C.int(isa))
+	}
 }
 
 // boxMuller is randomValue's normal value from u1 and u2.

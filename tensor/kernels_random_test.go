@@ -3,6 +3,8 @@ package tensor
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"unsafe"
@@ -145,6 +147,83 @@ func TestRandomKernelISAs(t *testing.T) {
 					t.Errorf("isa %d %s normal=%v: bulk values differ from randomValue", isa, dt, normal)
 				}
 			}
+		}
+	}
+}
+
+// boxMullerInputs returns (u1, u2) pairs for TestBoxMullerBitExact: a
+// dense pseudo-random sample of Philox's whole grid (u1 in (0, 1] and u2
+// in [0, 1) on multiples of 2^-53), and the edges of both functions —
+// u1 = 1, the smallest u1, u1 whose mantissa is at or beside √2/2's (the
+// logarithm's k−1 switch, at every exponent), u1 at powers of two, u2 at
+// 0, at the largest value, and where 2π·u2 lands on or beside a multiple
+// of π/4 (the cosine's octant switches).
+func boxMullerInputs() (u1s, u2s []float64) {
+	const ulp = 1.0 / (1 << 53)
+	var edges1, edges2 []float64
+	edges1 = append(edges1, 1, ulp, 2*ulp, 1-ulp, 0.5, 0.5+ulp, 0.5-ulp/2)
+	h := math.Sqrt2 / 2 // the logarithm's switch, 0x3FE6A09E667F3BCD
+	for e := 0; e < 53; e++ {
+		x := math.Ldexp(h, -e)
+		for _, d := range []float64{-2, -1, 0, 1, 2} {
+			edges1 = append(edges1, math.Float64frombits(uint64(int64(math.Float64bits(x))+int64(d))))
+		}
+		edges1 = append(edges1, math.Ldexp(1, -e), math.Ldexp(1, -e)*(1-ulp))
+	}
+	edges2 = append(edges2, 0, ulp, 1-ulp, 0.5, 0.25, 0.75)
+	for q := 1; q < 8; q++ { // 2π·u2 = q·π/4
+		u := float64(q) / 8
+		for _, d := range []float64{-3, -2, -1, 0, 1, 2, 3} {
+			edges2 = append(edges2, u+d*ulp)
+		}
+	}
+	for _, a := range edges1 {
+		for _, b := range edges2 {
+			u1s, u2s = append(u1s, a), append(u2s, b)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 1 << 21 {
+		u1s = append(u1s, 1-float64(rng.Uint64()>>11)*ulp)
+		u2s = append(u2s, float64(rng.Uint64()>>11)*ulp)
+	}
+	for range 1 << 16 { // small u1: the long tail of |z|
+		u1s = append(u1s, math.Ldexp(float64(rng.Uint64()>>11|1)*ulp, -rng.IntN(40)))
+		u2s = append(u2s, float64(rng.Uint64()>>11)*ulp)
+	}
+	return u1s, u2s
+}
+
+// TestBoxMullerBitExact checks every variant of the C Box-Muller loops
+// (kernels_normal.c, Go's amd64 math.Log and math.Cos transcribed) against
+// Go's boxMuller, bit for bit, in float64 and rounded to float32.
+func TestBoxMullerBitExact(t *testing.T) {
+	u1s, u2s := boxMullerInputs()
+	want := make([]float64, len(u1s))
+	for i := range want {
+		want[i] = boxMuller(u1s[i], u2s[i])
+	}
+	for _, isa := range mathISAs() {
+		got := make([]float64, len(u1s))
+		got32 := make([]float32, len(u1s))
+		// odd lengths and offsets: the vector loops' tails too
+		for lo := 0; lo < len(u1s); {
+			hi := min(len(u1s), lo+1000+lo%7)
+			boxMullerF64s(got[lo:hi], u1s[lo:hi], u2s[lo:hi], isa)
+			boxMullerF32s(got32[lo:hi], u1s[lo:hi], u2s[lo:hi], isa)
+			lo = hi
+		}
+		bad := 0
+		for i := range want {
+			if math.Float64bits(got[i]) != math.Float64bits(want[i]) || math.Float32bits(got32[i]) != math.Float32bits(float32(want[i])) {
+				if bad < 5 {
+					t.Errorf("isa %d: u1=%x u2=%x: got %x (float32 %x), want %x", isa, u1s[i], u2s[i], got[i], got32[i], want[i])
+				}
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("isa %d: %d of %d values differ", isa, bad, len(want))
 		}
 	}
 }
