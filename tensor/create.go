@@ -203,9 +203,9 @@ func initTensor(fname string, t *Tensor, mode fillMode) error {
 	case fillOnes:
 		fillKernel(lay, t.dtype, encodeValue(t.dtype, Int(1).operand()), t.shape)
 	case fillUniform, fillNormal:
-		randomKernel(t.mem.Pointer(), t.dtype, n, seed, offset, mode == fillNormal)
+		randomKernelStop(t.ctx.stopFlag(), t.mem.Pointer(), t.dtype, n, seed, offset, mode == fillNormal)
 	}
-	return nil
+	return t.ctx.interrupted(fname) // the new tensor is dropped, partly written
 }
 
 // Full is torch.full: every element value; dt Undefined is the value's

@@ -467,6 +467,16 @@ func Randint(c *Context, low, high int64, shape []int, dt DType, device string) 
 		return nil, err
 	}
 	span := float64(high - low)
+	if n := t.Numel(); dt == Int64 && t.hasData() && onGPU(t) == nil && n > 0 {
+		// the common case in bulk: the values randomFill's would be
+		seed, offset := c.draw(n)
+		randintInt64s(c.stopFlag(), unsafe.Slice((*int64)(t.mem.Pointer()), n), seed, offset, low, span)
+		if err := c.interrupted(fname); err != nil {
+			return nil, err
+		}
+		t.st.BumpVersion() // as randomFill does
+		return t, nil
+	}
 	if err := randomFill(fname+"_", t, false, func(x float64) float64 { return float64(low) + math.Floor(x*span) }); err != nil {
 		return nil, err
 	}

@@ -2,13 +2,16 @@ package tensor
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/host"
+	"github.com/memsh/memsh/backend/sim"
 )
 
 func newHostContext(t *testing.T) *Context {
@@ -25,7 +28,7 @@ func newHostContext(t *testing.T) *Context {
 func interruptOp(t *testing.T, c *Context, op func() (*Tensor, error)) time.Duration {
 	t.Helper()
 	c.Manager.Reclaim()
-	before := c.Manager.Host().Allocated()
+	before := allocatedAll(c.Manager)
 	type result struct {
 		r   *Tensor
 		err error
@@ -60,10 +63,19 @@ func interruptOp(t *testing.T, c *Context, op func() (*Tensor, error)) time.Dura
 	res = result{}
 	runtime.GC()
 	c.Manager.Reclaim()
-	if after := c.Manager.Host().Allocated(); after != before {
+	if after := allocatedAll(c.Manager); after != before {
 		t.Errorf("allocated %d bytes after the interrupted op, %d before", after, before)
 	}
 	return lat
+}
+
+// allocatedAll is the bytes allocated on m's host and GPUs.
+func allocatedAll(m *backend.Manager) uint64 {
+	n := m.Host().Allocated()
+	for i := range m.NumGPUs() {
+		n += m.GPU(i).Allocated()
+	}
+	return n
 }
 
 func TestInterruptKernels(t *testing.T) {
@@ -110,6 +122,87 @@ func TestInterruptKernels(t *testing.T) {
 	runtime.KeepAlive(big)
 }
 
+// TestInterruptNNKernels: the random fills and the host kernels of the
+// nn ops (convolution, pooling, batch and layer norm, softmax, dropout,
+// attention) stop within the latency goal once interrupted, forward and
+// backward, drop what they allocated and return ErrInterrupted. Each
+// input is sized for an op of seconds on a 2-core machine. Attention
+// runs on a simulated GPU with data (its CUDA kernels' host twins).
+func TestInterruptNNKernels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large tensors")
+	}
+	c := newHostContext(t)
+	dev := sim.New(sim.Spec{Count: 1, Total: 8 << 30})[0]
+	sm := backend.NewManager(backend.Config{GPUs: []backend.Allocator{backend.NewCachingAllocator(dev, 0)}, Host: host.NewAllocator()})
+	t.Cleanup(sm.Close)
+	gc := NewContext(sm)
+	mk := func(c *Context, shape []int, device string) *Tensor {
+		x, err := Randn(c, shape, Float32, device)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	img := mk(c, []int{16, 64, 128, 128}, "cpu")
+	w := mk(c, []int{64, 64, 3, 3}, "cpu")
+	conv := ConvParams{Stride: [2]int{1, 1}, Padding: [2]int{1, 1}, Dilation: [2]int{1, 1}, Groups: 1}
+	y, err := Conv2d(img, w, nil, conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := mk(c, []int{8192, 4096}, "cpu")
+	q := mk(gc, []int{4, 8, 2048, 64}, "cuda")
+	cases := []struct {
+		name string
+		c    *Context
+		op   func() (*Tensor, error)
+	}{
+		{"randn 2^28", c, func() (*Tensor, error) { return Randn(c, []int{1 << 28}, Float32, "cpu") }},
+		{"randint 2^28", c, func() (*Tensor, error) { return Randint(c, 0, 1000, []int{1 << 28}, Int64, "cpu") }},
+		{"conv2d", c, func() (*Tensor, error) { return Conv2d(img, w, nil, conv) }},
+		{"conv2d backward", c, func() (*Tensor, error) {
+			gi, gw, _, err := Conv2dBackward(y, img, w, conv, [3]bool{true, true, false})
+			if err == nil {
+				return gi, fmt.Errorf("not interrupted (gw %v)", gw.shape)
+			}
+			return gi, err
+		}},
+		{"max_pool2d", c, func() (*Tensor, error) {
+			o, _, err := MaxPool2dWithIndices(img, PoolParams{Kernel: [2]int{3, 3}, Stride: [2]int{1, 1}, Padding: [2]int{1, 1}, Dilation: [2]int{1, 1}})
+			return o, err
+		}},
+		{"batch_norm", c, func() (*Tensor, error) {
+			o, _, _, _, err := BatchNorm(img, nil, nil, nil, nil, true, 0.1, 1e-5)
+			return o, err
+		}},
+		{"layer_norm", c, func() (*Tensor, error) {
+			o, _, _, err := NativeLayerNorm(rows, []int{4096}, nil, nil, 1e-5)
+			return o, err
+		}},
+		{"softmax", c, func() (*Tensor, error) { return Softmax(rows, -1, false) }},
+		{"dropout", c, func() (*Tensor, error) {
+			o, _, err := NativeDropout(rows, 0.1)
+			return o, err
+		}},
+		{"flash attention", gc, func() (*Tensor, error) {
+			o, _, _, _, err := FlashAttentionForward(q, q, q, 0, true, 0.125)
+			return o, err
+		}},
+		{"efficient attention backward", gc, func() (*Tensor, error) {
+			gq, _, _, err := EfficientAttentionBackward(q, q, q, q, nil, 0, false, 0.125, 0, 0)
+			return gq, err
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lat := interruptOp(t, tc.c, tc.op)
+			t.Logf("%s: interrupt latency %v", tc.name, lat.Round(100*time.Microsecond))
+		})
+	}
+	runtime.KeepAlive(y)
+}
+
 // A matrix product split into panels of rows is bit-identical to one BLAS
 // call (a Context without an interrupt flag makes one call).
 func TestMatmulPanelsIdentical(t *testing.T) {
@@ -140,6 +233,48 @@ func TestMatmulPanelsIdentical(t *testing.T) {
 			if string(g) != string(w) {
 				t.Errorf("%s %v: panelled product differs from one call", dt, sh)
 			}
+		}
+	}
+}
+
+// A convolution's products in tiles (gemmStop, with an interrupt flag) are
+// bit-identical to one BLAS call each (without one), forward and backward.
+func TestConvTilesIdentical(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large products")
+	}
+	c := newHostContext(t)
+	plain := *c
+	plain.intr = nil
+	x, err := Randn(c, []int{1, 64, 128, 128}, Float32, "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := Randn(c, []int{128, 64, 3, 3}, Float32, "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ConvParams{Stride: [2]int{1, 1}, Padding: [2]int{1, 1}, Dilation: [2]int{1, 1}, Groups: 1}
+	if g := geomOf(x, w, p); 2*g.og*g.cg*9*g.oh*g.ow <= panelFlops(currentGemm()) {
+		t.Fatalf("the product is too small to be tiled: make the input larger")
+	}
+	run := func() [3][]byte {
+		y, err := Conv2d(x, w, nil, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gi, gw, _, err := Conv2dBackward(y, x, w, p, [3]bool{true, true, false})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [3][]byte{slices.Clone(unsafeBytes(y)), slices.Clone(unsafeBytes(gi)), slices.Clone(unsafeBytes(gw))}
+	}
+	tiled := run()
+	x.ctx, w.ctx = &plain, &plain
+	whole := run()
+	for i, name := range []string{"output", "input gradient", "weight gradient"} {
+		if string(tiled[i]) != string(whole[i]) {
+			t.Errorf("%s: tiled products differ from one call", name)
 		}
 	}
 }

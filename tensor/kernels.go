@@ -46,6 +46,10 @@ func parallelFor(n, threshold int, body func(lo, hi int)) {
 // kernel within milliseconds at no measurable cost.
 const interruptGrain = 1 << 20
 
+// stopGrain is parallelForStop's grain for items of work elements each
+// (rows, planes, heads): about interruptGrain elements between checks.
+func stopGrain(work int) int { return max(1, interruptGrain/max(work, 1)) }
+
 // parallelForStop is parallelFor for a body that may be called on any
 // split of [0, n) with the same results (elementwise work): each
 // goroutine's range runs in chunks of grain, and no chunk starts once stop

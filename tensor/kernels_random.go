@@ -13,6 +13,7 @@ import "C"
 import (
 	"math"
 	"math/bits"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -84,16 +85,23 @@ const randomBlock = 256
 // randomKernel fills n contiguous elements of dtype dt at p with the
 // values of generator offsets offset, offset+1, ...
 func randomKernel(p unsafe.Pointer, dt DType, n int, seed, offset uint64, normal bool) {
-	randomKernelISA(p, dt, n, seed, offset, normal, mathISA())
+	randomKernelISA(nil, p, dt, n, seed, offset, normal, mathISA())
 }
 
-// randomKernelISA is randomKernel with the C loops for instruction set isa
-// (see mathISA).
-func randomKernelISA(p unsafe.Pointer, dt DType, n int, seed, offset uint64, normal bool, isa0 int) {
+// randomKernelStop is randomKernel stopping between chunks of
+// interruptGrain elements once stop (when not nil) is set (see
+// Context.Interrupt), leaving p partly written.
+func randomKernelStop(stop *atomic.Bool, p unsafe.Pointer, dt DType, n int, seed, offset uint64, normal bool) {
+	randomKernelISA(stop, p, dt, n, seed, offset, normal, mathISA())
+}
+
+// randomKernelISA is randomKernelStop with the C loops for instruction set
+// isa (see mathISA).
+func randomKernelISA(stop *atomic.Bool, p unsafe.Pointer, dt DType, n int, seed, offset uint64, normal bool, isa0 int) {
 	isa := C.int(isa0)
 	cs := C.uint64_t(seed)
 	size := dt.Size()
-	parallelFor(n, parallelThreshold/8, func(lo, hi int) {
+	parallelForStop(stop, n, parallelThreshold/8, interruptGrain, func(lo, hi int) {
 		at := func(i int) unsafe.Pointer { return elemAddr(p, i, size) }
 		switch {
 		case normal:
@@ -165,4 +173,28 @@ func randomF64s(vals []float64, seed, offset uint64, normal bool) {
 	if len(vals) > 0 {
 		randomKernel(unsafe.Pointer(&vals[0]), Float64, len(vals), seed, offset, normal)
 	}
+}
+
+// randintBlock is how many uniform values randintInt64s draws at a time
+// into a buffer of its own (per goroutine).
+const randintBlock = 4096
+
+// randintInt64s sets o[i] = int64(float64(low) + floor(u × span)), u the
+// float64 uniform value of generator offset offset+i (randomValue):
+// Randint's values, computed in bulk without a per-element store
+// function. It stops between chunks of interruptGrain values once stop
+// (when not nil) is set, leaving o partly written.
+func randintInt64s(stop *atomic.Bool, o []int64, seed, offset uint64, low int64, span float64) {
+	lowf := float64(low)
+	parallelForStop(stop, len(o), parallelThreshold, interruptGrain, func(lo, hi int) {
+		buf := make([]float64, min(hi-lo, randintBlock))
+		for i := lo; i < hi; i += randintBlock {
+			u := buf[:min(randintBlock, hi-i)]
+			randomF64s(u, seed, offset+uint64(i), false)
+			dst := o[i : i+len(u)]
+			for j, x := range u {
+				dst[j] = int64(lowf + math.Floor(x*span))
+			}
+		}
+	})
 }

@@ -139,7 +139,7 @@ func TestRandomKernelISAs(t *testing.T) {
 			for _, normal := range []bool{false, true} {
 				seed, offset := uint64(0xdeadbeef12345), uint64(1<<32-1000)
 				got, want := make([]byte, n*dt.Size()), make([]byte, n*dt.Size())
-				randomKernelISA(unsafe.Pointer(&got[0]), dt, n, seed, offset, normal, isa)
+				randomKernelISA(nil, unsafe.Pointer(&got[0]), dt, n, seed, offset, normal, isa)
 				for i := range n {
 					storeF64[dt](unsafe.Pointer(&want[i*dt.Size()]), randomValue(seed, offset+uint64(i), dt, normal))
 				}
@@ -296,5 +296,41 @@ func TestRandomFillChunked(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 8<<20 {
 		t.Errorf("a fill of 16M elements allocated %d bytes of Go memory; want at most 8 MiB", grew)
+	}
+}
+
+// TestRandintBulk checks Randint's bulk int64 path against the general
+// one (randomFill, taken for float64 results) from the same generator
+// state: the same values, across the goroutine split and the buffer
+// blocks, for spans small, odd and beyond 2^32, and the same generator
+// offset afterwards.
+func TestRandintBulk(t *testing.T) {
+	c := newHostContext(t)
+	for _, n := range []int{1, 7, randintBlock + 3, parallelThreshold*3 + 5} {
+		for _, r := range [][2]int64{{0, 10}, {-5, 1000003}, {-3, 1 << 40}, {7, 8}} {
+			c.ManualSeed(42)
+			c.draw(int(r[1] % 97)) // start mid-stream
+			got, err := Randint(c, r[0], r[1], []int{n}, Int64, "cpu")
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := c.RNGOffset()
+			c.ManualSeed(42)
+			c.draw(int(r[1] % 97))
+			want, err := Randint(c, r[0], r[1], []int{n}, Float64, "cpu")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.RNGOffset() != after {
+				t.Errorf("n=%d %v: generator offset %d after the bulk path, %d after the general one", n, r, after, c.RNGOffset())
+			}
+			g := unsafe.Slice((*int64)(got.mem.Pointer()), n)
+			w := unsafe.Slice((*float64)(want.mem.Pointer()), n)
+			for i := range n {
+				if g[i] != int64(w[i]) || g[i] < r[0] || g[i] >= r[1] {
+					t.Fatalf("n=%d %v: element %d is %d, want %v", n, r, i, g[i], w[i])
+				}
+			}
+		}
 	}
 }

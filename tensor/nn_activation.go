@@ -213,7 +213,7 @@ func softmaxRows(out, x, g *Tensor, d int, log bool) {
 		gs = actReadF64(g)
 	}
 	res := make([]float64, len(xs))
-	parallelFor(outer*inner, parallelThreshold/max(n, 1), func(lo, hi int) {
+	parallelForStop(out.ctx.stopFlag(), outer*inner, parallelThreshold/max(n, 1), stopGrain(n), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			o, i := r/inner, r%inner
 			base := o*n*inner + i
@@ -267,24 +267,35 @@ func actSplitDim(shape []int, d int) (outer, n, inner int) {
 
 // actReadF64 returns t's values in row-major order as float64 (Go-heap
 // scratch).
+//
+// Once t's Context is interrupted it stops reading (the rest stays zero):
+// the kernel that reads it stops too, and its op drops what it computed.
 func actReadF64(t *Tensor) []float64 {
-	vals := make([]float64, 0, t.Numel())
+	n := t.Numel()
+	vals := make([]float64, 0, n)
 	load := loadF64[t.dtype]
+	stop := t.ctx.stopFlag()
 	forEachElem(t, func(p elemPtr) bool {
 		vals = append(vals, load(p))
-		return true
+		return len(vals)%actStopEvery != 0 || stop == nil || !stop.Load()
 	})
-	return vals
+	return vals[:n]
 }
 
+// actStopEvery is how many elements actReadF64 and actWriteF64 move between
+// two checks of the interrupt flag.
+const actStopEvery = 1 << 16
+
 // actWriteF64 stores vals into t in row-major order, rounding to t's dtype.
+// Once t's Context is interrupted it stops (t stays partly written).
 func actWriteF64(t *Tensor, vals []float64) {
 	store := storeF64[t.dtype]
+	stop := t.ctx.stopFlag()
 	i := 0
 	forEachElem(t, func(p elemPtr) bool {
 		store(p, vals[i])
 		i++
-		return true
+		return i%actStopEvery != 0 || stop == nil || !stop.Load()
 	})
 }
 
@@ -304,7 +315,7 @@ func actHostKernel(c *Context, fname string, outs, ins []*Tensor, compute func(o
 				si[k] = s.shadowOf(t)
 			}
 			compute(so, si)
-			return nil
+			return c.interrupted(fname) // nothing is written back
 		})
 	}
 	for _, t := range all {
@@ -313,5 +324,5 @@ func actHostKernel(c *Context, fname string, outs, ins []*Tensor, compute func(o
 		}
 	}
 	compute(outs, ins)
-	return nil
+	return c.interrupted(fname) // the kernels stop early once interrupted
 }

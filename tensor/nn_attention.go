@@ -56,8 +56,10 @@ func FlashAttentionForward(q, k, v *Tensor, dropoutP float64, causal bool, scale
 		return nil, nil, nil, nil, err
 	}
 	spec := attnSpec{scale: scale, causal: causal, p: dropoutP, seed: rs, offset: ro, lseLen: L}
-	err = actHostKernel(c, fname, []*Tensor{out, lse}, []*Tensor{q, k, v}, spec.forward)
-	return out, lse, seed, offset, err
+	if err = actHostKernel(c, fname, []*Tensor{out, lse}, []*Tensor{q, k, v}, spec.forward); err != nil {
+		return nil, nil, nil, nil, err // an interrupted kernel's results are dropped
+	}
+	return out, lse, seed, offset, nil
 }
 
 // FlashAttentionBackward is _scaled_dot_product_flash_attention_backward:
@@ -176,7 +178,10 @@ func EfficientAttentionForward(q, k, v, bias *Tensor, computeLSE bool, dropoutP 
 	}
 	err = actHostKernel(c, fname, []*Tensor{out, lse}, ins, spec.forward)
 	runtime.KeepAlive(accum)
-	return out, lse, seed, offset, err
+	if err != nil {
+		return nil, nil, nil, nil, err // an interrupted kernel's results are dropped
+	}
+	return out, lse, seed, offset, nil
 }
 
 // EfficientAttentionBackward is _scaled_dot_product_efficient_attention_
@@ -420,7 +425,7 @@ func (s *attnSpec) forward(outs, ins []*Tensor) {
 	}
 	o := make([]float64, B*H*L*Ev)
 	lse := make([]float64, B*H*s.lseLen)
-	parallelFor(B*H, 1, func(lo, hi int) {
+	parallelForStop(q.ctx.stopFlag(), B*H, 1, stopGrain(L*S*max(E, Ev)), func(lo, hi int) {
 		p := make([]float64, S)
 		for bh := lo; bh < hi; bh++ {
 			for i := 0; i < L; i++ {
@@ -462,7 +467,7 @@ func (s *attnSpec) backward(outs, ins []*Tensor) {
 	dq := make([]float64, B*H*L*E)
 	dk := make([]float64, B*H*S*E)
 	dv := make([]float64, B*H*S*Ev)
-	parallelFor(B*H, 1, func(lo, hi int) {
+	parallelForStop(q.ctx.stopFlag(), B*H, 1, stopGrain(L*S*max(E, Ev)), func(lo, hi int) {
 		p := make([]float64, S)
 		dp := make([]float64, S)
 		for bh := lo; bh < hi; bh++ {

@@ -175,10 +175,17 @@ func batchNorm(fname string, x, w, b, rm, rv *Tensor, training bool, momentum, e
 		bs = readFloats[float64](b)
 	}
 	mean, invstd := make([]float64, c), make([]float64, c)
+	stop := x.ctx.stopFlag()
+	// interrupted drops the results, before the running statistics are
+	// updated or once the output is partly written
+	interrupted := func() bool { return stop != nil && stop.Load() }
 	if training {
 		cnt := float64(n * sp)
 		varU := make([]float64, c)
 		for ch := range c {
+			if interrupted() {
+				return nil, nil, nil, nil, x.ctx.interrupted(fname)
+			}
 			s := 0.0
 			for i := range n {
 				for _, v := range xs[(i*c+ch)*sp:][:sp] {
@@ -225,6 +232,9 @@ func batchNorm(fname string, x, w, b, rm, rv *Tensor, training bool, momentum, e
 	}
 	res := make([]float64, len(xs))
 	for i := range n {
+		if interrupted() {
+			return nil, nil, nil, nil, x.ctx.interrupted(fname)
+		}
 		for ch := range c {
 			k := (i*c + ch) * sp
 			a := invstd[ch] * ws[ch]
@@ -330,7 +340,11 @@ func batchNormBackward(fname string, g, x, w, rm, rv, saveMean, saveVar *Tensor,
 	cnt := float64(n * sp)
 	dx := make([]float64, len(xs))
 	dw, db := make([]float64, c), make([]float64, c)
+	stop := x.ctx.stopFlag()
 	for ch := range c {
+		if stop != nil && stop.Load() {
+			return nil, nil, nil, x.ctx.interrupted(fname) // the gradients are dropped
+		}
 		sg, sgx := 0.0, 0.0
 		for i := range n {
 			k := (i*c + ch) * sp

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"gonum.org/v1/gonum/blas"
@@ -155,6 +156,9 @@ func conv2d(fname string, x, w, bias *Tensor, p ConvParams) (*Tensor, error) {
 		}
 	}
 	runtime.KeepAlive(xc)
+	if err := x.ctx.interrupted(fname); err != nil {
+		return nil, err // out is dropped
+	}
 	return out, nil
 }
 
@@ -222,6 +226,9 @@ func conv2dBackward(fname string, g, x, w *Tensor, p ConvParams, mask [3]bool) (
 		}
 	}
 	runtime.KeepAlive(xc)
+	if err := x.ctx.interrupted(fname); err != nil {
+		return nil, nil, nil, err // gi and gw are dropped
+	}
 	if mask[2] {
 		if gb, err = reduce(redSum, fname, gc, []int{0, 2, 3}, false, Undefined); err != nil {
 			return nil, nil, nil, err
@@ -243,7 +250,8 @@ func sameInts(a, b []int) bool {
 	return true
 }
 
-// readFloats returns t's values in row-major order as a Go-heap slice.
+// readFloats returns t's values in row-major order as a Go-heap slice
+// (once t's Context is interrupted, the rest stays zero: see actReadF64).
 func readFloats[T float32 | float64](t *Tensor) []T {
 	n := t.Numel()
 	out := make([]T, n)
@@ -257,11 +265,12 @@ func readFloats[T float32 | float64](t *Tensor) []T {
 		return out
 	}
 	load := loadF64[t.dtype]
+	stop := t.ctx.stopFlag() // interrupted: the rest stays zero (see actReadF64)
 	i := 0
 	forEachElem(t, func(p elemPtr) bool {
 		out[i] = T(load(p))
 		i++
-		return true
+		return i%actStopEvery != 0 || stop == nil || !stop.Load()
 	})
 	runtime.KeepAlive(t)
 	return out
@@ -286,6 +295,23 @@ func writeFloats[T float32 | float64](t *Tensor, vals []T) {
 		return true
 	})
 	runtime.KeepAlive(t)
+}
+
+// gemmStop is gemmT in tiles (gemmTiles) when stop is not nil, so that
+// an interrupt stops a large product within a tile; the tiles' products
+// are the ones one call computes (panelAlign).
+func gemmStop[T float32 | float64](stop *atomic.Bool, ta, tb blas.Transpose, m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
+	gemmTiles(stop, m, k, n, panelFlops(currentGemm()), func(r0, r1, c0, c1 int) {
+		ar := r0 * lda // rows r0.. of op(a): rows of a, or its columns when transposed
+		if ta == blas.Trans {
+			ar = r0
+		}
+		bc := c0 // columns c0.. of op(b): columns of b, or its rows when transposed
+		if tb == blas.Trans {
+			bc = c0 * ldb
+		}
+		gemmT(ta, tb, r1-r0, c1-c0, k, a[ar:], lda, b[bc:], ldb, c[r0*ldc+c0:], ldc)
+	})
 }
 
 // gemmT is c = op(a) × op(b) for T (c row-major m×n, overwritten).
@@ -387,12 +413,16 @@ func convForward[T float32 | float64](x, w, bias, out *Tensor, p ConvParams) {
 	k, l := g.cg*g.kh*g.kw, g.oh*g.ow
 	res := make([]T, g.n*g.o*l)
 	col := make([]T, k*l)
+	stop := out.ctx.stopFlag()
 	for n := range g.n {
+		if stop != nil && stop.Load() {
+			return // interrupted: the caller drops out
+		}
 		img := xs[n*g.c*g.h*g.w:]
 		for gr := range g.groups {
 			im2col(g, col, img, gr*g.cg)
 			dst := res[(n*g.o+gr*g.og)*l:][:g.og*l]
-			gemmT(blas.NoTrans, blas.NoTrans, g.og, l, k, ws[gr*g.og*k:], k, col, l, dst, l)
+			gemmStop(stop, blas.NoTrans, blas.NoTrans, g.og, l, k, ws[gr*g.og*k:], k, col, l, dst, l)
 		}
 		if bs != nil {
 			for o := range g.o {
@@ -411,13 +441,18 @@ func convBackward[T float32 | float64](gout, x, w, gi, gw *Tensor, p ConvParams)
 	gs, ws := readFloats[T](gout), readFloats[T](w)
 	k, l := g.cg*g.kh*g.kw, g.oh*g.ow
 	col := make([]T, k*l)
+	stop := x.ctx.stopFlag()
+	stopped := func() bool { return stop != nil && stop.Load() }
 	if gi != nil && gi.hasData() {
 		dx := make([]T, g.n*g.c*g.h*g.w)
 		for n := range g.n {
+			if stopped() {
+				return // interrupted: the caller drops gi and gw
+			}
 			img := dx[n*g.c*g.h*g.w:]
 			for gr := range g.groups {
 				src := gs[(n*g.o+gr*g.og)*l:]
-				gemmT(blas.Trans, blas.NoTrans, k, l, g.og, ws[gr*g.og*k:], k, src, l, col, l)
+				gemmStop(stop, blas.Trans, blas.NoTrans, k, l, g.og, ws[gr*g.og*k:], k, src, l, col, l)
 				col2im(g, col, img, gr*g.cg)
 			}
 		}
@@ -428,10 +463,15 @@ func convBackward[T float32 | float64](gout, x, w, gi, gw *Tensor, p ConvParams)
 		dw := make([]T, g.o*k)
 		tmp := make([]T, g.og*k)
 		for n := range g.n {
+			if stopped() {
+				return
+			}
 			img := xs[n*g.c*g.h*g.w:]
 			for gr := range g.groups {
 				im2col(g, col, img, gr*g.cg)
 				src := gs[(n*g.o+gr*g.og)*l:]
+				// one call: in row panels, OpenBLAS sums this product's
+				// long inner dimension in another order (TestConvTilesIdentical)
 				gemmT(blas.NoTrans, blas.Trans, g.og, k, l, src, l, col, l, tmp, k)
 				d := dw[gr*g.og*k:][:g.og*k]
 				for i, v := range tmp {

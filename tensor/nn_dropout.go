@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"runtime"
 	"slices"
 )
 
@@ -30,18 +31,22 @@ func NativeDropout(x *Tensor, p float64) (out, mask *Tensor, err error) {
 	keep, scale := 1-p, 1/(1-p)
 	err = actHostKernel(x.ctx, fname, []*Tensor{out, mask}, []*Tensor{x}, func(outs, ins []*Tensor) {
 		xs := actReadF64(ins[0])
-		ys := make([]float64, n)
-		ms := make([]float64, n)
-		parallelFor(n, parallelThreshold/8, func(lo, hi int) {
+		// out and mask are new, contiguous: stored into directly
+		o, m := outs[0], outs[1]
+		so, sm := storeF64[o.dtype], storeF64[m.dtype]
+		po, pm := elemAddr(o.mem.Pointer(), o.offset, o.dtype.Size()), elemAddr(m.mem.Pointer(), m.offset, m.dtype.Size())
+		parallelForStop(x.ctx.stopFlag(), n, parallelThreshold/8, interruptGrain, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
+				y, k := 0.0, 0.0
 				if randomValue(seed, offset+uint64(i), Float32, false) < keep {
-					ms[i] = 1
-					ys[i] = xs[i] * scale
+					y, k = xs[i]*scale, 1
 				}
+				so(elemAddr(po, i, o.dtype.Size()), y)
+				sm(elemAddr(pm, i, m.dtype.Size()), k)
 			}
 		})
-		actWriteF64(outs[0], ys)
-		actWriteF64(outs[1], ms)
+		runtime.KeepAlive(o)
+		runtime.KeepAlive(m)
 	})
 	if err != nil {
 		return nil, nil, err

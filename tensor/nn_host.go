@@ -29,7 +29,7 @@ func hostCompute(fname string, ts []*Tensor, f func(sh []*Tensor)) error {
 				}
 			}
 			f(sh)
-			return nil
+			return contextOf(live...).interrupted(fname) // nothing is written back
 		})
 	}
 	for _, t := range live {
@@ -38,7 +38,7 @@ func hostCompute(fname string, ts []*Tensor, f func(sh []*Tensor)) error {
 		}
 	}
 	f(ts)
-	return nil
+	return contextOf(live...).interrupted(fname) // the kernels stop early once interrupted
 }
 
 // getF64 returns t's elements in row-major order as float64s.

@@ -162,7 +162,7 @@ func layerNormForward(outs, ins []*Tensor, m, n int, eps float64) {
 	}
 	ys := make([]float64, len(xs))
 	means, rstds := make([]float64, m), make([]float64, m)
-	parallelFor(m, max(1, parallelThreshold/max(n, 1)), func(lo, hi int) {
+	parallelForStop(ins[0].ctx.stopFlag(), m, max(1, parallelThreshold/max(n, 1)), stopGrain(n), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			row := xs[r*n : (r+1)*n]
 			mu := 0.0
@@ -348,7 +348,7 @@ func layerNormBackward(outs, ins []*Tensor, m, n int) {
 	}
 	if outs[0] != nil {
 		gx := make([]float64, len(xs))
-		parallelFor(m, max(1, parallelThreshold/n), func(lo, hi int) {
+		parallelForStop(ins[0].ctx.stopFlag(), m, max(1, parallelThreshold/n), stopGrain(n), func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				mu, rs := means[r], rstds[r]
 				var s1, s2 float64 // Σ dy·γ and Σ dy·γ·x̂

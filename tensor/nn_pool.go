@@ -127,7 +127,7 @@ func maxPool2d(fname string, x *Tensor, p PoolParams) (out, idx *Tensor, err err
 	vals := make([]float64, out.Numel())
 	ids := make([]float64, out.Numel())
 	planes := x.Numel() / (h * w)
-	parallelFor(planes, max(1, parallelThreshold/max(1, h*w)), func(lo, hi int) {
+	parallelForStop(x.ctx.stopFlag(), planes, max(1, parallelThreshold/max(1, h*w)), stopGrain(oh*ow*p.Kernel[0]*p.Kernel[1]), func(lo, hi int) {
 		for pl := lo; pl < hi; pl++ {
 			src := xs[pl*h*w:][:h*w]
 			for y := range oh {
@@ -155,6 +155,9 @@ func maxPool2d(fname string, x *Tensor, p PoolParams) (out, idx *Tensor, err err
 			}
 		}
 	})
+	if err := x.ctx.interrupted(fname); err != nil {
+		return nil, nil, err // out and idx are dropped
+	}
 	writeFloats(out, vals)
 	store := storeI64[Int64]
 	i := 0
