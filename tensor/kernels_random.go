@@ -1,6 +1,7 @@
 package tensor
 
 /*
+#cgo LDFLAGS: -lm
 #include <stdint.h>
 void memsh_uniform_f32(float *o, uint64_t seed, uint64_t offset, int64_t n, int bits, int isa);
 void memsh_uniform_f64(double *o, uint64_t seed, uint64_t offset, int64_t n, int isa);
