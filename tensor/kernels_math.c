@@ -1,5 +1,6 @@
-// Vectorised float32 transcendental functions: exp, log, tanh, sigmoid
-// (see kernels_math.go).
+// Vectorised float32 transcendental functions: exp, log, tanh, sigmoid,
+// and built on them silu, GELU's tanh form and softmax rows; bfloat16
+// through float32 (see kernels_math.go).
 //
 // Each function is a branch-free polynomial evaluation on one float that
 // GCC inlines into a loop and vectorises ("omp simd"). The loops are
@@ -40,7 +41,7 @@
 #define MINLINE static inline __attribute__((always_inline))
 
 // Operation codes, as in kernels_math.go.
-enum { M_EXP, M_LOG, M_TANH, M_SIGMOID };
+enum { M_EXP, M_LOG, M_TANH, M_SIGMOID, M_SILU, M_GELU_TANH };
 
 MINLINE uint32_t f2u(float x) {
 	uint32_t u;
@@ -75,6 +76,30 @@ MINLINE float exp_f32(float x) {
 	int32_t n1 = ni >> 1, n2 = ni - n1; // each in [-75, 64]
 	float s1 = u2f((uint32_t)(n1 + 127) << 23), s2 = u2f((uint32_t)(n2 + 127) << 23);
 	float y = (p * s1) * s2;
+	return x != x ? x : y;
+}
+
+// exp_f32_scaled64 is e^x·2^64 for x ≤ 0 (exp_f32 with 64 added to its
+// power of two, so results down to x ≈ -131 stay normal floats).
+MINLINE float exp_f32_scaled64(float x) {
+	float c = x < -150.0f ? -150.0f : x;
+	const float shift = 12582912.0f;
+	float n = (c * 1.44269504088896341f + shift) - shift;
+	float r = c - n * 0.693359375f;
+	r = r - n * -2.12194440e-4f;
+	float p = 1.0f / 5040.0f;
+	p = p * r + 1.0f / 720.0f;
+	p = p * r + 1.0f / 120.0f;
+	p = p * r + 1.0f / 24.0f;
+	p = p * r + 1.0f / 6.0f;
+	p = p * r + 0.5f;
+	p = p * (r * r) + r;
+	p = p + 1.0f;
+	int32_t ni = (int32_t)n + 64;
+	int32_t n1 = ni >> 1, n2 = ni - n1; // each in [-76, 32]
+	float s1 = u2f((uint32_t)(n1 + 127) << 23), s2 = u2f((uint32_t)(n2 + 127) << 23);
+	float y = (p * s1) * s2;
+	y = x < -150.0f ? 0.0f : y;
 	return x != x ? x : y;
 }
 
@@ -126,6 +151,71 @@ MINLINE float sigmoid_f32(float x) {
 	return num / (1.0f + e);
 }
 
+// exp_f64 is e^x in float64 to about 1e-12 relative (x within
+// [-745, 709]; beyond, 0 or +Inf; NaN stays NaN): enough for a float32
+// result rounded once. e^x = 2^n · e^r, n = round(x / ln 2), r = x − n·ln 2
+// (ln 2 in two parts), e^r by its degree-10 Taylor polynomial (|r| ≤ 0.347).
+MINLINE double exp_f64(double x) {
+	double c = x > 709.0 ? 709.0 : x;
+	c = c < -745.0 ? -745.0 : c;
+	const double shift = 6755399441055744.0; // 1.5·2^52: adding it rounds to an integer
+	double n = (c * 1.4426950408889634 + shift) - shift;
+	double r = (c - n * 0x1.62e42fee00000p-1) - n * 0x1.a39ef35793c76p-33;
+	double p = 1.0 / 3628800.0;
+	p = p * r + 1.0 / 362880.0;
+	p = p * r + 1.0 / 40320.0;
+	p = p * r + 1.0 / 5040.0;
+	p = p * r + 1.0 / 720.0;
+	p = p * r + 1.0 / 120.0;
+	p = p * r + 1.0 / 24.0;
+	p = p * r + 1.0 / 6.0;
+	p = p * r + 0.5;
+	p = p * r + 1.0;
+	p = p * r + 1.0;
+	int32_t ni = (int32_t)n;
+	int32_t n1 = ni >> 1, n2 = ni - n1; // each in [-538, 512]
+	uint64_t b1 = (uint64_t)(int64_t)(n1 + 1023) << 52, b2 = (uint64_t)(int64_t)(n2 + 1023) << 52;
+	double s1, s2;
+	memcpy(&s1, &b1, 8);
+	memcpy(&s2, &b2, 8);
+	double y = (p * s1) * s2;
+	y = x > 709.78 ? __builtin_inf() : y;
+	y = x < -746.0 ? 0.0 : y;
+	return x != x ? x : y;
+}
+
+// sigmoid_mul_f32 is x·σ(t) computed in float64 and rounded once: σ(t) =
+// 1/(1 + e^-t) for t ≥ 0, e^t/(1 + e^t) below, so it keeps its relative
+// accuracy down to the smallest results.
+MINLINE float sigmoid_mul_f32(double x, double t) {
+	double e = exp_f64(-__builtin_fabs(t));
+	double s = (t >= 0.0 ? 1.0 : e) / (1.0 + e);
+	return (float)(x * s);
+}
+
+// silu_f32 is x·σ(x) (torch.nn.functional.silu) in float32: x/(1 + e^-x)
+// for x ≥ 0, and x·e^x/(1 + e^x) below with e^x taken as e^x·2^64 (scaled
+// inside exp_f32's own 2^n step, so it stays a normal float down to
+// x ≈ -131) and the product scaled back at the end: within 3 ulp of the
+// correctly rounded result wherever that is a normal float.
+// silu(-inf) is NaN, as x / (1 + e^-x) gives.
+MINLINE float silu_f32(float x) {
+	float es = exp_f32_scaled64(x < 0.0f ? x : -x); // e^-|x|·2^64
+	float e = es * 0x1p-64f;
+	float neg = ((x * es) / (1.0f + e)) * 0x1p-64f;
+	float pos = x / (1.0f + e);
+	return x < 0.0f ? neg : pos;
+}
+
+// gelu_tanh_f32 is GELU's tanh approximation ½x(1 + tanh(u)), u =
+// √(2/π)(x + 0.044715x³), computed in float64 as x·σ(2u) (1 + tanh(u) =
+// 2σ(2u)), which keeps its relative accuracy where 1 + tanh(u) cancels
+// (x ≪ 0), and rounded once.
+MINLINE float gelu_tanh_f32(float x) {
+	double xd = (double)x;
+	return sigmoid_mul_f32(xd, 2.0 * 0.7978845608028654 * (xd + 0.044715 * (xd * xd * xd)));
+}
+
 #define MATH_LOOP(FN)                       \
 	_Pragma("omp simd")                     \
 	for (int64_t i = 0; i < n; i++) {       \
@@ -138,6 +228,8 @@ MINLINE float sigmoid_f32(float x) {
 	case M_LOG: MATH_LOOP(log_f32) break;            \
 	case M_TANH: MATH_LOOP(tanh_f32) break;          \
 	case M_SIGMOID: MATH_LOOP(sigmoid_f32) break;    \
+	case M_SILU: MATH_LOOP(silu_f32) break;          \
+	case M_GELU_TANH: MATH_LOOP(gelu_tanh_f32) break; \
 	}
 
 static void math_default(int op, float *o, const float *a, int64_t n) { MATH_BODY }
@@ -263,4 +355,134 @@ void memsh_uniform_f64(double *o, uint64_t seed, uint64_t offset, int64_t n, int
 // offset .. offset+n-1.
 void memsh_normal_u(double *u1, double *u2, uint64_t seed, uint64_t offset, int64_t n, int isa) {
 	RANDOM_DISPATCH(normal_u, u1, u2, seed, offset, n)
+}
+
+// bfloat16 <-> float32, as kernels_convert.go's bf16ToF32 and f32ToBF16
+// (round to nearest, ties to even; a NaN stays a quiet NaN of its sign
+// and top payload bits).
+MINLINE float bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
+
+MINLINE uint16_t f32_to_bf16(float f) {
+	uint32_t b = f2u(f);
+	uint16_t nan = (uint16_t)(b >> 16) | 0x40;
+	uint16_t r = (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+	return f != f ? nan : r;
+}
+
+// BF16_BLOCK is the float32 buffer of the bfloat16 loops, in elements.
+#define BF16_BLOCK 256
+
+#define MATH_BF16_LOOP(FN)                                         \
+	for (int64_t b = 0; b < n; b += BF16_BLOCK) {                  \
+		int64_t m = n - b < BF16_BLOCK ? n - b : BF16_BLOCK;       \
+		float buf[BF16_BLOCK];                                     \
+		_Pragma("omp simd")                                        \
+		for (int64_t i = 0; i < m; i++) buf[i] = FN(bf16_to_f32(a[b + i])); \
+		_Pragma("omp simd")                                        \
+		for (int64_t i = 0; i < m; i++) o[b + i] = f32_to_bf16(buf[i]); \
+	}
+
+#define MATH_BF16_BODY                                       \
+	switch (op) {                                            \
+	case M_EXP: MATH_BF16_LOOP(exp_f32) break;               \
+	case M_LOG: MATH_BF16_LOOP(log_f32) break;               \
+	case M_TANH: MATH_BF16_LOOP(tanh_f32) break;             \
+	case M_SIGMOID: MATH_BF16_LOOP(sigmoid_f32) break;       \
+	case M_SILU: MATH_BF16_LOOP(silu_f32) break;             \
+	case M_GELU_TANH: MATH_BF16_LOOP(gelu_tanh_f32) break;   \
+	}
+
+static void math_bf16_default(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_BF16_BODY }
+#ifdef MEMSH_MATH_X86
+__attribute__((target("avx2,fma"))) static void math_bf16_avx2(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_BF16_BODY }
+__attribute__((target("avx512f,avx2,fma"))) static void math_bf16_avx512(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_BF16_BODY }
+#endif
+
+// memsh_unary_math_bf16 is memsh_unary_math_f32 for n contiguous bfloat16
+// elements: each widened to float32, computed, and rounded back (o may be
+// a).
+void memsh_unary_math_bf16(int op, uint16_t *o, const uint16_t *a, int64_t n, int isa) {
+#ifdef MEMSH_MATH_X86
+	if (isa == 2) {
+		math_bf16_avx512(op, o, a, n);
+		return;
+	}
+	if (isa == 1) {
+		math_bf16_avx2(op, o, a, n);
+		return;
+	}
+#endif
+	math_bf16_default(op, o, a, n);
+}
+
+// memsh_bf16_to_f32 and memsh_f32_to_bf16 convert n contiguous elements.
+void memsh_bf16_to_f32(float *o, const uint16_t *a, int64_t n) {
+	_Pragma("omp simd")
+	for (int64_t i = 0; i < n; i++) o[i] = bf16_to_f32(a[i]);
+}
+
+void memsh_f32_to_bf16(uint16_t *o, const float *a, int64_t n) {
+	_Pragma("omp simd")
+	for (int64_t i = 0; i < n; i++) o[i] = f32_to_bf16(a[i]);
+}
+
+// Softmax along rows: the forward of softmax and log_softmax over the
+// last dimension of rows × n contiguous float32 values, as ATen's CPU
+// kernel computes it — m = max(x), e = exp(x − m) in float32 — with the
+// sum of e accumulated in float64, softmax = e · (1/sum) in float64 and
+// log_softmax = x − (m + log(sum)) in float64, each rounded once. A row
+// holding a NaN is all NaN; a row whose maximum is ±infinity gives what
+// x − m gives (NaN where both are infinite), as the formula does.
+#define SOFTMAX_BODY                                                          \
+	for (int64_t r = 0; r < rows; r++) {                                      \
+		const float *x = a + r * n;                                           \
+		float *y = o + r * n;                                                 \
+		float m = -__builtin_inff();                                          \
+		int nan = 0;                                                          \
+		_Pragma("omp simd reduction(max:m) reduction(|:nan)")                 \
+		for (int64_t i = 0; i < n; i++) {                                     \
+			m = x[i] > m ? x[i] : m;                                          \
+			nan |= x[i] != x[i];                                              \
+		}                                                                     \
+		if (nan) m = __builtin_nanf("");                                      \
+		double s = 0;                                                         \
+		if (log) {                                                            \
+			_Pragma("omp simd reduction(+:s)")                                \
+			for (int64_t i = 0; i < n; i++) s += (double)exp_f32(x[i] - m);   \
+			double c = (double)m + __builtin_log(s);                          \
+			_Pragma("omp simd")                                               \
+			for (int64_t i = 0; i < n; i++) y[i] = (float)((double)x[i] - c); \
+		} else {                                                              \
+			_Pragma("omp simd reduction(+:s)")                                \
+			for (int64_t i = 0; i < n; i++) {                                 \
+				float e = exp_f32(x[i] - m);                                  \
+				y[i] = e;                                                     \
+				s += (double)e;                                               \
+			}                                                                 \
+			double inv = 1.0 / s;                                             \
+			_Pragma("omp simd")                                               \
+			for (int64_t i = 0; i < n; i++) y[i] = (float)((double)y[i] * inv); \
+		}                                                                     \
+	}
+
+static void softmax_default(float *o, const float *a, int64_t rows, int64_t n, int log) { SOFTMAX_BODY }
+#ifdef MEMSH_MATH_X86
+__attribute__((target("avx2,fma"))) static void softmax_avx2(float *o, const float *a, int64_t rows, int64_t n, int log) { SOFTMAX_BODY }
+__attribute__((target("avx512f,avx2,fma"))) static void softmax_avx512(float *o, const float *a, int64_t rows, int64_t n, int log) { SOFTMAX_BODY }
+#endif
+
+// memsh_softmax_rows_f32 is SOFTMAX_BODY with the loops for isa (o may
+// not be a: softmax keeps e in o before it divides).
+void memsh_softmax_rows_f32(float *o, const float *a, int64_t rows, int64_t n, int log, int isa) {
+#ifdef MEMSH_MATH_X86
+	if (isa == 2) {
+		softmax_avx512(o, a, rows, n, log);
+		return;
+	}
+	if (isa == 1) {
+		softmax_avx2(o, a, rows, n, log);
+		return;
+	}
+#endif
+	softmax_default(o, a, rows, n, log);
 }

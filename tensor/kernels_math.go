@@ -4,6 +4,10 @@ package tensor
 #include <stdint.h>
 int memsh_math_isa(void);
 void memsh_unary_math_f32(int op, float *o, const float *a, int64_t n, int isa);
+void memsh_unary_math_bf16(int op, uint16_t *o, const uint16_t *a, int64_t n, int isa);
+void memsh_softmax_rows_f32(float *o, const float *a, int64_t rows, int64_t n, int log, int isa);
+void memsh_bf16_to_f32(float *o, const uint16_t *a, int64_t n);
+void memsh_f32_to_bf16(uint16_t *o, const float *a, int64_t n);
 */
 import "C"
 
@@ -12,20 +16,28 @@ import (
 	"unsafe"
 )
 
-// Vectorised float32 exp, log, tanh and sigmoid (kernels_math.c: AVX-512,
-// AVX2+FMA or baseline loops, chosen at run time). They serve the float32
-// unary ops (and float16/bfloat16, computed in float32) for every run
-// length, so a value's result never depends on the tensor's layout.
-// Accuracy: exp, log and tanh within 1 ulp of the correctly rounded result,
-// sigmoid within 2 (kernels_math_test.go); float64 tensors keep Go's math
-// package.
+// Vectorised float32 exp, log, tanh and sigmoid, the activations silu and
+// GELU's tanh form, and softmax / log_softmax along rows
+// (kernels_math.c: AVX-512, AVX2+FMA or baseline loops, chosen at run
+// time). They serve the float32 unary ops (and float16/bfloat16, computed
+// in float32; contiguous bfloat16 converts in C) for every run length, so
+// a value's result never depends on the tensor's layout, and silu, GELU
+// (tanh) and softmax over the last dimension of contiguous float32 and
+// bfloat16 tensors (nn_activation.go; other layouts and dtypes use the
+// float64 host kernels). Accuracy: exp, log, tanh and GELU (tanh) within 1
+// ulp of the correctly rounded result, sigmoid within 2, silu within 3
+// (kernels_math_test.go); float64 tensors keep Go's math package.
 
-// Operation codes of memsh_unary_math_f32.
+// Operation codes of memsh_unary_math_f32 and memsh_unary_math_bf16: the
+// unary ops, and the activations built on them (silu, GELU's tanh form;
+// see kernels_math.c).
 const (
 	mathExp = iota
 	mathLog
 	mathTanh
 	mathSigmoid
+	mathSilu
+	mathGeluTanh
 )
 
 // mathISA is the instruction set memsh_unary_math_f32 uses: 2 AVX-512,
@@ -52,6 +64,41 @@ func mathOp(op UnaryOp) int {
 func mathF32(code int, o, a unsafe.Pointer, n, isa int) {
 	if n > 0 {
 		C.memsh_unary_math_f32(C.int(code), (*C.float)(o), (*C.float)(a), C.int64_t(n), C.int(isa))
+	}
+}
+
+// mathBF16 is mathF32 for n contiguous bfloat16 values, each computed in
+// float32 and rounded back as storeF32[BFloat16] rounds.
+func mathBF16(code int, o, a unsafe.Pointer, n, isa int) {
+	if n > 0 {
+		C.memsh_unary_math_bf16(C.int(code), (*C.uint16_t)(o), (*C.uint16_t)(a), C.int64_t(n), C.int(isa))
+	}
+}
+
+// softmaxRowsF32 computes softmax (log_softmax when log) along each of
+// rows rows of n contiguous float32 values from a into o (o != a), with
+// kernels_math.c's loops for isa.
+func softmaxRowsF32(o, a unsafe.Pointer, rows, n int, log bool, isa int) {
+	if rows > 0 && n > 0 {
+		l := C.int(0)
+		if log {
+			l = 1
+		}
+		C.memsh_softmax_rows_f32((*C.float)(o), (*C.float)(a), C.int64_t(rows), C.int64_t(n), l, C.int(isa))
+	}
+}
+
+// bf16ToF32s and f32ToBF16s convert n contiguous elements (as bf16ToF32
+// and f32ToBF16 do).
+func bf16ToF32s(o, a unsafe.Pointer, n int) {
+	if n > 0 {
+		C.memsh_bf16_to_f32((*C.float)(o), (*C.uint16_t)(a), C.int64_t(n))
+	}
+}
+
+func f32ToBF16s(o, a unsafe.Pointer, n int) {
+	if n > 0 {
+		C.memsh_f32_to_bf16((*C.uint16_t)(o), (*C.float)(a), C.int64_t(n))
 	}
 }
 
@@ -94,6 +141,10 @@ func unaryMathKernel(code int, it *elemIter, outDT, inDT DType) {
 	isa := mathISA()
 	if outDT == Float32 && inDT == Float32 && so == 4 && si == 4 {
 		it.run(func(p []unsafe.Pointer, n int) { mathF32(code, p[0], p[1], n, isa) })
+		return
+	}
+	if outDT == BFloat16 && inDT == BFloat16 && so == 2 && si == 2 {
+		it.run(func(p []unsafe.Pointer, n int) { mathBF16(code, p[0], p[1], n, isa) })
 		return
 	}
 	load, store := loaderF32(inDT, outDT), storeF32[outDT]

@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"unsafe"
 )
@@ -14,11 +15,22 @@ var mathRef = []struct {
 	code   int
 	f      func(float64) float64
 	maxULP int // asserted bound, in float32 ulps from the rounded reference
+	// maxSubULP, when not 0, bounds instead the error of results below
+	// the normal range (in subnormal ulps, 2^-149).
+	maxSubULP int
 }{
-	{"exp", mathExp, math.Exp, 1},
-	{"log", mathLog, math.Log, 1},
-	{"tanh", mathTanh, math.Tanh, 1},
-	{"sigmoid", mathSigmoid, func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }, 2},
+	{"exp", mathExp, math.Exp, 1, 0},
+	{"log", mathLog, math.Log, 1, 0},
+	{"tanh", mathTanh, math.Tanh, 1, 0},
+	{"sigmoid", mathSigmoid, func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }, 2, 0},
+	// silu: x·σ(x) in float32; its tiny results (x < -87, where σ(x) is
+	// subnormal) lose sigmoid's relative accuracy
+	{"silu", mathSilu, func(x float64) float64 { return x / (1 + math.Exp(-x)) }, 3, 2},
+	// GELU's tanh form, in float64 as x·σ(2u): 1 + tanh(u) = 2σ(2u)
+	{"gelu_tanh", mathGeluTanh, func(x float64) float64 {
+		u := geluSqrt2OverPi * (x + geluCoeff*x*x*x)
+		return x / (1 + math.Exp(-2*u))
+	}, 1, 0},
 }
 
 // ulpOrd maps a float32 to an integer that orders floats by value, with
@@ -99,13 +111,23 @@ func TestMathKernelsULP(t *testing.T) {
 	for _, isa := range mathISAs() {
 		for _, m := range mathRef {
 			mathF32(m.code, unsafe.Pointer(&got[0]), unsafe.Pointer(&xs[0]), len(xs), isa)
-			var worst int64
+			var worst, worstSub int64
 			var worstX float32
 			for i, x := range xs {
 				want := float32(m.f(float64(x)))
-				if d := ulpDiff(got[i], want); d > worst {
+				d := ulpDiff(got[i], want)
+				if m.maxSubULP > 0 && math.Abs(float64(want)) < 0x1p-126 {
+					if worstSub = max(worstSub, d); d > int64(m.maxSubULP) {
+						t.Errorf("isa %d %s(%g) = %g, want %g: %d subnormal ulp > %d", isa, m.name, x, got[i], want, d, m.maxSubULP)
+					}
+					continue
+				}
+				if d > worst {
 					worst, worstX = d, x
 				}
+			}
+			if m.maxSubULP > 0 {
+				t.Logf("isa %d %s: max error %d subnormal ulp below the normal range", isa, m.name, worstSub)
 			}
 			t.Logf("isa %d %s: max error %d ulp (at %g) over %d inputs", isa, m.name, worst, worstX, len(xs))
 			if worst > int64(m.maxULP) {
@@ -143,6 +165,10 @@ func TestMathKernelsSpecial(t *testing.T) {
 		{mathTanh, 20, 1}, {mathTanh, -20, -1}, {mathTanh, maxF, 1}, {mathTanh, minSub, minSub}, {mathTanh, 1e-20, 1e-20},
 		{mathSigmoid, nan, nan}, {mathSigmoid, inf, 1}, {mathSigmoid, -inf, 0}, {mathSigmoid, 0, 0.5},
 		{mathSigmoid, 20, 1}, {mathSigmoid, -100, 3.7835e-44}, {mathSigmoid, -maxF, 0}, {mathSigmoid, maxF, 1},
+		{mathSilu, nan, nan}, {mathSilu, inf, inf}, {mathSilu, -inf, nan}, {mathSilu, 0, 0}, {mathSilu, negZero, negZero},
+		{mathSilu, maxF, maxF}, {mathSilu, -maxF, negZero},
+		{mathGeluTanh, nan, nan}, {mathGeluTanh, inf, inf}, {mathGeluTanh, -inf, nan}, {mathGeluTanh, 0, 0}, {mathGeluTanh, negZero, negZero},
+		{mathGeluTanh, maxF, maxF}, {mathGeluTanh, -maxF, negZero}, {mathGeluTanh, -30, negZero},
 	}
 	for _, isa := range mathISAs() {
 		for _, c := range cases {
@@ -174,6 +200,108 @@ func TestMathKernelsLayouts(t *testing.T) {
 		for i := range n {
 			if g, w := dst[2*i], want[i*7]; math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
 				t.Fatalf("%s strided: %g -> %g, contiguous %g", m.name, xs[i*7], g, w)
+			}
+		}
+	}
+}
+
+// TestMathBF16Exhaustive checks the bfloat16 loops (mathBF16: widened,
+// computed in float32 and rounded back in C) against the float32 kernel
+// and Go's rounding (f32ToBF16), bit for bit, on all 65,536 bfloat16
+// values, for every op and instruction set.
+func TestMathBF16Exhaustive(t *testing.T) {
+	in, got := make([]uint16, 1<<16), make([]uint16, 1<<16)
+	for i := range in {
+		in[i] = uint16(i)
+	}
+	for _, isa := range mathISAs() {
+		for _, m := range mathRef {
+			mathBF16(m.code, unsafe.Pointer(&got[0]), unsafe.Pointer(&in[0]), len(in), isa)
+			bad := 0
+			for i, h := range in {
+				want := f32ToBF16(mathOne(m.code, bf16ToF32(h), isa))
+				if got[i] != want {
+					if bad < 3 {
+						t.Errorf("isa %d %s(bf16 %#04x = %g) = %#04x, want %#04x", isa, m.name, h, bf16ToF32(h), got[i], want)
+					}
+					bad++
+				}
+			}
+			if bad > 0 {
+				t.Errorf("isa %d %s: %d of 65536 bfloat16 values differ", isa, m.name, bad)
+			}
+		}
+	}
+}
+
+// softmaxRef is softmax (or log_softmax) of one row in float64, as the
+// float64 host kernel computes it.
+func softmaxRef(row []float32, log bool) []float64 {
+	m := math.Inf(-1)
+	for _, v := range row {
+		m = math.Max(m, float64(v))
+	}
+	s := 0.0
+	for _, v := range row {
+		s += math.Exp(float64(v) - m)
+	}
+	out := make([]float64, len(row))
+	for i, v := range row {
+		if log {
+			out[i] = float64(v) - m - math.Log(s)
+		} else {
+			out[i] = math.Exp(float64(v)-m) / s
+		}
+	}
+	return out
+}
+
+// TestSoftmaxRowsF32 checks the vectorised softmax and log_softmax rows
+// (every instruction set) against float64: softmax within 3 + |x − m|
+// ulp (exp's argument x − m is rounded to float32, as in ATen's kernel),
+// log_softmax within 2^-21·(1 + |y|) absolute; and rows with NaN and
+// infinities as the float64 formula gives them.
+func TestSoftmaxRowsF32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	var rows [][]float32
+	for _, n := range []int{1, 2, 7, 16, 1000, 5003} {
+		for _, scale := range []float32{0.01, 1, 10, 100} {
+			row := make([]float32, n)
+			for i := range row {
+				row[i] = float32(rng.NormFloat64()) * scale
+			}
+			rows = append(rows, row)
+		}
+	}
+	rows = append(rows, []float32{1, nan, 2}, []float32{-inf, 0, 1}, []float32{-inf, -inf}, []float32{inf, 1}, []float32{inf, inf, 0},
+		[]float32{-inf}, []float32{3.4e38, -3.4e38, 0}, []float32{1e-45, 0, -1e-45})
+	for _, isa := range mathISAs() {
+		for _, log := range []bool{false, true} {
+			for _, row := range rows {
+				got := make([]float32, len(row))
+				softmaxRowsF32(unsafe.Pointer(&got[0]), unsafe.Pointer(&row[0]), 1, len(row), log, isa)
+				want := softmaxRef(row, log)
+				m := math.Inf(-1)
+				for _, v := range row {
+					m = math.Max(m, float64(v))
+				}
+				for i := range row {
+					w := float32(want[i])
+					if w != w || got[i] != got[i] || math.IsInf(float64(w), 0) {
+						if !(w != w && got[i] != got[i]) && got[i] != w {
+							t.Errorf("isa %d log=%v row %v: element %d is %g, want %g", isa, log, row[:min(len(row), 4)], i, got[i], w)
+						}
+						continue
+					}
+					if log {
+						if d := math.Abs(float64(got[i]) - want[i]); d > 0x1p-21*(1+math.Abs(want[i])) {
+							t.Errorf("isa %d log_softmax n=%d element %d: %g, want %g (error %g)", isa, len(row), i, got[i], want[i], d)
+						}
+					} else if d, lim := ulpDiff(got[i], w), 3+int64(math.Ceil(min(math.Abs(float64(row[i])-m), 1<<20))); d > lim {
+						t.Errorf("isa %d softmax n=%d element %d (x − m = %g): %g, want %g: %d ulp > %d", isa, len(row), i, float64(row[i])-m, got[i], w, d, lim)
+					}
+				}
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"unsafe"
 )
 
 // Activation kernels that training needs as single ATen kernels: gelu and
@@ -43,14 +44,51 @@ func Gelu(a *Tensor, approximate string) (*Tensor, error) {
 		return nil, err
 	}
 	if approximate == "tanh" {
+		if out, ok, err := actVectorised(fname, a, mathGeluTanh); ok {
+			return out, err
+		}
 		return mapNew(fname, a, a.dtype, []*Tensor{a}, func(x []float64) float64 {
+			// ½v(1 + tanh(u)) = v·σ(2u): no cancellation where tanh(u) ≈ -1
 			v := x[0]
-			return 0.5 * v * (1 + math.Tanh(geluSqrt2OverPi*(v+geluCoeff*v*v*v)))
+			return v / (1 + math.Exp(-2*geluSqrt2OverPi*(v+geluCoeff*v*v*v)))
 		})
 	}
 	return mapNew(fname, a, a.dtype, []*Tensor{a}, func(x []float64) float64 {
 		return 0.5 * x[0] * (1 + math.Erf(x[0]/math.Sqrt2))
 	})
+}
+
+// actVectorised runs an activation with a math kernel (code) when a is a
+// contiguous float32 or bfloat16 tensor with values on the host (CPU or a
+// simulated GPU): one allocation of a's shape and dtype, as mapNew makes,
+// computed by kernels_math.c's vectorised loops in float32 (a bfloat16
+// value widened, computed, rounded back). ok is false for every other
+// tensor, which the caller computes with mapNew in float64.
+func actVectorised(fname string, a *Tensor, code int) (out *Tensor, ok bool, err error) {
+	if (a.dtype != Float32 && a.dtype != BFloat16) || !a.hasData() || anyOnGPU(a) || !a.isContiguous() {
+		return nil, false, nil
+	}
+	if err := a.checkLive(fname); err != nil {
+		return nil, true, err
+	}
+	if out, err = newTensor(a.ctx, fname, a.mem.Device(), a.dtype, slices.Clone(a.shape)); err != nil {
+		return nil, true, err
+	}
+	size, isa := a.dtype.Size(), mathISA()
+	src, dst := elemAddr(a.mem.Pointer(), a.offset, size), out.mem.Pointer()
+	parallelForStop(a.ctx.stopFlag(), a.Numel(), parallelThreshold, interruptGrain, func(lo, hi int) {
+		o, x := elemAddr(dst, lo, size), elemAddr(src, lo, size)
+		if a.dtype == Float32 {
+			mathF32(code, o, x, hi-lo, isa)
+		} else {
+			mathBF16(code, o, x, hi-lo, isa)
+		}
+	})
+	runtime.KeepAlive(a)
+	if err := a.ctx.interrupted(fname); err != nil {
+		return nil, true, err // out is dropped
+	}
+	return out, true, nil
 }
 
 // GeluBackward is gelu_backward(grad, self, approximate): grad·gelu'(self),
@@ -87,6 +125,9 @@ func Silu(a *Tensor) (*Tensor, error) {
 	const fname = "tensor.silu"
 	if err := checkFloatOp(fname, "silu", a); err != nil {
 		return nil, err
+	}
+	if out, ok, err := actVectorised(fname, a, mathSilu); ok {
+		return out, err
 	}
 	return mapNew(fname, a, a.dtype, []*Tensor{a}, func(x []float64) float64 {
 		return x[0] / (1 + math.Exp(-x[0]))
@@ -207,6 +248,10 @@ func softmaxRows(out, x, g *Tensor, d int, log bool) {
 		return
 	}
 	outer, n, inner := actSplitDim(x.shape, d)
+	if g == nil && inner == 1 && (x.dtype == Float32 || x.dtype == BFloat16) && x.dtype == out.dtype {
+		softmaxRowsVectorised(out, x, outer, n, log)
+		return
+	}
 	xs := actReadF64(x)
 	var gs []float64
 	if g != nil {
@@ -263,6 +308,29 @@ func actSplitDim(shape []int, d int) (outer, n, inner int) {
 		return 1, 1, 1
 	}
 	return numel(shape[:d]), shape[d], numel(shape[d+1:])
+}
+
+// softmaxRowsVectorised is softmaxRows' forward along the last dimension
+// (rows of n contiguous elements of out and x, both float32 or both
+// bfloat16) with kernels_math.c's vectorised row kernel, in float32 (a
+// bfloat16 row widened first and rounded back after).
+func softmaxRowsVectorised(out, x *Tensor, rows, n int, log bool) {
+	size, isa := x.dtype.Size(), mathISA()
+	src, dst := elemAddr(x.mem.Pointer(), x.offset, size), elemAddr(out.mem.Pointer(), out.offset, size)
+	parallelForStop(x.ctx.stopFlag(), rows, max(1, parallelThreshold/n), stopGrain(n), func(lo, hi int) {
+		if x.dtype == Float32 {
+			softmaxRowsF32(elemAddr(dst, lo*n, size), elemAddr(src, lo*n, size), hi-lo, n, log, isa)
+			return
+		}
+		in, res := make([]float32, n), make([]float32, n)
+		for r := lo; r < hi; r++ {
+			bf16ToF32s(unsafe.Pointer(&in[0]), elemAddr(src, r*n, size), n)
+			softmaxRowsF32(unsafe.Pointer(&res[0]), unsafe.Pointer(&in[0]), 1, n, log, isa)
+			f32ToBF16s(elemAddr(dst, r*n, size), unsafe.Pointer(&res[0]), n)
+		}
+	})
+	runtime.KeepAlive(x)
+	runtime.KeepAlive(out)
 }
 
 // actReadF64 returns t's values in row-major order as float64 (Go-heap

@@ -1,0 +1,80 @@
+package tensor
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestActivationsVectorised: silu, GELU's tanh form, softmax and
+// log_softmax of contiguous float32 and bfloat16 tensors (the vectorised
+// kernels) agree with the same ops on float64 tensors (the float64 host
+// kernels) rounded to the dtype — within the kernels' bounds
+// (kernels_math_test.go) for float32, within one bfloat16 ulp for
+// bfloat16 — and a softmax over another dimension (the float64 path)
+// still does.
+func TestActivationsVectorised(t *testing.T) {
+	c := newHostContext(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	shape := []int{37, 301}
+	vals := make([]float64, shape[0]*shape[1])
+	for i := range vals {
+		vals[i] = float64(float32(rng.NormFloat64() * 6))
+	}
+	ops := []struct {
+		name   string
+		f      func(*Tensor) (*Tensor, error)
+		ulps32 int64 // float32 bound, in ulps (0: the log_softmax absolute bound)
+	}{
+		{"silu", func(x *Tensor) (*Tensor, error) { return Silu(x) }, 3},
+		{"gelu_tanh", func(x *Tensor) (*Tensor, error) { return Gelu(x, "tanh") }, 1},
+		{"softmax", func(x *Tensor) (*Tensor, error) { return Softmax(x, -1, false) }, 40},
+		{"log_softmax", func(x *Tensor) (*Tensor, error) { return Softmax(x, 1, true) }, 0},
+		{"softmax dim 0", func(x *Tensor) (*Tensor, error) { return Softmax(x, 0, false) }, 1},
+	}
+	x64, err := FromFloat64s(c, vals, shape, Float64, "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dt := range []DType{Float32, BFloat16} {
+		x, err := To(x64, "cpu", dt, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		xv, _ := x.ToFloat64s()
+		xr, err := FromFloat64s(c, xv, shape, Float64, "cpu") // x's values, in float64
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range ops {
+			got, err := op.f(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.dtype != dt {
+				t.Fatalf("%s %s: result dtype %s", op.name, dt, got.dtype)
+			}
+			ref, err := op.f(xr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, _ := got.ToFloat64s()
+			w, _ := ref.ToFloat64s()
+			for i := range g {
+				var bad bool
+				switch {
+				case dt == BFloat16:
+					// one bfloat16 ulp of the float64 result's rounding
+					bad = math.Abs(g[i]-float64(bf16ToF32(f32ToBF16(float32(w[i]))))) > math.Abs(w[i])*0x1p-7+1e-38
+				case op.ulps32 == 0:
+					bad = math.Abs(g[i]-w[i]) > 0x1p-21*(1+math.Abs(w[i]))
+				default:
+					bad = ulpDiff(float32(g[i]), float32(w[i])) > op.ulps32
+				}
+				if bad {
+					t.Fatalf("%s %s element %d (x = %g): %g, want %g", op.name, dt, i, xv[i], g[i], w[i])
+				}
+			}
+		}
+	}
+}
