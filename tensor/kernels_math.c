@@ -41,7 +41,7 @@
 #define MINLINE static inline __attribute__((always_inline))
 
 // Operation codes, as in kernels_math.go.
-enum { M_EXP, M_LOG, M_TANH, M_SIGMOID, M_SILU, M_GELU_TANH };
+enum { M_EXP, M_LOG, M_TANH, M_SIGMOID, M_SILU, M_GELU_TANH, M_GELU };
 
 MINLINE uint32_t f2u(float x) {
 	uint32_t u;
@@ -204,7 +204,8 @@ MINLINE float silu_f32(float x) {
 	float e = es * 0x1p-64f;
 	float neg = ((x * es) / (1.0f + e)) * 0x1p-64f;
 	float pos = x / (1.0f + e);
-	return x < 0.0f ? neg : pos;
+	float y = x < 0.0f ? neg : pos;
+	return x != x ? x : y;
 }
 
 // gelu_tanh_f32 is GELU's tanh approximation ½x(1 + tanh(u)), u =
@@ -213,7 +214,48 @@ MINLINE float silu_f32(float x) {
 // (x ≪ 0), and rounded once.
 MINLINE float gelu_tanh_f32(float x) {
 	double xd = (double)x;
-	return sigmoid_mul_f32(xd, 2.0 * 0.7978845608028654 * (xd + 0.044715 * (xd * xd * xd)));
+	float y = sigmoid_mul_f32(xd, 2.0 * 0.7978845608028654 * (xd + 0.044715 * (xd * xd * xd)));
+	return x != x ? x : y;
+}
+
+// gelu_f32 is GELU x·Φ(x) = ½x·erfc(-x/√2) (torch.nn.functional.gelu's
+// default): Φ(x) = 1 − ½erfc(z) for x ≥ 0 and ½erfc(z) below, z = |x|/√2,
+// with erfc(z) = t·e^(P(s) − z²), t = 1/(1 + z/2), s = (t − 0.58)/0.42 and
+// P a degree-11 polynomial fitted (least squares, reweighted towards
+// minimax) to log(erfc(z)/t) + z² on z ∈ [0, 10.5] to 3e-9 (in float32
+// arithmetic 1.6e-7); −z² = −x²/2 is exact in float64, e^(hi + lo) =
+// e^hi·(1 + lo) keeps the argument's float64 accuracy, and e^hi is taken
+// scaled by 2^64 (exp_f32_scaled64) so that the small results keep their
+// precision down to the subnormals. Below about -14.8 the result is ±0,
+// above 14.8 it is x.
+MINLINE float gelu_erf_f32(float x) {
+	float ax = u2f(f2u(x) & 0x7fffffffu);
+	float z = ax * 0.70710678118654752f;
+	float t = 1.0f / (1.0f + 0.5f * z);
+	float s = (t - 0.58f) * (1.0f / 0.42f);
+	float p = -0x1.81dd4cp-18f;
+	p = p * s + -0x1.93fc5cp-16f;
+	p = p * s + 0x1.4020b8p-14f;
+	p = p * s + 0x1.163838p-13f;
+	p = p * s + -0x1.34a182p-11f;
+	p = p * s + -0x1.0d3546p-12f;
+	p = p * s + 0x1.fc3f6ep-9f;
+	p = p * s + -0x1.4340d6p-10f;
+	p = p * s + -0x1.edf0b2p-6f;
+	p = p * s + 0x1.11e114p-6f;
+	p = p * s + 0x1.263348p-1f;
+	p = p * s + -0x1.205616p-1f;
+	double xd = (double)x;
+	double arg = -0.5 * (xd * xd) + (double)p;
+	arg = arg < -200.0 ? -200.0 : arg;
+	float hi = (float)arg;
+	float lo = (float)(arg - (double)hi);
+	float e = exp_f32_scaled64(hi); // e^hi·2^64: normal where x·Φ(x) is
+	float erfc = t * (e + e * lo);  // erfc(z)·2^64
+	float neg = (x * (0.5f * erfc)) * 0x1p-64f;
+	float pos = x * (1.0f - (0.5f * 0x1p-64f) * erfc);
+	float y = x >= 0.0f ? pos : neg;
+	return x != x ? x : y; // a NaN in is that NaN out, whatever the loop's order
 }
 
 #define MATH_LOOP(FN)                       \
@@ -230,6 +272,7 @@ MINLINE float gelu_tanh_f32(float x) {
 	case M_SIGMOID: MATH_LOOP(sigmoid_f32) break;    \
 	case M_SILU: MATH_LOOP(silu_f32) break;          \
 	case M_GELU_TANH: MATH_LOOP(gelu_tanh_f32) break; \
+	case M_GELU: MATH_LOOP(gelu_erf_f32) break;      \
 	}
 
 static void math_default(int op, float *o, const float *a, int64_t n) { MATH_BODY }
@@ -390,6 +433,7 @@ MINLINE uint16_t f32_to_bf16(float f) {
 	case M_SIGMOID: MATH_BF16_LOOP(sigmoid_f32) break;       \
 	case M_SILU: MATH_BF16_LOOP(silu_f32) break;             \
 	case M_GELU_TANH: MATH_BF16_LOOP(gelu_tanh_f32) break;   \
+	case M_GELU: MATH_BF16_LOOP(gelu_erf_f32) break;         \
 	}
 
 static void math_bf16_default(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_BF16_BODY }

@@ -38,6 +38,7 @@ const (
 	mathSigmoid
 	mathSilu
 	mathGeluTanh
+	mathGelu
 )
 
 // mathISA is the instruction set memsh_unary_math_f32 uses: 2 AVX-512,

@@ -31,6 +31,8 @@ var mathRef = []struct {
 		u := geluSqrt2OverPi * (x + geluCoeff*x*x*x)
 		return x / (1 + math.Exp(-2*u))
 	}, 1, 0},
+	// GELU: ½x·erfc(-x/√2), which does not cancel for x ≪ 0
+	{"gelu", mathGelu, func(x float64) float64 { return 0.5 * x * math.Erfc(-x/math.Sqrt2) }, 6, 2},
 }
 
 // ulpOrd maps a float32 to an integer that orders floats by value, with
@@ -169,6 +171,8 @@ func TestMathKernelsSpecial(t *testing.T) {
 		{mathSilu, maxF, maxF}, {mathSilu, -maxF, negZero},
 		{mathGeluTanh, nan, nan}, {mathGeluTanh, inf, inf}, {mathGeluTanh, -inf, nan}, {mathGeluTanh, 0, 0}, {mathGeluTanh, negZero, negZero},
 		{mathGeluTanh, maxF, maxF}, {mathGeluTanh, -maxF, negZero}, {mathGeluTanh, -30, negZero},
+		{mathGelu, nan, nan}, {mathGelu, inf, inf}, {mathGelu, -inf, nan}, {mathGelu, 0, 0}, {mathGelu, negZero, negZero},
+		{mathGelu, maxF, maxF}, {mathGelu, -maxF, negZero}, {mathGelu, -30, negZero}, {mathGelu, 30, 30},
 	}
 	for _, isa := range mathISAs() {
 		for _, c := range cases {

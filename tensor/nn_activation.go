@@ -53,8 +53,12 @@ func Gelu(a *Tensor, approximate string) (*Tensor, error) {
 			return v / (1 + math.Exp(-2*geluSqrt2OverPi*(v+geluCoeff*v*v*v)))
 		})
 	}
+	if out, ok, err := actVectorised(fname, a, mathGelu); ok {
+		return out, err
+	}
 	return mapNew(fname, a, a.dtype, []*Tensor{a}, func(x []float64) float64 {
-		return 0.5 * x[0] * (1 + math.Erf(x[0]/math.Sqrt2))
+		// ½x(1 + erf(x/√2)) = ½x·erfc(-x/√2): no cancellation for x ≪ 0
+		return 0.5 * x[0] * math.Erfc(-x[0]/math.Sqrt2)
 	})
 }
 

@@ -28,6 +28,7 @@ func TestActivationsVectorised(t *testing.T) {
 	}{
 		{"silu", func(x *Tensor) (*Tensor, error) { return Silu(x) }, 3},
 		{"gelu_tanh", func(x *Tensor) (*Tensor, error) { return Gelu(x, "tanh") }, 1},
+		{"gelu", func(x *Tensor) (*Tensor, error) { return Gelu(x, "none") }, 6},
 		{"softmax", func(x *Tensor) (*Tensor, error) { return Softmax(x, -1, false) }, 40},
 		{"log_softmax", func(x *Tensor) (*Tensor, error) { return Softmax(x, 1, true) }, 0},
 		{"softmax dim 0", func(x *Tensor) (*Tensor, error) { return Softmax(x, 0, false) }, 1},
