@@ -530,3 +530,138 @@ void memsh_softmax_rows_f32(float *o, const float *a, int64_t rows, int64_t n, i
 #endif
 	softmax_default(o, a, rows, n, log);
 }
+
+// The activations' backward: o = g · f'(x), elementwise over n contiguous
+// values, in float64 inside and rounded once (gradients of deep negative
+// inputs keep their relative accuracy, as the forwards do).
+enum { B_SILU, B_GELU_TANH, B_GELU };
+
+// silu_backward: σ(x)(1 + x(1 − σ(x))), with 1 − σ(x) = σ(−x).
+MINLINE float silu_backward_f32(float g, float x) {
+	double xd = (double)x;
+	double e = exp_f64(-__builtin_fabs(xd));
+	double sp = (xd >= 0.0 ? 1.0 : e) / (1.0 + e); // σ(x)
+	double sn = (xd >= 0.0 ? e : 1.0) / (1.0 + e); // σ(−x)
+	float y = (float)((double)g * (sp * (1.0 + xd * sn)));
+	return x != x ? x : y;
+}
+
+// gelu_backward, tanh form: with u = √(2/π)(x + 0.044715x³), 1 + tanh(u) =
+// 2σ(2u) and 1 − tanh²(u) = 4σ(2u)σ(−2u): σ(2u) + ½x·4σ(2u)σ(−2u)·
+// √(2/π)(1 + 3·0.044715x²).
+MINLINE float gelu_tanh_backward_f32(float g, float x) {
+	double xd = (double)x;
+	double t = 2.0 * 0.7978845608028654 * (xd + 0.044715 * (xd * xd * xd));
+	double e = exp_f64(-__builtin_fabs(t));
+	double sp = (t >= 0.0 ? 1.0 : e) / (1.0 + e);
+	double sn = (t >= 0.0 ? e : 1.0) / (1.0 + e);
+	double d = sp + 2.0 * xd * sp * sn * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * (xd * xd));
+	float y = (float)((double)g * d);
+	return x != x ? x : y;
+}
+
+// gelu_backward, erf form: Φ(x) + x·φ(x), φ(x) = e^(−x²/2)/√(2π), with
+// Φ from gelu_erf_f32's erfc fit evaluated in float64 (the two terms
+// cancel near x = -0.75).
+MINLINE float gelu_backward_f32(float g, float x) {
+	double xd = (double)x;
+	double z = __builtin_fabs(xd) * 0.70710678118654752;
+	double t = 1.0 / (1.0 + 0.5 * z);
+	double s = (t - 0.58) * (1.0 / 0.42);
+	double p = -0x1.81dd4cp-18;
+	p = p * s + -0x1.93fc5cp-16;
+	p = p * s + 0x1.4020b8p-14;
+	p = p * s + 0x1.163838p-13;
+	p = p * s + -0x1.34a182p-11;
+	p = p * s + -0x1.0d3546p-12;
+	p = p * s + 0x1.fc3f6ep-9;
+	p = p * s + -0x1.4340d6p-10;
+	p = p * s + -0x1.edf0b2p-6;
+	p = p * s + 0x1.11e114p-6;
+	p = p * s + 0x1.263348p-1;
+	p = p * s + -0x1.205616p-1;
+	double e2 = exp_f64(-0.5 * (xd * xd)); // e^(−x²/2) = e^(−z²)
+	double erfc = t * exp_f64(p) * e2;
+	double cdf = xd >= 0.0 ? 1.0 - 0.5 * erfc : 0.5 * erfc;
+	double pdf = 0.3989422804014327 * e2;
+	float y = (float)((double)g * (cdf + xd * pdf));
+	return x != x ? x : y;
+}
+
+#define BWD_LOOP(FN)                               \
+	_Pragma("omp simd")                            \
+	for (int64_t i = 0; i < n; i++) o[i] = FN(g[i], x[i]);
+
+#define BWD_BODY                                             \
+	switch (op) {                                            \
+	case B_SILU: BWD_LOOP(silu_backward_f32) break;          \
+	case B_GELU_TANH: BWD_LOOP(gelu_tanh_backward_f32) break; \
+	case B_GELU: BWD_LOOP(gelu_backward_f32) break;          \
+	}
+
+static void bwd_default(int op, float *o, const float *g, const float *x, int64_t n) { BWD_BODY }
+#ifdef MEMSH_MATH_X86
+__attribute__((target("avx2,fma"))) static void bwd_avx2(int op, float *o, const float *g, const float *x, int64_t n) { BWD_BODY }
+__attribute__((target("avx512f,avx2,fma"))) static void bwd_avx512(int op, float *o, const float *g, const float *x, int64_t n) { BWD_BODY }
+#endif
+
+// memsh_act_backward_f32 computes o[i] = g[i]·f'(x[i]) for op (B_*) over n
+// contiguous float32 values.
+void memsh_act_backward_f32(int op, float *o, const float *g, const float *x, int64_t n, int isa) {
+#ifdef MEMSH_MATH_X86
+	if (isa == 2) {
+		bwd_avx512(op, o, g, x, n);
+		return;
+	}
+	if (isa == 1) {
+		bwd_avx2(op, o, g, x, n);
+		return;
+	}
+#endif
+	bwd_default(op, o, g, x, n);
+}
+
+// Softmax backward along rows of n contiguous float32 values, given the
+// forward's output y and the incoming gradient g (_softmax_backward_data:
+// y·(g − Σg·y); _log_softmax_backward_data: g − e^y·Σg), the sum in
+// float64 and each result rounded once.
+#define SOFTMAX_BWD_BODY                                                            \
+	for (int64_t r = 0; r < rows; r++) {                                            \
+		const float *gr = g + r * n, *yr = y + r * n;                               \
+		float *orow = o + r * n;                                                    \
+		double s = 0;                                                               \
+		if (log) {                                                                  \
+			_Pragma("omp simd reduction(+:s)")                                      \
+			for (int64_t i = 0; i < n; i++) s += (double)gr[i];                     \
+			_Pragma("omp simd")                                                     \
+			for (int64_t i = 0; i < n; i++)                                         \
+				orow[i] = (float)((double)gr[i] - exp_f64((double)yr[i]) * s);      \
+		} else {                                                                    \
+			_Pragma("omp simd reduction(+:s)")                                      \
+			for (int64_t i = 0; i < n; i++) s += (double)gr[i] * (double)yr[i];     \
+			_Pragma("omp simd")                                                     \
+			for (int64_t i = 0; i < n; i++)                                         \
+				orow[i] = (float)((double)yr[i] * ((double)gr[i] - s));             \
+		}                                                                           \
+	}
+
+static void softmax_bwd_default(float *o, const float *g, const float *y, int64_t rows, int64_t n, int log) { SOFTMAX_BWD_BODY }
+#ifdef MEMSH_MATH_X86
+__attribute__((target("avx2,fma"))) static void softmax_bwd_avx2(float *o, const float *g, const float *y, int64_t rows, int64_t n, int log) { SOFTMAX_BWD_BODY }
+__attribute__((target("avx512f,avx2,fma"))) static void softmax_bwd_avx512(float *o, const float *g, const float *y, int64_t rows, int64_t n, int log) { SOFTMAX_BWD_BODY }
+#endif
+
+// memsh_softmax_backward_rows_f32 is SOFTMAX_BWD_BODY with the loops for isa.
+void memsh_softmax_backward_rows_f32(float *o, const float *g, const float *y, int64_t rows, int64_t n, int log, int isa) {
+#ifdef MEMSH_MATH_X86
+	if (isa == 2) {
+		softmax_bwd_avx512(o, g, y, rows, n, log);
+		return;
+	}
+	if (isa == 1) {
+		softmax_bwd_avx2(o, g, y, rows, n, log);
+		return;
+	}
+#endif
+	softmax_bwd_default(o, g, y, rows, n, log);
+}

@@ -8,6 +8,8 @@ void memsh_unary_math_bf16(int op, uint16_t *o, const uint16_t *a, int64_t n, in
 void memsh_softmax_rows_f32(float *o, const float *a, int64_t rows, int64_t n, int log, int isa);
 void memsh_bf16_to_f32(float *o, const uint16_t *a, int64_t n);
 void memsh_f32_to_bf16(uint16_t *o, const float *a, int64_t n);
+void memsh_act_backward_f32(int op, float *o, const float *g, const float *x, int64_t n, int isa);
+void memsh_softmax_backward_rows_f32(float *o, const float *g, const float *y, int64_t rows, int64_t n, int log, int isa);
 */
 import "C"
 
@@ -86,6 +88,35 @@ func softmaxRowsF32(o, a unsafe.Pointer, rows, n int, log bool, isa int) {
 			l = 1
 		}
 		C.memsh_softmax_rows_f32((*C.float)(o), (*C.float)(a), C.int64_t(rows), C.int64_t(n), l, C.int(isa))
+	}
+}
+
+// Operation codes of memsh_act_backward_f32: the activations' backward
+// (kernels_math.c).
+const (
+	bwdSilu = iota
+	bwdGeluTanh
+	bwdGelu
+)
+
+// actBackwardF32 computes o[i] = g[i]·f'(x[i]) for the backward op code
+// over n contiguous float32 values, with instruction set isa.
+func actBackwardF32(code int, o, g, x unsafe.Pointer, n, isa int) {
+	if n > 0 {
+		C.memsh_act_backward_f32(C.int(code), (*C.float)(o), (*C.float)(g), (*C.float)(x), C.int64_t(n), C.int(isa))
+	}
+}
+
+// softmaxBackwardRowsF32 is _softmax_backward_data (log:
+// _log_softmax_backward_data) along rows of n contiguous float32 values:
+// g the incoming gradient, y the forward's output.
+func softmaxBackwardRowsF32(o, g, y unsafe.Pointer, rows, n int, log bool, isa int) {
+	if rows > 0 && n > 0 {
+		l := C.int(0)
+		if log {
+			l = 1
+		}
+		C.memsh_softmax_backward_rows_f32((*C.float)(o), (*C.float)(g), (*C.float)(y), C.int64_t(rows), C.int64_t(n), l, C.int(isa))
 	}
 }
 

@@ -105,20 +105,26 @@ func GeluBackward(g, self *Tensor, approximate string) (*Tensor, error) {
 	if err := checkSameDevice(fname, g, self); err != nil {
 		return nil, err
 	}
+	code := bwdGelu
+	if approximate == "tanh" {
+		code = bwdGeluTanh
+	}
+	if out, ok, err := actBackwardVectorised(fname, g, self, code); ok {
+		return out, err
+	}
 	if approximate == "tanh" {
 		return mapNew(fname, g, g.dtype, []*Tensor{g, self}, func(x []float64) float64 {
+			// ½(1 + tanh u) + ½v(1 − tanh²u)·u', with 1 + tanh u = 2σ(2u)
+			// and 1 − tanh²u = 4σ(2u)σ(−2u): no cancellation for v ≪ 0
 			v := x[1]
-			inner := geluSqrt2OverPi * (v + geluCoeff*v*v*v)
-			t := math.Tanh(inner)
-			left, right := 0.5*v, 1+t
-			dleft := 0.5 * right
-			dright := (1 - t*t) * geluSqrt2OverPi * (1 + 3*geluCoeff*v*v)
-			return x[0] * (dleft + left*dright)
+			u2 := 2 * geluSqrt2OverPi * (v + geluCoeff*v*v*v)
+			sp, sn := 1/(1+math.Exp(-u2)), 1/(1+math.Exp(u2))
+			return x[0] * (sp + 2*v*sp*sn*geluSqrt2OverPi*(1+3*geluCoeff*v*v))
 		})
 	}
 	return mapNew(fname, g, g.dtype, []*Tensor{g, self}, func(x []float64) float64 {
 		v := x[1]
-		cdf := 0.5 * (1 + math.Erf(v/math.Sqrt2))
+		cdf := 0.5 * math.Erfc(-v/math.Sqrt2)
 		pdf := geluInvSqrt2Pi * math.Exp(-0.5*v*v)
 		return x[0] * (cdf + v*pdf)
 	})
@@ -147,6 +153,9 @@ func SiluBackward(g, self *Tensor) (*Tensor, error) {
 	}
 	if err := checkSameDevice(fname, g, self); err != nil {
 		return nil, err
+	}
+	if out, ok, err := actBackwardVectorised(fname, g, self, bwdSilu); ok {
+		return out, err
 	}
 	return mapNew(fname, g, g.dtype, []*Tensor{g, self}, func(x []float64) float64 {
 		s := 1 / (1 + math.Exp(-x[1]))
@@ -252,8 +261,12 @@ func softmaxRows(out, x, g *Tensor, d int, log bool) {
 		return
 	}
 	outer, n, inner := actSplitDim(x.shape, d)
-	if g == nil && inner == 1 && (x.dtype == Float32 || x.dtype == BFloat16) && x.dtype == out.dtype {
-		softmaxRowsVectorised(out, x, outer, n, log)
+	if inner == 1 && (x.dtype == Float32 || x.dtype == BFloat16) && x.dtype == out.dtype && (g == nil || g.dtype == x.dtype) {
+		if g == nil {
+			softmaxRowsVectorised(out, x, outer, n, log)
+		} else {
+			softmaxBackwardRowsVectorised(out, g, x, outer, n, log)
+		}
 		return
 	}
 	xs := actReadF64(x)
@@ -314,6 +327,47 @@ func actSplitDim(shape []int, d int) (outer, n, inner int) {
 	return numel(shape[:d]), shape[d], numel(shape[d+1:])
 }
 
+// actBackwardVectorised is actVectorised for an activation's backward
+// (code, memsh_act_backward_f32): g and x contiguous, of one shape and
+// one dtype, float32 or bfloat16, with values on the host; one
+// allocation of g's shape and dtype, as mapNew makes.
+func actBackwardVectorised(fname string, g, x *Tensor, code int) (out *Tensor, ok bool, err error) {
+	if (g.dtype != Float32 && g.dtype != BFloat16) || x.dtype != g.dtype || !slices.Equal(g.shape, x.shape) ||
+		!g.hasData() || !x.hasData() || anyOnGPU(g, x) || !g.isContiguous() || !x.isContiguous() {
+		return nil, false, nil
+	}
+	for _, t := range []*Tensor{g, x} {
+		if err := t.checkLive(fname); err != nil {
+			return nil, true, err
+		}
+	}
+	if out, err = newTensor(g.ctx, fname, g.mem.Device(), g.dtype, slices.Clone(g.shape)); err != nil {
+		return nil, true, err
+	}
+	size, isa := g.dtype.Size(), mathISA()
+	gp, xp, op := elemAddr(g.mem.Pointer(), g.offset, size), elemAddr(x.mem.Pointer(), x.offset, size), out.mem.Pointer()
+	parallelForStop(g.ctx.stopFlag(), g.Numel(), parallelThreshold, interruptGrain, func(lo, hi int) {
+		if g.dtype == Float32 {
+			actBackwardF32(code, elemAddr(op, lo, size), elemAddr(gp, lo, size), elemAddr(xp, lo, size), hi-lo, isa)
+			return
+		}
+		var gb, xb [mathBlock]float32
+		for i := lo; i < hi; i += mathBlock {
+			m := min(mathBlock, hi-i)
+			bf16ToF32s(unsafe.Pointer(&gb[0]), elemAddr(gp, i, size), m)
+			bf16ToF32s(unsafe.Pointer(&xb[0]), elemAddr(xp, i, size), m)
+			actBackwardF32(code, unsafe.Pointer(&gb[0]), unsafe.Pointer(&gb[0]), unsafe.Pointer(&xb[0]), m, isa)
+			f32ToBF16s(elemAddr(op, i, size), unsafe.Pointer(&gb[0]), m)
+		}
+	})
+	runtime.KeepAlive(g)
+	runtime.KeepAlive(x)
+	if err := g.ctx.interrupted(fname); err != nil {
+		return nil, true, err // out is dropped
+	}
+	return out, true, nil
+}
+
 // softmaxRowsVectorised is softmaxRows' forward along the last dimension
 // (rows of n contiguous elements of out and x, both float32 or both
 // bfloat16) with kernels_math.c's vectorised row kernel, in float32 (a
@@ -334,6 +388,31 @@ func softmaxRowsVectorised(out, x *Tensor, rows, n int, log bool) {
 		}
 	})
 	runtime.KeepAlive(x)
+	runtime.KeepAlive(out)
+}
+
+// softmaxBackwardRowsVectorised is softmaxRows' backward along the last
+// dimension: out, g (the incoming gradient) and y (the forward's output)
+// rows of n contiguous elements, all float32 or all bfloat16.
+func softmaxBackwardRowsVectorised(out, g, y *Tensor, rows, n int, log bool) {
+	size, isa := y.dtype.Size(), mathISA()
+	gp, yp := elemAddr(g.mem.Pointer(), g.offset, size), elemAddr(y.mem.Pointer(), y.offset, size)
+	op := elemAddr(out.mem.Pointer(), out.offset, size)
+	parallelForStop(y.ctx.stopFlag(), rows, max(1, parallelThreshold/n), stopGrain(n), func(lo, hi int) {
+		if y.dtype == Float32 {
+			softmaxBackwardRowsF32(elemAddr(op, lo*n, size), elemAddr(gp, lo*n, size), elemAddr(yp, lo*n, size), hi-lo, n, log, isa)
+			return
+		}
+		gb, yb := make([]float32, n), make([]float32, n)
+		for r := lo; r < hi; r++ {
+			bf16ToF32s(unsafe.Pointer(&gb[0]), elemAddr(gp, r*n, size), n)
+			bf16ToF32s(unsafe.Pointer(&yb[0]), elemAddr(yp, r*n, size), n)
+			softmaxBackwardRowsF32(unsafe.Pointer(&gb[0]), unsafe.Pointer(&gb[0]), unsafe.Pointer(&yb[0]), 1, n, log, isa)
+			f32ToBF16s(elemAddr(op, r*n, size), unsafe.Pointer(&gb[0]), n)
+		}
+	})
+	runtime.KeepAlive(g)
+	runtime.KeepAlive(y)
 	runtime.KeepAlive(out)
 }
 

@@ -21,17 +21,34 @@ func TestActivationsVectorised(t *testing.T) {
 	for i := range vals {
 		vals[i] = float64(float32(rng.NormFloat64() * 6))
 	}
+	gvals := make([]float64, len(vals))
+	for i := range gvals {
+		gvals[i] = float64(float32(rng.NormFloat64()))
+	}
+	g64, err := FromFloat64s(c, gvals, shape, Float64, "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gr *Tensor // the incoming gradient, in the dtype under test
 	ops := []struct {
-		name   string
-		f      func(*Tensor) (*Tensor, error)
-		ulps32 int64 // float32 bound, in ulps (0: the log_softmax absolute bound)
+		name string
+		f    func(*Tensor) (*Tensor, error)
+		// float32 bound, in ulps; 0: within 2^-21·(1 + |want|), and, for a
+		// backward (bwd), within 2^-21·|g|·(1 + |x|) (its terms cancel)
+		ulps32 int64
+		bwd    bool
 	}{
-		{"silu", func(x *Tensor) (*Tensor, error) { return Silu(x) }, 3},
-		{"gelu_tanh", func(x *Tensor) (*Tensor, error) { return Gelu(x, "tanh") }, 1},
-		{"gelu", func(x *Tensor) (*Tensor, error) { return Gelu(x, "none") }, 6},
-		{"softmax", func(x *Tensor) (*Tensor, error) { return Softmax(x, -1, false) }, 40},
-		{"log_softmax", func(x *Tensor) (*Tensor, error) { return Softmax(x, 1, true) }, 0},
-		{"softmax dim 0", func(x *Tensor) (*Tensor, error) { return Softmax(x, 0, false) }, 1},
+		{"silu_backward", func(x *Tensor) (*Tensor, error) { return SiluBackward(sameDT(gr, x), x) }, 0, true},
+		{"gelu_backward tanh", func(x *Tensor) (*Tensor, error) { return GeluBackward(sameDT(gr, x), x, "tanh") }, 0, true},
+		{"gelu_backward", func(x *Tensor) (*Tensor, error) { return GeluBackward(sameDT(gr, x), x, "none") }, 0, true},
+		{"softmax_backward", func(x *Tensor) (*Tensor, error) { return SoftmaxBackward(sameDT(gr, x), x, -1, false) }, 0, true},
+		{"log_softmax_backward", func(x *Tensor) (*Tensor, error) { return SoftmaxBackward(sameDT(gr, x), x, -1, true) }, 0, true},
+		{"silu", func(x *Tensor) (*Tensor, error) { return Silu(x) }, 3, false},
+		{"gelu_tanh", func(x *Tensor) (*Tensor, error) { return Gelu(x, "tanh") }, 1, false},
+		{"gelu", func(x *Tensor) (*Tensor, error) { return Gelu(x, "none") }, 6, false},
+		{"softmax", func(x *Tensor) (*Tensor, error) { return Softmax(x, -1, false) }, 40, false},
+		{"log_softmax", func(x *Tensor) (*Tensor, error) { return Softmax(x, 1, true) }, 0, false},
+		{"softmax dim 0", func(x *Tensor) (*Tensor, error) { return Softmax(x, 0, false) }, 1, false},
 	}
 	x64, err := FromFloat64s(c, vals, shape, Float64, "cpu")
 	if err != nil {
@@ -45,6 +62,9 @@ func TestActivationsVectorised(t *testing.T) {
 		xv, _ := x.ToFloat64s()
 		xr, err := FromFloat64s(c, xv, shape, Float64, "cpu") // x's values, in float64
 		if err != nil {
+			t.Fatal(err)
+		}
+		if gr, err = To(g64, "cpu", dt, false); err != nil {
 			t.Fatal(err)
 		}
 		for _, op := range ops {
@@ -64,9 +84,14 @@ func TestActivationsVectorised(t *testing.T) {
 			for i := range g {
 				var bad bool
 				switch {
+				case dt == BFloat16 && op.bwd:
+					// the inputs' bfloat16 rounding moves the result too
+					bad = math.Abs(g[i]-w[i]) > 0x1p-7*(math.Abs(gvals[i])*(1+math.Abs(xv[i]))+math.Abs(w[i]))
 				case dt == BFloat16:
 					// one bfloat16 ulp of the float64 result's rounding
 					bad = math.Abs(g[i]-float64(bf16ToF32(f32ToBF16(float32(w[i]))))) > math.Abs(w[i])*0x1p-7+1e-38
+				case op.bwd:
+					bad = math.Abs(g[i]-w[i]) > 0x1p-21*math.Abs(gvals[i])*(1+math.Abs(xv[i]))+0x1p-21*math.Abs(w[i])
 				case op.ulps32 == 0:
 					bad = math.Abs(g[i]-w[i]) > 0x1p-21*(1+math.Abs(w[i]))
 				default:
@@ -78,4 +103,18 @@ func TestActivationsVectorised(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sameDT returns g in x's dtype (float64 for the reference runs): the
+// values are the same, since g's are exact in every dtype under test's
+// rounding once converted.
+func sameDT(g, x *Tensor) *Tensor {
+	if g.dtype == x.dtype {
+		return g
+	}
+	r, err := To(g, "cpu", x.dtype, false)
+	if err != nil {
+		panic(err)
+	}
+	return r
 }
