@@ -123,10 +123,12 @@ func TestInterruptKernels(t *testing.T) {
 }
 
 // TestInterruptNNKernels: the random fills and the host kernels of the
-// nn ops (convolution, pooling, batch and layer norm, softmax, dropout,
-// attention) stop within the latency goal once interrupted, forward and
-// backward, drop what they allocated and return ErrInterrupted. Each
-// input is sized for an op of seconds on a 2-core machine. Attention
+// nn ops (convolution, pooling, batch and layer norm, softmax, GELU,
+// dropout, attention) stop within the latency goal once interrupted,
+// forward and backward, drop what they allocated and return
+// ErrInterrupted. Each input is sized for an op of well over the 50 ms
+// before the interrupt on a 2-core machine (the vectorised ones read and
+// write a GiB). Attention
 // runs on a simulated GPU with data (its CUDA kernels' host twins).
 func TestInterruptNNKernels(t *testing.T) {
 	if testing.Short() {
@@ -152,6 +154,7 @@ func TestInterruptNNKernels(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := mk(c, []int{8192, 4096}, "cpu")
+	wide := mk(c, []int{1 << 16, 1 << 12}, "cpu") // 1 GiB: the vectorised kernels' inputs
 	q := mk(gc, []int{4, 8, 2048, 64}, "cuda")
 	cases := []struct {
 		name string
@@ -180,7 +183,9 @@ func TestInterruptNNKernels(t *testing.T) {
 			o, _, _, err := NativeLayerNorm(rows, []int{4096}, nil, nil, 1e-5)
 			return o, err
 		}},
-		{"softmax", c, func() (*Tensor, error) { return Softmax(rows, -1, false) }},
+		{"softmax (vectorised rows)", c, func() (*Tensor, error) { return Softmax(wide, -1, false) }},
+		{"softmax over dim 0 (float64 kernel)", c, func() (*Tensor, error) { return Softmax(rows, 0, false) }},
+		{"gelu (vectorised)", c, func() (*Tensor, error) { return Gelu(wide, "none") }},
 		{"dropout", c, func() (*Tensor, error) {
 			o, _, err := NativeDropout(rows, 0.1)
 			return o, err
