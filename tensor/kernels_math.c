@@ -55,50 +55,42 @@ MINLINE float u2f(uint32_t u) {
 	return x;
 }
 
+// exp_scaled_f32 is e^c·2^k for c already clamped to the range its caller
+// allows: n = round(c / ln 2) (adding 1.5·2^23 rounds to an integer), r =
+// c − n·ln 2, e^r by its Taylor polynomial, then 2^(n+k) applied in two
+// halves so that subnormal results come out right.
+MINLINE float exp_scaled_f32(float c, int32_t k) {
+	const float shift = 12582912.0f;
+	float n = (c * 1.44269504088896341f + shift) - shift;
+	float r = c - n * 0.693359375f;
+	r = r - n * -2.12194440e-4f;
+	float p = 1.0f / 5040.0f;
+	p = p * r + 1.0f / 720.0f;
+	p = p * r + 1.0f / 120.0f;
+	p = p * r + 1.0f / 24.0f;
+	p = p * r + 1.0f / 6.0f;
+	p = p * r + 0.5f;
+	p = p * (r * r) + r;
+	p = p + 1.0f;
+	int32_t ni = (int32_t)n + k;
+	int32_t n1 = ni >> 1, n2 = ni - n1; // each in [-76, 64]
+	float s1 = u2f((uint32_t)(n1 + 127) << 23), s2 = u2f((uint32_t)(n2 + 127) << 23);
+	return (p * s1) * s2;
+}
+
 // exp_f32 is e^x (see above).
 MINLINE float exp_f32(float x) {
 	float c = x > 89.0f ? 89.0f : x;
 	c = c < -104.0f ? -104.0f : c;
-	// n = round(c / ln 2): adding 1.5·2^23 rounds to an integer.
-	const float shift = 12582912.0f;
-	float n = (c * 1.44269504088896341f + shift) - shift;
-	float r = c - n * 0.693359375f;
-	r = r - n * -2.12194440e-4f;
-	float p = 1.0f / 5040.0f;
-	p = p * r + 1.0f / 720.0f;
-	p = p * r + 1.0f / 120.0f;
-	p = p * r + 1.0f / 24.0f;
-	p = p * r + 1.0f / 6.0f;
-	p = p * r + 0.5f;
-	p = p * (r * r) + r;
-	p = p + 1.0f;
-	int32_t ni = (int32_t)n;
-	int32_t n1 = ni >> 1, n2 = ni - n1; // each in [-75, 64]
-	float s1 = u2f((uint32_t)(n1 + 127) << 23), s2 = u2f((uint32_t)(n2 + 127) << 23);
-	float y = (p * s1) * s2;
+	float y = exp_scaled_f32(c, 0);
 	return x != x ? x : y;
 }
 
-// exp_f32_scaled64 is e^x·2^64 for x ≤ 0 (exp_f32 with 64 added to its
-// power of two, so results down to x ≈ -131 stay normal floats).
+// exp_f32_scaled64 is e^x·2^64 for x ≤ 0 (so results down to x ≈ -131
+// stay normal floats; 0 below -150).
 MINLINE float exp_f32_scaled64(float x) {
 	float c = x < -150.0f ? -150.0f : x;
-	const float shift = 12582912.0f;
-	float n = (c * 1.44269504088896341f + shift) - shift;
-	float r = c - n * 0.693359375f;
-	r = r - n * -2.12194440e-4f;
-	float p = 1.0f / 5040.0f;
-	p = p * r + 1.0f / 720.0f;
-	p = p * r + 1.0f / 120.0f;
-	p = p * r + 1.0f / 24.0f;
-	p = p * r + 1.0f / 6.0f;
-	p = p * r + 0.5f;
-	p = p * (r * r) + r;
-	p = p + 1.0f;
-	int32_t ni = (int32_t)n + 64;
-	int32_t n1 = ni >> 1, n2 = ni - n1; // each in [-76, 32]
-	float s1 = u2f((uint32_t)(n1 + 127) << 23), s2 = u2f((uint32_t)(n2 + 127) << 23);
-	float y = (p * s1) * s2;
+	float y = exp_scaled_f32(c, 64);
 	y = x < -150.0f ? 0.0f : y;
 	return x != x ? x : y;
 }
@@ -218,7 +210,15 @@ MINLINE float gelu_tanh_f32(float x) {
 	return x != x ? x : y;
 }
 
-// gelu_f32 is GELU x·Φ(x) = ½x·erfc(-x/√2) (torch.nn.functional.gelu's
+// ERFC_P is P, the polynomial of gelu_erf_f32's erfc fit, highest degree
+// first (float32 coefficients; gelu_backward_f32 evaluates it in float64).
+static const float ERFC_P[12] = {
+	-0x1.81dd4cp-18f, -0x1.93fc5cp-16f, 0x1.4020b8p-14f, 0x1.163838p-13f,
+	-0x1.34a182p-11f, -0x1.0d3546p-12f, 0x1.fc3f6ep-9f, -0x1.4340d6p-10f,
+	-0x1.edf0b2p-6f, 0x1.11e114p-6f, 0x1.263348p-1f, -0x1.205616p-1f,
+};
+
+// gelu_erf_f32 is GELU x·Φ(x) = ½x·erfc(-x/√2) (torch.nn.functional.gelu's
 // default): Φ(x) = 1 − ½erfc(z) for x ≥ 0 and ½erfc(z) below, z = |x|/√2,
 // with erfc(z) = t·e^(P(s) − z²), t = 1/(1 + z/2), s = (t − 0.58)/0.42 and
 // P a degree-11 polynomial fitted (least squares, reweighted towards
@@ -233,18 +233,8 @@ MINLINE float gelu_erf_f32(float x) {
 	float z = ax * 0.70710678118654752f;
 	float t = 1.0f / (1.0f + 0.5f * z);
 	float s = (t - 0.58f) * (1.0f / 0.42f);
-	float p = -0x1.81dd4cp-18f;
-	p = p * s + -0x1.93fc5cp-16f;
-	p = p * s + 0x1.4020b8p-14f;
-	p = p * s + 0x1.163838p-13f;
-	p = p * s + -0x1.34a182p-11f;
-	p = p * s + -0x1.0d3546p-12f;
-	p = p * s + 0x1.fc3f6ep-9f;
-	p = p * s + -0x1.4340d6p-10f;
-	p = p * s + -0x1.edf0b2p-6f;
-	p = p * s + 0x1.11e114p-6f;
-	p = p * s + 0x1.263348p-1f;
-	p = p * s + -0x1.205616p-1f;
+	float p = ERFC_P[0];
+	for (int i = 1; i < 12; i++) p = p * s + ERFC_P[i];
 	double xd = (double)x;
 	double arg = -0.5 * (xd * xd) + (double)p;
 	arg = arg < -200.0 ? -200.0 : arg;
@@ -568,18 +558,8 @@ MINLINE float gelu_backward_f32(float g, float x) {
 	double z = __builtin_fabs(xd) * 0.70710678118654752;
 	double t = 1.0 / (1.0 + 0.5 * z);
 	double s = (t - 0.58) * (1.0 / 0.42);
-	double p = -0x1.81dd4cp-18;
-	p = p * s + -0x1.93fc5cp-16;
-	p = p * s + 0x1.4020b8p-14;
-	p = p * s + 0x1.163838p-13;
-	p = p * s + -0x1.34a182p-11;
-	p = p * s + -0x1.0d3546p-12;
-	p = p * s + 0x1.fc3f6ep-9;
-	p = p * s + -0x1.4340d6p-10;
-	p = p * s + -0x1.edf0b2p-6;
-	p = p * s + 0x1.11e114p-6;
-	p = p * s + 0x1.263348p-1;
-	p = p * s + -0x1.205616p-1;
+	double p = ERFC_P[0];
+	for (int i = 1; i < 12; i++) p = p * s + (double)ERFC_P[i];
 	double e2 = exp_f64(-0.5 * (xd * xd)); // e^(−x²/2) = e^(−z²)
 	double erfc = t * exp_f64(p) * e2;
 	double cdf = xd >= 0.0 ? 1.0 - 0.5 * erfc : 0.5 * erfc;
