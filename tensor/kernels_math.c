@@ -402,35 +402,97 @@ MINLINE uint16_t f32_to_bf16(float f) {
 	return f != f ? nan : r;
 }
 
+// float16 <-> float32, as kernels_convert.go's f16ToF32 and f32ToF16
+// (round to nearest, ties to even, through the subnormals; overflow to
+// infinity; a NaN becomes the quiet NaN of its sign), every case computed
+// and one chosen, so that the loops vectorise.
+MINLINE float f16_to_f32(uint16_t h) {
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t exp = ((uint32_t)h >> 10) & 0x1fu, mant = (uint32_t)h & 0x3ffu;
+	float sub = (float)(int32_t)mant * 0x1p-24f;
+	sub = sign ? -sub : sub;
+	float infnan = u2f(sign | 0x7f800000u | (mant << 13));
+	float norm = u2f(sign | ((exp + 112u) << 23) | (mant << 13));
+	return exp == 0x1fu ? infnan : (exp == 0 ? sub : norm);
+}
+
+MINLINE uint16_t f32_to_f16(float f) {
+	uint32_t b = f2u(f);
+	uint32_t sign = (b >> 16) & 0x8000u;
+	int32_t exp = (int32_t)((b >> 23) & 0xffu);
+	uint32_t mant = b & 0x7fffffu;
+	uint32_t naninf = sign | (mant ? 0x7e00u : 0x7c00u);
+	int32_t e = exp - 127 + 15;
+	// a normal half: e in [1, 30]; a carry out of the mantissa is right
+	uint32_t h = ((uint32_t)(e & 0x1f) << 10) | (mant >> 13);
+	uint32_t rem = mant & 0x1fffu;
+	h += (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ? 1u : 0u;
+	// a subnormal half: e in [-10, 0], the shift in [14, 24]
+	int32_t sh = e <= 0 && e >= -10 ? 14 - e : 14;
+	uint32_t m2 = mant | 0x800000u;
+	uint32_t hs = m2 >> sh;
+	uint32_t rs = m2 & ((1u << sh) - 1u);
+	uint32_t half = 1u << (sh - 1);
+	hs += (rs > half || (rs == half && (hs & 1u))) ? 1u : 0u;
+	uint32_t r = e <= 0 ? (e < -10 ? sign : sign | hs) : sign | h;
+	r = e >= 0x1f ? sign | 0x7c00u : r;
+	r = exp == 0xff ? naninf : r;
+	return (uint16_t)r;
+}
+
 // BF16_BLOCK is the float32 buffer of the bfloat16 loops, in elements.
 #define BF16_BLOCK 256
 
-#define MATH_BF16_LOOP(FN)                                         \
+#define MATH_HALF_LOOP(FN, TO_F32, FROM_F32)                        \
 	for (int64_t b = 0; b < n; b += BF16_BLOCK) {                  \
 		int64_t m = n - b < BF16_BLOCK ? n - b : BF16_BLOCK;       \
 		float buf[BF16_BLOCK];                                     \
 		_Pragma("omp simd")                                        \
-		for (int64_t i = 0; i < m; i++) buf[i] = FN(bf16_to_f32(a[b + i])); \
+		for (int64_t i = 0; i < m; i++) buf[i] = FN(TO_F32(a[b + i])); \
 		_Pragma("omp simd")                                        \
-		for (int64_t i = 0; i < m; i++) o[b + i] = f32_to_bf16(buf[i]); \
+		for (int64_t i = 0; i < m; i++) o[b + i] = FROM_F32(buf[i]); \
 	}
 
-#define MATH_BF16_BODY                                       \
-	switch (op) {                                            \
-	case M_EXP: MATH_BF16_LOOP(exp_f32) break;               \
-	case M_LOG: MATH_BF16_LOOP(log_f32) break;               \
-	case M_TANH: MATH_BF16_LOOP(tanh_f32) break;             \
-	case M_SIGMOID: MATH_BF16_LOOP(sigmoid_f32) break;       \
-	case M_SILU: MATH_BF16_LOOP(silu_f32) break;             \
-	case M_GELU_TANH: MATH_BF16_LOOP(gelu_tanh_f32) break;   \
-	case M_GELU: MATH_BF16_LOOP(gelu_erf_f32) break;         \
+#define MATH_HALF_BODY(TO_F32, FROM_F32)                                     \
+	switch (op) {                                                            \
+	case M_EXP: MATH_HALF_LOOP(exp_f32, TO_F32, FROM_F32) break;             \
+	case M_LOG: MATH_HALF_LOOP(log_f32, TO_F32, FROM_F32) break;             \
+	case M_TANH: MATH_HALF_LOOP(tanh_f32, TO_F32, FROM_F32) break;           \
+	case M_SIGMOID: MATH_HALF_LOOP(sigmoid_f32, TO_F32, FROM_F32) break;     \
+	case M_SILU: MATH_HALF_LOOP(silu_f32, TO_F32, FROM_F32) break;           \
+	case M_GELU_TANH: MATH_HALF_LOOP(gelu_tanh_f32, TO_F32, FROM_F32) break; \
+	case M_GELU: MATH_HALF_LOOP(gelu_erf_f32, TO_F32, FROM_F32) break;       \
 	}
+
+#define MATH_BF16_BODY MATH_HALF_BODY(bf16_to_f32, f32_to_bf16)
+#define MATH_F16_BODY MATH_HALF_BODY(f16_to_f32, f32_to_f16)
 
 static void math_bf16_default(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_BF16_BODY }
 #ifdef MEMSH_MATH_X86
 __attribute__((target("avx2,fma"))) static void math_bf16_avx2(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_BF16_BODY }
 __attribute__((target("avx512f,avx2,fma"))) static void math_bf16_avx512(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_BF16_BODY }
 #endif
+
+static void math_f16_default(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_F16_BODY }
+#ifdef MEMSH_MATH_X86
+__attribute__((target("avx2,fma"))) static void math_f16_avx2(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_F16_BODY }
+__attribute__((target("avx512f,avx2,fma"))) static void math_f16_avx512(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_F16_BODY }
+#endif
+
+// memsh_unary_math_f16 is memsh_unary_math_bf16 for float16.
+void memsh_unary_math_f16(int op, uint16_t *o, const uint16_t *a, int64_t n, int isa) {
+#ifdef MEMSH_MATH_X86
+	if (isa == 2) {
+		math_f16_avx512(op, o, a, n);
+		return;
+	}
+	if (isa == 1) {
+		math_f16_avx2(op, o, a, n);
+		return;
+	}
+#endif
+	math_f16_default(op, o, a, n);
+}
 
 // memsh_unary_math_bf16 is memsh_unary_math_f32 for n contiguous bfloat16
 // elements: each widened to float32, computed, and rounded back (o may be
@@ -449,15 +511,63 @@ void memsh_unary_math_bf16(int op, uint16_t *o, const uint16_t *a, int64_t n, in
 	math_bf16_default(op, o, a, n);
 }
 
-// memsh_bf16_to_f32 and memsh_f32_to_bf16 convert n contiguous elements.
-void memsh_bf16_to_f32(float *o, const uint16_t *a, int64_t n) {
-	_Pragma("omp simd")
-	for (int64_t i = 0; i < n; i++) o[i] = bf16_to_f32(a[i]);
+// The half-type conversions of n contiguous elements, per instruction set
+// (half: 0 bfloat16, 1 float16), for the kernels that widen whole rows.
+#define CONV_FNS(SUFFIX, ATTR)                                                               \
+	ATTR static void to_f32_##SUFFIX(int half, float *o, const uint16_t *a, int64_t n) {    \
+		if (half) {                                                                          \
+			_Pragma("omp simd")                                                              \
+			for (int64_t i = 0; i < n; i++) o[i] = f16_to_f32(a[i]);                         \
+		} else {                                                                             \
+			_Pragma("omp simd")                                                              \
+			for (int64_t i = 0; i < n; i++) o[i] = bf16_to_f32(a[i]);                        \
+		}                                                                                    \
+	}                                                                                        \
+	ATTR static void from_f32_##SUFFIX(int half, uint16_t *o, const float *a, int64_t n) {  \
+		if (half) {                                                                          \
+			_Pragma("omp simd")                                                              \
+			for (int64_t i = 0; i < n; i++) o[i] = f32_to_f16(a[i]);                         \
+		} else {                                                                             \
+			_Pragma("omp simd")                                                              \
+			for (int64_t i = 0; i < n; i++) o[i] = f32_to_bf16(a[i]);                        \
+		}                                                                                    \
+	}
+
+CONV_FNS(default, )
+#ifdef MEMSH_MATH_X86
+CONV_FNS(avx2, __attribute__((target("avx2,fma"))))
+CONV_FNS(avx512, __attribute__((target("avx512f,avx2,fma"))))
+#endif
+
+// memsh_half_to_f32 widens n contiguous half-type values (half: 0
+// bfloat16, 1 float16) with the loops for isa.
+void memsh_half_to_f32(int half, float *o, const uint16_t *a, int64_t n, int isa) {
+#ifdef MEMSH_MATH_X86
+	if (isa == 2) {
+		to_f32_avx512(half, o, a, n);
+		return;
+	}
+	if (isa == 1) {
+		to_f32_avx2(half, o, a, n);
+		return;
+	}
+#endif
+	to_f32_default(half, o, a, n);
 }
 
-void memsh_f32_to_bf16(uint16_t *o, const float *a, int64_t n) {
-	_Pragma("omp simd")
-	for (int64_t i = 0; i < n; i++) o[i] = f32_to_bf16(a[i]);
+// memsh_f32_to_half rounds n contiguous float32 values to a half type.
+void memsh_f32_to_half(int half, uint16_t *o, const float *a, int64_t n, int isa) {
+#ifdef MEMSH_MATH_X86
+	if (isa == 2) {
+		from_f32_avx512(half, o, a, n);
+		return;
+	}
+	if (isa == 1) {
+		from_f32_avx2(half, o, a, n);
+		return;
+	}
+#endif
+	from_f32_default(half, o, a, n);
 }
 
 // Softmax along rows: the forward of softmax and log_softmax over the

@@ -5,9 +5,10 @@ package tensor
 int memsh_math_isa(void);
 void memsh_unary_math_f32(int op, float *o, const float *a, int64_t n, int isa);
 void memsh_unary_math_bf16(int op, uint16_t *o, const uint16_t *a, int64_t n, int isa);
+void memsh_unary_math_f16(int op, uint16_t *o, const uint16_t *a, int64_t n, int isa);
+void memsh_half_to_f32(int half, float *o, const uint16_t *a, int64_t n, int isa);
+void memsh_f32_to_half(int half, uint16_t *o, const float *a, int64_t n, int isa);
 void memsh_softmax_rows_f32(float *o, const float *a, int64_t rows, int64_t n, int log, int isa);
-void memsh_bf16_to_f32(float *o, const uint16_t *a, int64_t n);
-void memsh_f32_to_bf16(uint16_t *o, const float *a, int64_t n);
 void memsh_act_backward_f32(int op, float *o, const float *g, const float *x, int64_t n, int isa);
 void memsh_softmax_backward_rows_f32(float *o, const float *g, const float *y, int64_t rows, int64_t n, int log, int isa);
 */
@@ -19,18 +20,20 @@ import (
 )
 
 // Vectorised float32 exp, log, tanh and sigmoid, the activations silu and
-// GELU's tanh form, and softmax / log_softmax along rows
+// GELU (both forms, forward and backward), and softmax / log_softmax along
+// rows (forward and backward)
 // (kernels_math.c: AVX-512, AVX2+FMA or baseline loops, chosen at run
 // time). They serve the float32 unary ops (and float16/bfloat16, computed
-// in float32; contiguous bfloat16 converts in C) for every run length, so
+// in float32; contiguous half types convert in C) for every run length, so
 // a value's result never depends on the tensor's layout, and silu, GELU
-// (tanh) and softmax over the last dimension of contiguous float32 and
-// bfloat16 tensors (nn_activation.go; other layouts and dtypes use the
+// and softmax over the last dimension of contiguous float32 and
+// half-type tensors (nn_activation.go; other layouts and dtypes use the
 // float64 host kernels). Accuracy: exp, log, tanh and GELU (tanh) within 1
-// ulp of the correctly rounded result, sigmoid within 2, silu within 3
-// (kernels_math_test.go); float64 tensors keep Go's math package.
+// ulp of the correctly rounded result, sigmoid within 2, silu within 3,
+// GELU (erf) within 6 (kernels_math_test.go); float64 tensors keep Go's
+// math package.
 
-// Operation codes of memsh_unary_math_f32 and memsh_unary_math_bf16: the
+// Operation codes of memsh_unary_math_f32, _bf16 and _f16: the
 // unary ops, and the activations built on them (silu, GELU's tanh form;
 // see kernels_math.c).
 const (
@@ -78,6 +81,25 @@ func mathBF16(code int, o, a unsafe.Pointer, n, isa int) {
 	}
 }
 
+// mathHalf is mathF32 for n contiguous values of dt, float32 or a half
+// type (float16, bfloat16: each computed in float32 and rounded back as
+// storeF32 rounds).
+func mathHalf(dt DType, code int, o, a unsafe.Pointer, n, isa int) {
+	switch {
+	case n <= 0:
+	case dt == Float32:
+		mathF32(code, o, a, n, isa)
+	case dt == BFloat16:
+		mathBF16(code, o, a, n, isa)
+	default:
+		C.memsh_unary_math_f16(C.int(code), (*C.uint16_t)(o), (*C.uint16_t)(a), C.int64_t(n), C.int(isa))
+	}
+}
+
+// vectorisedDT reports whether the math kernels serve dtype dt directly:
+// float32, and the half types through their C conversions.
+func vectorisedDT(dt DType) bool { return dt == Float32 || dt == BFloat16 || dt == Float16 }
+
 // softmaxRowsF32 computes softmax (log_softmax when log) along each of
 // rows rows of n contiguous float32 values from a into o (o != a), with
 // kernels_math.c's loops for isa.
@@ -120,45 +142,34 @@ func softmaxBackwardRowsF32(o, g, y unsafe.Pointer, rows, n int, log bool, isa i
 	}
 }
 
-// bf16ToF32s and f32ToBF16s convert n contiguous elements (as bf16ToF32
-// and f32ToBF16 do).
-func bf16ToF32s(o, a unsafe.Pointer, n int) {
+// halfToF32s and f32ToHalfs convert n contiguous elements of half type dt
+// (float16 or bfloat16) to and from float32, as f16ToF32/bf16ToF32 and
+// f32ToF16/f32ToBF16 do.
+func halfToF32s(dt DType, o, a unsafe.Pointer, n int) { halfToF32sISA(dt, o, a, n, mathISA()) }
+
+func f32ToHalfs(dt DType, o, a unsafe.Pointer, n int) { f32ToHalfsISA(dt, o, a, n, mathISA()) }
+
+// halfToF32sISA and f32ToHalfsISA are halfToF32s and f32ToHalfs with the
+// loops for instruction set isa.
+func halfToF32sISA(dt DType, o, a unsafe.Pointer, n, isa int) {
 	if n > 0 {
-		C.memsh_bf16_to_f32((*C.float)(o), (*C.uint16_t)(a), C.int64_t(n))
+		C.memsh_half_to_f32(halfCode(dt), (*C.float)(o), (*C.uint16_t)(a), C.int64_t(n), C.int(isa))
 	}
 }
 
-func f32ToBF16s(o, a unsafe.Pointer, n int) {
+func f32ToHalfsISA(dt DType, o, a unsafe.Pointer, n, isa int) {
 	if n > 0 {
-		C.memsh_f32_to_bf16((*C.uint16_t)(o), (*C.float)(a), C.int64_t(n))
+		C.memsh_f32_to_half(halfCode(dt), (*C.uint16_t)(o), (*C.float)(a), C.int64_t(n), C.int(isa))
 	}
 }
 
-// ExpF32, LogF32, TanhF32 and SigmoidF32 compute dst[i] = f(src[i]) for
-// float32 slices of equal length (dst may be src) with the vectorised
-// kernels: the helpers for ops built on these functions (softmax, GELU,
-// SiLU, ...), so that they round exactly as tensor.Exp, Log, Tanh and
-// Sigmoid do. They run on the calling goroutine; split large inputs with
-// parallelFor.
-func ExpF32(dst, src []float32) { mathSlice(mathExp, dst, src) }
-
-// LogF32 is the natural logarithm (see ExpF32).
-func LogF32(dst, src []float32) { mathSlice(mathLog, dst, src) }
-
-// TanhF32 is the hyperbolic tangent (see ExpF32).
-func TanhF32(dst, src []float32) { mathSlice(mathTanh, dst, src) }
-
-// SigmoidF32 is 1/(1+e^-x) (see ExpF32).
-func SigmoidF32(dst, src []float32) { mathSlice(mathSigmoid, dst, src) }
-
-func mathSlice(code int, dst, src []float32) {
-	if len(dst) != len(src) {
-		panic("tensor: math kernel: dst and src lengths differ")
+// halfCode is the C conversions' code of half type dt: 0 bfloat16, 1
+// float16.
+func halfCode(dt DType) C.int {
+	if dt == Float16 {
+		return 1
 	}
-	if len(src) == 0 {
-		return
-	}
-	mathF32(code, unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0]), len(src), mathISA())
+	return 0
 }
 
 // mathBlock is the buffer length, in elements, of the strided and
@@ -175,8 +186,8 @@ func unaryMathKernel(code int, it *elemIter, outDT, inDT DType) {
 		it.run(func(p []unsafe.Pointer, n int) { mathF32(code, p[0], p[1], n, isa) })
 		return
 	}
-	if outDT == BFloat16 && inDT == BFloat16 && so == 2 && si == 2 {
-		it.run(func(p []unsafe.Pointer, n int) { mathBF16(code, p[0], p[1], n, isa) })
+	if outDT == inDT && (inDT == BFloat16 || inDT == Float16) && so == 2 && si == 2 {
+		it.run(func(p []unsafe.Pointer, n int) { mathHalf(inDT, code, p[0], p[1], n, isa) })
 		return
 	}
 	load, store := loaderF32(inDT, outDT), storeF32[outDT]

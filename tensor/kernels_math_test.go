@@ -209,30 +209,82 @@ func TestMathKernelsLayouts(t *testing.T) {
 	}
 }
 
-// TestMathBF16Exhaustive checks the bfloat16 loops (mathBF16: widened,
+// TestMathHalfExhaustive checks the half-type loops (mathHalf: widened,
 // computed in float32 and rounded back in C) against the float32 kernel
-// and Go's rounding (f32ToBF16), bit for bit, on all 65,536 bfloat16
-// values, for every op and instruction set.
-func TestMathBF16Exhaustive(t *testing.T) {
+// and Go's rounding (f32ToBF16, f32ToF16), bit for bit, on all 65,536
+// values of bfloat16 and of float16, for every op and instruction set.
+func TestMathHalfExhaustive(t *testing.T) {
 	in, got := make([]uint16, 1<<16), make([]uint16, 1<<16)
 	for i := range in {
 		in[i] = uint16(i)
 	}
-	for _, isa := range mathISAs() {
-		for _, m := range mathRef {
-			mathBF16(m.code, unsafe.Pointer(&got[0]), unsafe.Pointer(&in[0]), len(in), isa)
-			bad := 0
-			for i, h := range in {
-				want := f32ToBF16(mathOne(m.code, bf16ToF32(h), isa))
-				if got[i] != want {
-					if bad < 3 {
-						t.Errorf("isa %d %s(bf16 %#04x = %g) = %#04x, want %#04x", isa, m.name, h, bf16ToF32(h), got[i], want)
+	for _, dt := range []DType{BFloat16, Float16} {
+		widen, round := bf16ToF32, f32ToBF16
+		if dt == Float16 {
+			widen, round = f16ToF32, f32ToF16
+		}
+		for _, isa := range mathISAs() {
+			for _, m := range mathRef {
+				mathHalf(dt, m.code, unsafe.Pointer(&got[0]), unsafe.Pointer(&in[0]), len(in), isa)
+				bad := 0
+				for i, h := range in {
+					want := round(mathOne(m.code, widen(h), isa))
+					if got[i] != want {
+						if bad < 3 {
+							t.Errorf("isa %d %s %s(%#04x = %g) = %#04x, want %#04x", isa, dt, m.name, h, widen(h), got[i], want)
+						}
+						bad++
 					}
-					bad++
+				}
+				if bad > 0 {
+					t.Errorf("isa %d %s %s: %d of 65536 values differ", isa, dt, m.name, bad)
 				}
 			}
-			if bad > 0 {
-				t.Errorf("isa %d %s: %d of 65536 bfloat16 values differ", isa, m.name, bad)
+		}
+	}
+}
+
+// TestHalfConversionsC checks the C conversions (halfToF32s, f32ToHalfs,
+// on every instruction set) against Go's (f16ToF32, f32ToF16, bf16ToF32,
+// f32ToBF16), bit for bit:
+// every half value widened, and every 97th float32 bit pattern (all
+// signs, exponents, NaNs and infinities) plus every float32 around the
+// float16 rounding and subnormal boundaries rounded.
+func TestHalfConversionsC(t *testing.T) {
+	halves := make([]uint16, 1<<16)
+	for i := range halves {
+		halves[i] = uint16(i)
+	}
+	var fs []float32
+	for b := uint64(0); b < 1<<32; b += 97 {
+		fs = append(fs, math.Float32frombits(uint32(b)))
+	}
+	for e := uint32(100); e < 145; e++ { // float32 exponents around float16's range
+		for m := uint32(0); m < 1<<23; m += 4093 {
+			for _, d := range []uint32{0, 1, 0xfff, 0x1000, 0x1001, 0x1fff} {
+				fs = append(fs, math.Float32frombits(e<<23|(m&^0x1fff)|d), -math.Float32frombits(e<<23|(m&^0x1fff)|d))
+			}
+		}
+	}
+	wide := make([]float32, len(halves))
+	narrow := make([]uint16, len(fs))
+	for _, dt := range []DType{BFloat16, Float16} {
+		widen, round := bf16ToF32, f32ToBF16
+		if dt == Float16 {
+			widen, round = f16ToF32, f32ToF16
+		}
+		for _, isa := range mathISAs() {
+			halfToF32sISA(dt, unsafe.Pointer(&wide[0]), unsafe.Pointer(&halves[0]), len(halves), isa)
+			for i, h := range halves {
+				if w := widen(h); math.Float32bits(wide[i]) != math.Float32bits(w) {
+					t.Fatalf("isa %d %s: %#04x widened to %#08x, want %#08x", isa, dt, h, math.Float32bits(wide[i]), math.Float32bits(w))
+				}
+			}
+			f32ToHalfsISA(dt, unsafe.Pointer(&narrow[0]), unsafe.Pointer(&fs[0]), len(fs), isa)
+			for i, f := range fs {
+				if w := round(f); narrow[i] != w {
+					t.Fatalf("isa %d %s: %g (%#08x) rounded to %#04x, want %#04x", isa, dt, f, math.Float32bits(f), narrow[i], w)
+				}
 			}
 		}
 	}

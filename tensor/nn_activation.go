@@ -63,13 +63,13 @@ func Gelu(a *Tensor, approximate string) (*Tensor, error) {
 }
 
 // actVectorised runs an activation with a math kernel (code) when a is a
-// contiguous float32 or bfloat16 tensor with values on the host (CPU or a
+// contiguous float32, bfloat16 or float16 tensor with values on the host (CPU or a
 // simulated GPU): one allocation of a's shape and dtype, as mapNew makes,
-// computed by kernels_math.c's vectorised loops in float32 (a bfloat16
+// computed by kernels_math.c's vectorised loops in float32 (a half-type
 // value widened, computed, rounded back). ok is false for every other
 // tensor, which the caller computes with mapNew in float64.
 func actVectorised(fname string, a *Tensor, code int) (out *Tensor, ok bool, err error) {
-	if (a.dtype != Float32 && a.dtype != BFloat16) || !a.hasData() || anyOnGPU(a) || !a.isContiguous() {
+	if !vectorisedDT(a.dtype) || !a.hasData() || anyOnGPU(a) || !a.isContiguous() {
 		return nil, false, nil
 	}
 	if err := a.checkLive(fname); err != nil {
@@ -81,12 +81,7 @@ func actVectorised(fname string, a *Tensor, code int) (out *Tensor, ok bool, err
 	size, isa := a.dtype.Size(), mathISA()
 	src, dst := elemAddr(a.mem.Pointer(), a.offset, size), out.mem.Pointer()
 	parallelForStop(a.ctx.stopFlag(), a.Numel(), parallelThreshold, interruptGrain, func(lo, hi int) {
-		o, x := elemAddr(dst, lo, size), elemAddr(src, lo, size)
-		if a.dtype == Float32 {
-			mathF32(code, o, x, hi-lo, isa)
-		} else {
-			mathBF16(code, o, x, hi-lo, isa)
-		}
+		mathHalf(a.dtype, code, elemAddr(dst, lo, size), elemAddr(src, lo, size), hi-lo, isa)
 	})
 	runtime.KeepAlive(a)
 	if err := a.ctx.interrupted(fname); err != nil {
@@ -261,7 +256,7 @@ func softmaxRows(out, x, g *Tensor, d int, log bool) {
 		return
 	}
 	outer, n, inner := actSplitDim(x.shape, d)
-	if inner == 1 && (x.dtype == Float32 || x.dtype == BFloat16) && x.dtype == out.dtype && (g == nil || g.dtype == x.dtype) {
+	if inner == 1 && vectorisedDT(x.dtype) && x.dtype == out.dtype && (g == nil || g.dtype == x.dtype) {
 		if g == nil {
 			softmaxRowsVectorised(out, x, outer, n, log)
 		} else {
@@ -329,10 +324,10 @@ func actSplitDim(shape []int, d int) (outer, n, inner int) {
 
 // actBackwardVectorised is actVectorised for an activation's backward
 // (code, memsh_act_backward_f32): g and x contiguous, of one shape and
-// one dtype, float32 or bfloat16, with values on the host; one
+// one dtype, float32 or a half type, with values on the host; one
 // allocation of g's shape and dtype, as mapNew makes.
 func actBackwardVectorised(fname string, g, x *Tensor, code int) (out *Tensor, ok bool, err error) {
-	if (g.dtype != Float32 && g.dtype != BFloat16) || x.dtype != g.dtype || !slices.Equal(g.shape, x.shape) ||
+	if !vectorisedDT(g.dtype) || x.dtype != g.dtype || !slices.Equal(g.shape, x.shape) ||
 		!g.hasData() || !x.hasData() || anyOnGPU(g, x) || !g.isContiguous() || !x.isContiguous() {
 		return nil, false, nil
 	}
@@ -354,10 +349,10 @@ func actBackwardVectorised(fname string, g, x *Tensor, code int) (out *Tensor, o
 		var gb, xb [mathBlock]float32
 		for i := lo; i < hi; i += mathBlock {
 			m := min(mathBlock, hi-i)
-			bf16ToF32s(unsafe.Pointer(&gb[0]), elemAddr(gp, i, size), m)
-			bf16ToF32s(unsafe.Pointer(&xb[0]), elemAddr(xp, i, size), m)
+			halfToF32s(g.dtype, unsafe.Pointer(&gb[0]), elemAddr(gp, i, size), m)
+			halfToF32s(g.dtype, unsafe.Pointer(&xb[0]), elemAddr(xp, i, size), m)
 			actBackwardF32(code, unsafe.Pointer(&gb[0]), unsafe.Pointer(&gb[0]), unsafe.Pointer(&xb[0]), m, isa)
-			f32ToBF16s(elemAddr(op, i, size), unsafe.Pointer(&gb[0]), m)
+			f32ToHalfs(g.dtype, elemAddr(op, i, size), unsafe.Pointer(&gb[0]), m)
 		}
 	})
 	runtime.KeepAlive(g)
@@ -369,9 +364,9 @@ func actBackwardVectorised(fname string, g, x *Tensor, code int) (out *Tensor, o
 }
 
 // softmaxRowsVectorised is softmaxRows' forward along the last dimension
-// (rows of n contiguous elements of out and x, both float32 or both
-// bfloat16) with kernels_math.c's vectorised row kernel, in float32 (a
-// bfloat16 row widened first and rounded back after).
+// (rows of n contiguous elements of out and x, of one dtype: float32 or a
+// half type) with kernels_math.c's vectorised row kernel, in float32 (a
+// half-type row widened first and rounded back after).
 func softmaxRowsVectorised(out, x *Tensor, rows, n int, log bool) {
 	size, isa := x.dtype.Size(), mathISA()
 	src, dst := elemAddr(x.mem.Pointer(), x.offset, size), elemAddr(out.mem.Pointer(), out.offset, size)
@@ -382,9 +377,9 @@ func softmaxRowsVectorised(out, x *Tensor, rows, n int, log bool) {
 		}
 		in, res := make([]float32, n), make([]float32, n)
 		for r := lo; r < hi; r++ {
-			bf16ToF32s(unsafe.Pointer(&in[0]), elemAddr(src, r*n, size), n)
+			halfToF32s(x.dtype, unsafe.Pointer(&in[0]), elemAddr(src, r*n, size), n)
 			softmaxRowsF32(unsafe.Pointer(&res[0]), unsafe.Pointer(&in[0]), 1, n, log, isa)
-			f32ToBF16s(elemAddr(dst, r*n, size), unsafe.Pointer(&res[0]), n)
+			f32ToHalfs(x.dtype, elemAddr(dst, r*n, size), unsafe.Pointer(&res[0]), n)
 		}
 	})
 	runtime.KeepAlive(x)
@@ -393,7 +388,7 @@ func softmaxRowsVectorised(out, x *Tensor, rows, n int, log bool) {
 
 // softmaxBackwardRowsVectorised is softmaxRows' backward along the last
 // dimension: out, g (the incoming gradient) and y (the forward's output)
-// rows of n contiguous elements, all float32 or all bfloat16.
+// rows of n contiguous elements, all float32 or all of one half type.
 func softmaxBackwardRowsVectorised(out, g, y *Tensor, rows, n int, log bool) {
 	size, isa := y.dtype.Size(), mathISA()
 	gp, yp := elemAddr(g.mem.Pointer(), g.offset, size), elemAddr(y.mem.Pointer(), y.offset, size)
@@ -405,10 +400,10 @@ func softmaxBackwardRowsVectorised(out, g, y *Tensor, rows, n int, log bool) {
 		}
 		gb, yb := make([]float32, n), make([]float32, n)
 		for r := lo; r < hi; r++ {
-			bf16ToF32s(unsafe.Pointer(&gb[0]), elemAddr(gp, r*n, size), n)
-			bf16ToF32s(unsafe.Pointer(&yb[0]), elemAddr(yp, r*n, size), n)
+			halfToF32s(y.dtype, unsafe.Pointer(&gb[0]), elemAddr(gp, r*n, size), n)
+			halfToF32s(y.dtype, unsafe.Pointer(&yb[0]), elemAddr(yp, r*n, size), n)
 			softmaxBackwardRowsF32(unsafe.Pointer(&gb[0]), unsafe.Pointer(&gb[0]), unsafe.Pointer(&yb[0]), 1, n, log, isa)
-			f32ToBF16s(elemAddr(op, r*n, size), unsafe.Pointer(&gb[0]), n)
+			f32ToHalfs(y.dtype, elemAddr(op, r*n, size), unsafe.Pointer(&gb[0]), n)
 		}
 	})
 	runtime.KeepAlive(g)
