@@ -273,6 +273,18 @@ __attribute__((target("avx2,fma"))) static void math_avx2(int op, float *o, cons
 __attribute__((target("avx512f,avx2,fma"))) static void math_avx512(int op, float *o, const float *a, int64_t n) { MATH_BODY }
 #endif
 
+// ISA_DISPATCH calls FN_avx512, FN_avx2 or FN_default with the arguments,
+// as isa (memsh_math_isa) says, and returns: the body of every exported
+// kernel of this file.
+#ifdef MEMSH_MATH_X86
+#define ISA_DISPATCH(FN, ...)                               \
+	if (isa == 2) { FN##_avx512(__VA_ARGS__); return; } \
+	if (isa == 1) { FN##_avx2(__VA_ARGS__); return; }   \
+	FN##_default(__VA_ARGS__);
+#else
+#define ISA_DISPATCH(FN, ...) FN##_default(__VA_ARGS__);
+#endif
+
 // memsh_math_isa returns the widest instruction set the CPU supports of
 // those compiled: 2 AVX-512, 1 AVX2 with FMA, 0 the baseline.
 int memsh_math_isa(void) {
@@ -288,17 +300,7 @@ int memsh_math_isa(void) {
 // elements (o may be a) with the loops for isa (see memsh_math_isa; the
 // caller never passes more than the CPU supports).
 void memsh_unary_math_f32(int op, float *o, const float *a, int64_t n, int isa) {
-#ifdef MEMSH_MATH_X86
-	if (isa == 2) {
-		math_avx512(op, o, a, n);
-		return;
-	}
-	if (isa == 1) {
-		math_avx2(op, o, a, n);
-		return;
-	}
-#endif
-	math_default(op, o, a, n);
+	ISA_DISPATCH(math, op, o, a, n)
 }
 
 // Philox-4x32-10 (see kernels_random.go): block i of a call uses the
@@ -365,29 +367,23 @@ RANDOM_FNS(default, )
 #ifdef MEMSH_MATH_X86
 RANDOM_FNS(avx2, __attribute__((target("avx2,fma"))))
 RANDOM_FNS(avx512, __attribute__((target("avx512f,avx512dq,avx2,fma"))))
-#define RANDOM_DISPATCH(FN, ...)                  \
-	if (isa == 2) { FN##_avx512(__VA_ARGS__); return; } \
-	if (isa == 1) { FN##_avx2(__VA_ARGS__); return; }   \
-	FN##_default(__VA_ARGS__);
-#else
-#define RANDOM_DISPATCH(FN, ...) FN##_default(__VA_ARGS__);
 #endif
 
 // memsh_uniform_f32 stores the uniform values of generator offsets
 // offset .. offset+n-1 with bits of precision (24, 11 or 8) as float32.
 void memsh_uniform_f32(float *o, uint64_t seed, uint64_t offset, int64_t n, int bits, int isa) {
-	RANDOM_DISPATCH(uniform_f32, o, seed, offset, n, bits)
+	ISA_DISPATCH(uniform_f32, o, seed, offset, n, bits)
 }
 
 // memsh_uniform_f64 is memsh_uniform_f32 for float64 (53 bits).
 void memsh_uniform_f64(double *o, uint64_t seed, uint64_t offset, int64_t n, int isa) {
-	RANDOM_DISPATCH(uniform_f64, o, seed, offset, n)
+	ISA_DISPATCH(uniform_f64, o, seed, offset, n)
 }
 
 // memsh_normal_u stores Box-Muller's u1 and u2 of generator offsets
 // offset .. offset+n-1.
 void memsh_normal_u(double *u1, double *u2, uint64_t seed, uint64_t offset, int64_t n, int isa) {
-	RANDOM_DISPATCH(normal_u, u1, u2, seed, offset, n)
+	ISA_DISPATCH(normal_u, u1, u2, seed, offset, n)
 }
 
 // bfloat16 <-> float32, as kernels_convert.go's bf16ToF32 and f32ToBF16
@@ -481,34 +477,14 @@ __attribute__((target("avx512f,avx2,fma"))) static void math_f16_avx512(int op, 
 
 // memsh_unary_math_f16 is memsh_unary_math_bf16 for float16.
 void memsh_unary_math_f16(int op, uint16_t *o, const uint16_t *a, int64_t n, int isa) {
-#ifdef MEMSH_MATH_X86
-	if (isa == 2) {
-		math_f16_avx512(op, o, a, n);
-		return;
-	}
-	if (isa == 1) {
-		math_f16_avx2(op, o, a, n);
-		return;
-	}
-#endif
-	math_f16_default(op, o, a, n);
+	ISA_DISPATCH(math_f16, op, o, a, n)
 }
 
 // memsh_unary_math_bf16 is memsh_unary_math_f32 for n contiguous bfloat16
 // elements: each widened to float32, computed, and rounded back (o may be
 // a).
 void memsh_unary_math_bf16(int op, uint16_t *o, const uint16_t *a, int64_t n, int isa) {
-#ifdef MEMSH_MATH_X86
-	if (isa == 2) {
-		math_bf16_avx512(op, o, a, n);
-		return;
-	}
-	if (isa == 1) {
-		math_bf16_avx2(op, o, a, n);
-		return;
-	}
-#endif
-	math_bf16_default(op, o, a, n);
+	ISA_DISPATCH(math_bf16, op, o, a, n)
 }
 
 // The half-type conversions of n contiguous elements, per instruction set
@@ -542,32 +518,12 @@ CONV_FNS(avx512, __attribute__((target("avx512f,avx2,fma"))))
 // memsh_half_to_f32 widens n contiguous half-type values (half: 0
 // bfloat16, 1 float16) with the loops for isa.
 void memsh_half_to_f32(int half, float *o, const uint16_t *a, int64_t n, int isa) {
-#ifdef MEMSH_MATH_X86
-	if (isa == 2) {
-		to_f32_avx512(half, o, a, n);
-		return;
-	}
-	if (isa == 1) {
-		to_f32_avx2(half, o, a, n);
-		return;
-	}
-#endif
-	to_f32_default(half, o, a, n);
+	ISA_DISPATCH(to_f32, half, o, a, n)
 }
 
 // memsh_f32_to_half rounds n contiguous float32 values to a half type.
 void memsh_f32_to_half(int half, uint16_t *o, const float *a, int64_t n, int isa) {
-#ifdef MEMSH_MATH_X86
-	if (isa == 2) {
-		from_f32_avx512(half, o, a, n);
-		return;
-	}
-	if (isa == 1) {
-		from_f32_avx2(half, o, a, n);
-		return;
-	}
-#endif
-	from_f32_default(half, o, a, n);
+	ISA_DISPATCH(from_f32, half, o, a, n)
 }
 
 // Softmax along rows: the forward of softmax and log_softmax over the
@@ -618,17 +574,7 @@ __attribute__((target("avx512f,avx2,fma"))) static void softmax_avx512(float *o,
 // memsh_softmax_rows_f32 is SOFTMAX_BODY with the loops for isa (o may
 // not be a: softmax keeps e in o before it divides).
 void memsh_softmax_rows_f32(float *o, const float *a, int64_t rows, int64_t n, int log, int isa) {
-#ifdef MEMSH_MATH_X86
-	if (isa == 2) {
-		softmax_avx512(o, a, rows, n, log);
-		return;
-	}
-	if (isa == 1) {
-		softmax_avx2(o, a, rows, n, log);
-		return;
-	}
-#endif
-	softmax_default(o, a, rows, n, log);
+	ISA_DISPATCH(softmax, o, a, rows, n, log)
 }
 
 // The activations' backward: o = g · f'(x), elementwise over n contiguous
@@ -698,17 +644,7 @@ __attribute__((target("avx512f,avx2,fma"))) static void bwd_avx512(int op, float
 // memsh_act_backward_f32 computes o[i] = g[i]·f'(x[i]) for op (B_*) over n
 // contiguous float32 values.
 void memsh_act_backward_f32(int op, float *o, const float *g, const float *x, int64_t n, int isa) {
-#ifdef MEMSH_MATH_X86
-	if (isa == 2) {
-		bwd_avx512(op, o, g, x, n);
-		return;
-	}
-	if (isa == 1) {
-		bwd_avx2(op, o, g, x, n);
-		return;
-	}
-#endif
-	bwd_default(op, o, g, x, n);
+	ISA_DISPATCH(bwd, op, o, g, x, n)
 }
 
 // Softmax backward along rows of n contiguous float32 values, given the
@@ -743,15 +679,5 @@ __attribute__((target("avx512f,avx2,fma"))) static void softmax_bwd_avx512(float
 
 // memsh_softmax_backward_rows_f32 is SOFTMAX_BWD_BODY with the loops for isa.
 void memsh_softmax_backward_rows_f32(float *o, const float *g, const float *y, int64_t rows, int64_t n, int log, int isa) {
-#ifdef MEMSH_MATH_X86
-	if (isa == 2) {
-		softmax_bwd_avx512(o, g, y, rows, n, log);
-		return;
-	}
-	if (isa == 1) {
-		softmax_bwd_avx2(o, g, y, rows, n, log);
-		return;
-	}
-#endif
-	softmax_bwd_default(o, g, y, rows, n, log);
+	ISA_DISPATCH(softmax_bwd, o, g, y, rows, n, log)
 }
