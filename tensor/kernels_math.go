@@ -172,6 +172,33 @@ func halfCode(dt DType) C.int {
 	return 0
 }
 
+// ExpF32, LogF32, TanhF32 and SigmoidF32 compute dst[i] = f(src[i]) for
+// float32 slices of equal length (dst may be src) with the vectorised
+// kernels: the helpers for ops built on these functions (softmax, GELU,
+// SiLU, ...), so that they round exactly as tensor.Exp, Log, Tanh and
+// Sigmoid do. They run on the calling goroutine; split large inputs with
+// parallelFor.
+func ExpF32(dst, src []float32) { mathSlice(mathExp, dst, src) }
+
+// LogF32 is the natural logarithm (see ExpF32).
+func LogF32(dst, src []float32) { mathSlice(mathLog, dst, src) }
+
+// TanhF32 is the hyperbolic tangent (see ExpF32).
+func TanhF32(dst, src []float32) { mathSlice(mathTanh, dst, src) }
+
+// SigmoidF32 is 1/(1+e^-x) (see ExpF32).
+func SigmoidF32(dst, src []float32) { mathSlice(mathSigmoid, dst, src) }
+
+func mathSlice(code int, dst, src []float32) {
+	if len(dst) != len(src) {
+		panic("tensor: math kernel: dst and src lengths differ")
+	}
+	if len(src) == 0 {
+		return
+	}
+	mathF32(code, unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0]), len(src), mathISA())
+}
+
 // mathBlock is the buffer length, in elements, of the strided and
 // float16/bfloat16 paths of unaryMathKernel.
 const mathBlock = 512

@@ -383,3 +383,28 @@ func BenchmarkMathF32(b *testing.B) {
 		}
 	}
 }
+
+// TestExportedMathHelpers: ExpF32, LogF32, TanhF32 and SigmoidF32 round
+// exactly as the tensor ops' kernels do, and refuse slices of different
+// lengths.
+func TestExportedMathHelpers(t *testing.T) {
+	xs := mathInputs(1 << 22)
+	for _, h := range []struct {
+		f    func(dst, src []float32)
+		code int
+	}{{ExpF32, mathExp}, {LogF32, mathLog}, {TanhF32, mathTanh}, {SigmoidF32, mathSigmoid}} {
+		got := make([]float32, len(xs))
+		h.f(got, xs)
+		for i, x := range xs {
+			if w := mathOne(h.code, x, mathISA()); math.Float32bits(got[i]) != math.Float32bits(w) && !(w != w && got[i] != got[i]) {
+				t.Fatalf("%s(%g) = %g, want %g", mathRef[h.code].name, x, got[i], w)
+			}
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("ExpF32 with slices of different lengths did not panic")
+		}
+	}()
+	ExpF32(make([]float32, 2), make([]float32, 3))
+}
