@@ -73,14 +73,6 @@ func mathF32(code int, o, a unsafe.Pointer, n, isa int) {
 	}
 }
 
-// mathBF16 is mathF32 for n contiguous bfloat16 values, each computed in
-// float32 and rounded back as storeF32[BFloat16] rounds.
-func mathBF16(code int, o, a unsafe.Pointer, n, isa int) {
-	if n > 0 {
-		C.memsh_unary_math_bf16(C.int(code), (*C.uint16_t)(o), (*C.uint16_t)(a), C.int64_t(n), C.int(isa))
-	}
-}
-
 // mathHalf is mathF32 for n contiguous values of dt, float32 or a half
 // type (float16, bfloat16: each computed in float32 and rounded back as
 // storeF32 rounds).
@@ -90,7 +82,7 @@ func mathHalf(dt DType, code int, o, a unsafe.Pointer, n, isa int) {
 	case dt == Float32:
 		mathF32(code, o, a, n, isa)
 	case dt == BFloat16:
-		mathBF16(code, o, a, n, isa)
+		C.memsh_unary_math_bf16(C.int(code), (*C.uint16_t)(o), (*C.uint16_t)(a), C.int64_t(n), C.int(isa))
 	default:
 		C.memsh_unary_math_f16(C.int(code), (*C.uint16_t)(o), (*C.uint16_t)(a), C.int64_t(n), C.int(isa))
 	}

@@ -25,11 +25,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#define NINLINE static inline __attribute__((always_inline))
+#include "kernels_isa.h"
 
 // go_log_unit is Go's math.Log on amd64 for x a positive normal float64
 // (archLog without its zero, negative, infinity and NaN branches).
-NINLINE double go_log_unit(double x) {
+MINLINE double go_log_unit(double x) {
 	uint64_t b;
 	memcpy(&b, &x, 8);
 	// f1, k := frexp(x): f1 in [0.5, 1)
@@ -57,7 +57,7 @@ NINLINE double go_log_unit(double x) {
 // go_cos_small is Go's math.Cos (the portable cos of math/sin.go, which
 // amd64 uses) for x in [0, reduceThreshold): no NaN, infinity or Payne-
 // Hanek reduction; x >= 0, so its Abs is the identity.
-NINLINE double go_cos_small(double x) {
+MINLINE double go_cos_small(double x) {
 	int32_t j = (int32_t)(x * 0x1.45f306dc9c883p+00); // x / (π/4), truncated
 	j += j & 1;                                          // map zeros to origin
 	double y = (double)j;
@@ -86,9 +86,8 @@ NINLINE double go_cos_small(double x) {
 		c[i] = go_cos_small(0x1.921fb54442d18p+02 * u2[b + i]);          \
 	}
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#ifdef MEMSH_MATH_X86
 #include <immintrin.h>
-#define MEMSH_BM_X86 1
 
 // The square roots and products: o = sqrt(a) * c, per ISA; SSE2 is the
 // x86-64 baseline.
@@ -123,30 +122,25 @@ NINLINE double go_cos_small(double x) {
 		}                                                                             \
 	}
 
-#ifdef MEMSH_BM_X86
+#ifdef MEMSH_MATH_X86
 BM_FN(bm_f64_default, double, , SQRTMUL_F64_SSE2)
 BM_FN(bm_f32_default, float, , SQRTMUL_F32_SSE2)
 BM_FN(bm_f64_avx2, double, __attribute__((target("avx2,fma"))), SQRTMUL_F64_AVX2)
 BM_FN(bm_f32_avx2, float, __attribute__((target("avx2,fma"))), SQRTMUL_F32_AVX2)
 BM_FN(bm_f64_avx512, double, __attribute__((target("avx512f,avx512dq,avx2,fma"))), SQRTMUL_F64_AVX512)
 BM_FN(bm_f32_avx512, float, __attribute__((target("avx512f,avx512dq,avx2,fma"))), SQRTMUL_F32_AVX512)
-#define BM_DISPATCH(FN, ...)                                \
-	if (isa == 2) { FN##_avx512(__VA_ARGS__); return; } \
-	if (isa == 1) { FN##_avx2(__VA_ARGS__); return; }   \
-	FN##_default(__VA_ARGS__);
 #else
 BM_FN(bm_f64_default, double, , )
 BM_FN(bm_f32_default, float, , )
-#define BM_DISPATCH(FN, ...) FN##_default(__VA_ARGS__);
 #endif
 
 // memsh_box_muller_f64 stores sqrt(-2 ln u1[i]) × cos(2π u2[i]) (Go's
 // boxMuller) for n elements, with the loops for isa (memsh_math_isa).
 void memsh_box_muller_f64(double *o, const double *u1, const double *u2, int64_t n, int isa) {
-	BM_DISPATCH(bm_f64, o, u1, u2, n)
+	ISA_DISPATCH(bm_f64, o, u1, u2, n)
 }
 
 // memsh_box_muller_f32 is memsh_box_muller_f64 rounded to float32.
 void memsh_box_muller_f32(float *o, const double *u1, const double *u2, int64_t n, int isa) {
-	BM_DISPATCH(bm_f32, o, u1, u2, n)
+	ISA_DISPATCH(bm_f32, o, u1, u2, n)
 }

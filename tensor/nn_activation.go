@@ -44,7 +44,7 @@ func Gelu(a *Tensor, approximate string) (*Tensor, error) {
 		return nil, err
 	}
 	if approximate == "tanh" {
-		if out, ok, err := actVectorised(fname, a, mathGeluTanh); ok {
+		if out, ok, err := actVectorised(fname, mathGeluTanh, a); ok {
 			return out, err
 		}
 		return mapNew(fname, a, a.dtype, []*Tensor{a}, func(x []float64) float64 {
@@ -53,7 +53,7 @@ func Gelu(a *Tensor, approximate string) (*Tensor, error) {
 			return v / (1 + math.Exp(-2*geluSqrt2OverPi*(v+geluCoeff*v*v*v)))
 		})
 	}
-	if out, ok, err := actVectorised(fname, a, mathGelu); ok {
+	if out, ok, err := actVectorised(fname, mathGelu, a); ok {
 		return out, err
 	}
 	return mapNew(fname, a, a.dtype, []*Tensor{a}, func(x []float64) float64 {
@@ -62,28 +62,49 @@ func Gelu(a *Tensor, approximate string) (*Tensor, error) {
 	})
 }
 
-// actVectorised runs an activation with a math kernel (code) when a is a
-// contiguous float32, bfloat16 or float16 tensor with values on the host (CPU or a
-// simulated GPU): one allocation of a's shape and dtype, as mapNew makes,
-// computed by kernels_math.c's vectorised loops in float32 (a half-type
-// value widened, computed, rounded back). ok is false for every other
-// tensor, which the caller computes with mapNew in float64.
-func actVectorised(fname string, a *Tensor, code int) (out *Tensor, ok bool, err error) {
-	if !vectorisedDT(a.dtype) || !a.hasData() || anyOnGPU(a) || !a.isContiguous() {
-		return nil, false, nil
+// actVectorised runs an activation (ins = [a], code a math kernel: mathSilu,
+// mathGelu, ...) or its backward (ins = [grad, self], code a backward
+// kernel: bwdSilu, ...) with kernels_math.c's vectorised loops, when the
+// operands are contiguous, of one shape and one dtype — float32 or a half
+// type (widened to float32, computed, rounded back) — with values on the
+// host (CPU or a simulated GPU): one allocation of the first operand's
+// shape and dtype, as mapNew makes. ok is false for every other case,
+// which the caller computes with mapNew in float64.
+func actVectorised(fname string, code int, ins ...*Tensor) (out *Tensor, ok bool, err error) {
+	a := ins[0]
+	for _, t := range ins {
+		if !vectorisedDT(t.dtype) || t.dtype != a.dtype || !slices.Equal(t.shape, a.shape) || !t.hasData() || anyOnGPU(t) || !t.isContiguous() {
+			return nil, false, nil
+		}
 	}
-	if err := a.checkLive(fname); err != nil {
-		return nil, true, err
+	for _, t := range ins {
+		if err := t.checkLive(fname); err != nil {
+			return nil, true, err
+		}
 	}
 	if out, err = newTensor(a.ctx, fname, a.mem.Device(), a.dtype, slices.Clone(a.shape)); err != nil {
 		return nil, true, err
 	}
 	size, isa := a.dtype.Size(), mathISA()
-	src, dst := elemAddr(a.mem.Pointer(), a.offset, size), out.mem.Pointer()
+	at := func(t *Tensor, i int) unsafe.Pointer { return elemAddr(t.mem.Pointer(), t.offset+i, size) }
 	parallelForStop(a.ctx.stopFlag(), a.Numel(), parallelThreshold, interruptGrain, func(lo, hi int) {
-		mathHalf(a.dtype, code, elemAddr(dst, lo, size), elemAddr(src, lo, size), hi-lo, isa)
+		switch {
+		case len(ins) == 1:
+			mathHalf(a.dtype, code, at(out, lo), at(a, lo), hi-lo, isa)
+		case a.dtype == Float32:
+			actBackwardF32(code, at(out, lo), at(a, lo), at(ins[1], lo), hi-lo, isa)
+		default:
+			var gb, xb [mathBlock]float32
+			for i := lo; i < hi; i += mathBlock {
+				m := min(mathBlock, hi-i)
+				halfToF32s(a.dtype, unsafe.Pointer(&gb[0]), at(a, i), m)
+				halfToF32s(a.dtype, unsafe.Pointer(&xb[0]), at(ins[1], i), m)
+				actBackwardF32(code, unsafe.Pointer(&gb[0]), unsafe.Pointer(&gb[0]), unsafe.Pointer(&xb[0]), m, isa)
+				f32ToHalfs(a.dtype, at(out, i), unsafe.Pointer(&gb[0]), m)
+			}
+		}
 	})
-	runtime.KeepAlive(a)
+	runtime.KeepAlive(ins)
 	if err := a.ctx.interrupted(fname); err != nil {
 		return nil, true, err // out is dropped
 	}
@@ -104,7 +125,7 @@ func GeluBackward(g, self *Tensor, approximate string) (*Tensor, error) {
 	if approximate == "tanh" {
 		code = bwdGeluTanh
 	}
-	if out, ok, err := actBackwardVectorised(fname, g, self, code); ok {
+	if out, ok, err := actVectorised(fname, code, g, self); ok {
 		return out, err
 	}
 	if approximate == "tanh" {
@@ -131,7 +152,7 @@ func Silu(a *Tensor) (*Tensor, error) {
 	if err := checkFloatOp(fname, "silu", a); err != nil {
 		return nil, err
 	}
-	if out, ok, err := actVectorised(fname, a, mathSilu); ok {
+	if out, ok, err := actVectorised(fname, mathSilu, a); ok {
 		return out, err
 	}
 	return mapNew(fname, a, a.dtype, []*Tensor{a}, func(x []float64) float64 {
@@ -149,7 +170,7 @@ func SiluBackward(g, self *Tensor) (*Tensor, error) {
 	if err := checkSameDevice(fname, g, self); err != nil {
 		return nil, err
 	}
-	if out, ok, err := actBackwardVectorised(fname, g, self, bwdSilu); ok {
+	if out, ok, err := actVectorised(fname, bwdSilu, g, self); ok {
 		return out, err
 	}
 	return mapNew(fname, g, g.dtype, []*Tensor{g, self}, func(x []float64) float64 {
@@ -257,11 +278,7 @@ func softmaxRows(out, x, g *Tensor, d int, log bool) {
 	}
 	outer, n, inner := actSplitDim(x.shape, d)
 	if inner == 1 && vectorisedDT(x.dtype) && x.dtype == out.dtype && (g == nil || g.dtype == x.dtype) {
-		if g == nil {
-			softmaxRowsVectorised(out, x, outer, n, log)
-		} else {
-			softmaxBackwardRowsVectorised(out, g, x, outer, n, log)
-		}
+		softmaxRowsVectorised(out, x, g, outer, n, log)
 		return
 	}
 	xs := actReadF64(x)
@@ -322,93 +339,49 @@ func actSplitDim(shape []int, d int) (outer, n, inner int) {
 	return numel(shape[:d]), shape[d], numel(shape[d+1:])
 }
 
-// actBackwardVectorised is actVectorised for an activation's backward
-// (code, memsh_act_backward_f32): g and x contiguous, of one shape and
-// one dtype, float32 or a half type, with values on the host; one
-// allocation of g's shape and dtype, as mapNew makes.
-func actBackwardVectorised(fname string, g, x *Tensor, code int) (out *Tensor, ok bool, err error) {
-	if !vectorisedDT(g.dtype) || x.dtype != g.dtype || !slices.Equal(g.shape, x.shape) ||
-		!g.hasData() || !x.hasData() || anyOnGPU(g, x) || !g.isContiguous() || !x.isContiguous() {
-		return nil, false, nil
-	}
-	for _, t := range []*Tensor{g, x} {
-		if err := t.checkLive(fname); err != nil {
-			return nil, true, err
-		}
-	}
-	if out, err = newTensor(g.ctx, fname, g.mem.Device(), g.dtype, slices.Clone(g.shape)); err != nil {
-		return nil, true, err
-	}
-	size, isa := g.dtype.Size(), mathISA()
-	gp, xp, op := elemAddr(g.mem.Pointer(), g.offset, size), elemAddr(x.mem.Pointer(), x.offset, size), out.mem.Pointer()
-	parallelForStop(g.ctx.stopFlag(), g.Numel(), parallelThreshold, interruptGrain, func(lo, hi int) {
-		if g.dtype == Float32 {
-			actBackwardF32(code, elemAddr(op, lo, size), elemAddr(gp, lo, size), elemAddr(xp, lo, size), hi-lo, isa)
-			return
-		}
-		var gb, xb [mathBlock]float32
-		for i := lo; i < hi; i += mathBlock {
-			m := min(mathBlock, hi-i)
-			halfToF32s(g.dtype, unsafe.Pointer(&gb[0]), elemAddr(gp, i, size), m)
-			halfToF32s(g.dtype, unsafe.Pointer(&xb[0]), elemAddr(xp, i, size), m)
-			actBackwardF32(code, unsafe.Pointer(&gb[0]), unsafe.Pointer(&gb[0]), unsafe.Pointer(&xb[0]), m, isa)
-			f32ToHalfs(g.dtype, elemAddr(op, i, size), unsafe.Pointer(&gb[0]), m)
-		}
-	})
-	runtime.KeepAlive(g)
-	runtime.KeepAlive(x)
-	if err := g.ctx.interrupted(fname); err != nil {
-		return nil, true, err // out is dropped
-	}
-	return out, true, nil
-}
-
-// softmaxRowsVectorised is softmaxRows' forward along the last dimension
-// (rows of n contiguous elements of out and x, of one dtype: float32 or a
-// half type) with kernels_math.c's vectorised row kernel, in float32 (a
-// half-type row widened first and rounded back after).
-func softmaxRowsVectorised(out, x *Tensor, rows, n int, log bool) {
+// softmaxRowsVectorised is softmaxRows along the last dimension with
+// kernels_math.c's row kernels: the forward from x when g is nil, else
+// the backward from g (the incoming gradient) and x (the forward's
+// output). out, x and g hold rows of n contiguous elements of one dtype,
+// float32 or a half type (a half-type row is widened to float32 first and
+// rounded back after).
+func softmaxRowsVectorised(out, x, g *Tensor, rows, n int, log bool) {
 	size, isa := x.dtype.Size(), mathISA()
-	src, dst := elemAddr(x.mem.Pointer(), x.offset, size), elemAddr(out.mem.Pointer(), out.offset, size)
+	row := func(t *Tensor, r int) unsafe.Pointer { return elemAddr(t.mem.Pointer(), t.offset+r*n, size) }
+	kernel := func(o, xp, gp unsafe.Pointer, k int) { // k float32 rows
+		if g == nil {
+			softmaxRowsF32(o, xp, k, n, log, isa)
+		} else {
+			softmaxBackwardRowsF32(o, gp, xp, k, n, log, isa)
+		}
+	}
 	parallelForStop(x.ctx.stopFlag(), rows, max(1, parallelThreshold/n), stopGrain(n), func(lo, hi int) {
 		if x.dtype == Float32 {
-			softmaxRowsF32(elemAddr(dst, lo*n, size), elemAddr(src, lo*n, size), hi-lo, n, log, isa)
+			var gp unsafe.Pointer
+			if g != nil {
+				gp = row(g, lo)
+			}
+			kernel(row(out, lo), row(x, lo), gp, hi-lo)
 			return
 		}
-		in, res := make([]float32, n), make([]float32, n)
+		xb, ob, gb := make([]float32, n), make([]float32, n), []float32(nil)
+		if g != nil {
+			gb = make([]float32, n)
+		}
 		for r := lo; r < hi; r++ {
-			halfToF32s(x.dtype, unsafe.Pointer(&in[0]), elemAddr(src, r*n, size), n)
-			softmaxRowsF32(unsafe.Pointer(&res[0]), unsafe.Pointer(&in[0]), 1, n, log, isa)
-			f32ToHalfs(x.dtype, elemAddr(dst, r*n, size), unsafe.Pointer(&res[0]), n)
+			halfToF32s(x.dtype, unsafe.Pointer(&xb[0]), row(x, r), n)
+			var gp unsafe.Pointer
+			if g != nil {
+				halfToF32s(x.dtype, unsafe.Pointer(&gb[0]), row(g, r), n)
+				gp = unsafe.Pointer(&gb[0])
+			}
+			kernel(unsafe.Pointer(&ob[0]), unsafe.Pointer(&xb[0]), gp, 1)
+			f32ToHalfs(x.dtype, row(out, r), unsafe.Pointer(&ob[0]), n)
 		}
 	})
+	runtime.KeepAlive(out)
 	runtime.KeepAlive(x)
-	runtime.KeepAlive(out)
-}
-
-// softmaxBackwardRowsVectorised is softmaxRows' backward along the last
-// dimension: out, g (the incoming gradient) and y (the forward's output)
-// rows of n contiguous elements, all float32 or all of one half type.
-func softmaxBackwardRowsVectorised(out, g, y *Tensor, rows, n int, log bool) {
-	size, isa := y.dtype.Size(), mathISA()
-	gp, yp := elemAddr(g.mem.Pointer(), g.offset, size), elemAddr(y.mem.Pointer(), y.offset, size)
-	op := elemAddr(out.mem.Pointer(), out.offset, size)
-	parallelForStop(y.ctx.stopFlag(), rows, max(1, parallelThreshold/n), stopGrain(n), func(lo, hi int) {
-		if y.dtype == Float32 {
-			softmaxBackwardRowsF32(elemAddr(op, lo*n, size), elemAddr(gp, lo*n, size), elemAddr(yp, lo*n, size), hi-lo, n, log, isa)
-			return
-		}
-		gb, yb := make([]float32, n), make([]float32, n)
-		for r := lo; r < hi; r++ {
-			halfToF32s(y.dtype, unsafe.Pointer(&gb[0]), elemAddr(gp, r*n, size), n)
-			halfToF32s(y.dtype, unsafe.Pointer(&yb[0]), elemAddr(yp, r*n, size), n)
-			softmaxBackwardRowsF32(unsafe.Pointer(&gb[0]), unsafe.Pointer(&gb[0]), unsafe.Pointer(&yb[0]), 1, n, log, isa)
-			f32ToHalfs(y.dtype, elemAddr(op, r*n, size), unsafe.Pointer(&gb[0]), n)
-		}
-	})
 	runtime.KeepAlive(g)
-	runtime.KeepAlive(y)
-	runtime.KeepAlive(out)
 }
 
 // actReadF64 returns t's values in row-major order as float64 (Go-heap
@@ -420,28 +393,31 @@ func actReadF64(t *Tensor) []float64 {
 	n := t.Numel()
 	vals := make([]float64, 0, n)
 	load := loadF64[t.dtype]
-	stop := t.ctx.stopFlag()
 	forEachElem(t, func(p elemPtr) bool {
 		vals = append(vals, load(p))
-		return len(vals)%actStopEvery != 0 || stop == nil || !stop.Load()
+		return goOn(t.ctx, len(vals))
 	})
 	return vals[:n]
 }
 
-// actStopEvery is how many elements actReadF64 and actWriteF64 move between
-// two checks of the interrupt flag.
+// actStopEvery is how many elements actReadF64, actWriteF64 and
+// readFloats move between two checks of the interrupt flag.
 const actStopEvery = 1 << 16
+
+// goOn is forEachElem's answer after the i-th element of a read or write
+// that stops once c is interrupted: false only then, checked every
+// actStopEvery elements.
+func goOn(c *Context, i int) bool { return i%actStopEvery != 0 || !c.Interrupted() }
 
 // actWriteF64 stores vals into t in row-major order, rounding to t's dtype.
 // Once t's Context is interrupted it stops (t stays partly written).
 func actWriteF64(t *Tensor, vals []float64) {
 	store := storeF64[t.dtype]
-	stop := t.ctx.stopFlag()
 	i := 0
 	forEachElem(t, func(p elemPtr) bool {
 		store(p, vals[i])
 		i++
-		return i%actStopEvery != 0 || stop == nil || !stop.Load()
+		return goOn(t.ctx, i)
 	})
 }
 

@@ -175,15 +175,13 @@ func batchNorm(fname string, x, w, b, rm, rv *Tensor, training bool, momentum, e
 		bs = readFloats[float64](b)
 	}
 	mean, invstd := make([]float64, c), make([]float64, c)
-	stop := x.ctx.stopFlag()
-	// interrupted drops the results, before the running statistics are
-	// updated or once the output is partly written
-	interrupted := func() bool { return stop != nil && stop.Load() }
+	// Once interrupted, the results are dropped: before the running
+	// statistics are updated, or with the output partly written.
 	if training {
 		cnt := float64(n * sp)
 		varU := make([]float64, c)
 		for ch := range c {
-			if interrupted() {
+			if x.ctx.Interrupted() {
 				return nil, nil, nil, nil, x.ctx.interrupted(fname)
 			}
 			s := 0.0
@@ -232,7 +230,7 @@ func batchNorm(fname string, x, w, b, rm, rv *Tensor, training bool, momentum, e
 	}
 	res := make([]float64, len(xs))
 	for i := range n {
-		if interrupted() {
+		if x.ctx.Interrupted() {
 			return nil, nil, nil, nil, x.ctx.interrupted(fname)
 		}
 		for ch := range c {
@@ -340,9 +338,8 @@ func batchNormBackward(fname string, g, x, w, rm, rv, saveMean, saveVar *Tensor,
 	cnt := float64(n * sp)
 	dx := make([]float64, len(xs))
 	dw, db := make([]float64, c), make([]float64, c)
-	stop := x.ctx.stopFlag()
 	for ch := range c {
-		if stop != nil && stop.Load() {
+		if x.ctx.Interrupted() {
 			return nil, nil, nil, x.ctx.interrupted(fname) // the gradients are dropped
 		}
 		sg, sgx := 0.0, 0.0

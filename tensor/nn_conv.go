@@ -265,12 +265,11 @@ func readFloats[T float32 | float64](t *Tensor) []T {
 		return out
 	}
 	load := loadF64[t.dtype]
-	stop := t.ctx.stopFlag() // interrupted: the rest stays zero (see actReadF64)
 	i := 0
 	forEachElem(t, func(p elemPtr) bool {
 		out[i] = T(load(p))
 		i++
-		return i%actStopEvery != 0 || stop == nil || !stop.Load()
+		return goOn(t.ctx, i) // interrupted: the rest stays zero (see actReadF64)
 	})
 	runtime.KeepAlive(t)
 	return out
@@ -415,8 +414,8 @@ func convForward[T float32 | float64](x, w, bias, out *Tensor, p ConvParams) {
 	col := make([]T, k*l)
 	stop := out.ctx.stopFlag()
 	for n := range g.n {
-		if stop != nil && stop.Load() {
-			return // interrupted: the caller drops out
+		if out.ctx.Interrupted() {
+			return // the caller drops out
 		}
 		img := xs[n*g.c*g.h*g.w:]
 		for gr := range g.groups {
@@ -442,12 +441,11 @@ func convBackward[T float32 | float64](gout, x, w, gi, gw *Tensor, p ConvParams)
 	k, l := g.cg*g.kh*g.kw, g.oh*g.ow
 	col := make([]T, k*l)
 	stop := x.ctx.stopFlag()
-	stopped := func() bool { return stop != nil && stop.Load() }
 	if gi != nil && gi.hasData() {
 		dx := make([]T, g.n*g.c*g.h*g.w)
 		for n := range g.n {
-			if stopped() {
-				return // interrupted: the caller drops gi and gw
+			if x.ctx.Interrupted() {
+				return // the caller drops gi and gw
 			}
 			img := dx[n*g.c*g.h*g.w:]
 			for gr := range g.groups {
@@ -463,7 +461,7 @@ func convBackward[T float32 | float64](gout, x, w, gi, gw *Tensor, p ConvParams)
 		dw := make([]T, g.o*k)
 		tmp := make([]T, g.og*k)
 		for n := range g.n {
-			if stopped() {
+			if x.ctx.Interrupted() {
 				return
 			}
 			img := xs[n*g.c*g.h*g.w:]
