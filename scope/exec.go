@@ -15,39 +15,9 @@ import (
 	"github.com/memsh/memsh/env"
 )
 
-// prevName is the predeclared name through which a statement reads the old
-// values of the globals it re-binds. It is not a valid identifier, so user
-// code cannot name it.
-const prevName = "·prev"
-
 // echoName receives the value of an interactive expression statement; it is
 // printed and never stored.
 const echoName = "·echo"
-
-// prevValues serves prevName: `x = ·prev.x` is prepended to a statement that
-// re-binds an existing global x, so the statement's own module global starts
-// at the live value. It holds values only while a statement runs.
-type prevValues struct{ m map[string]starlark.Value }
-
-var _ starlark.HasAttrs = (*prevValues)(nil)
-
-func (p *prevValues) String() string        { return "<previous globals>" }
-func (p *prevValues) Type() string          { return "previous_globals" }
-func (p *prevValues) Freeze()               {}
-func (p *prevValues) Truth() starlark.Bool  { return true }
-func (p *prevValues) Hash() (uint32, error) { return 0, errors.New("unhashable") }
-func (p *prevValues) AttrNames() []string   { return nil }
-
-// Attr returns the old value of name and forgets it: each synthetic
-// `x = ·prev.x` reads once, so the old value is not kept alive while the
-// statement runs (a loop that drops it can reclaim it).
-func (p *prevValues) Attr(name string) (starlark.Value, error) {
-	if v, ok := p.m[name]; ok {
-		delete(p.m, name)
-		return v, nil
-	}
-	return nil, fmt.Errorf("global variable %s referenced before assignment", name)
-}
 
 // Exec parses src (a string, []byte or io.Reader, or nil to read filename)
 // and runs it one top-level statement at a time against the live globals.
@@ -66,6 +36,19 @@ func (s *Session) ExecInteractive(filename string, src any) error {
 	return s.exec(filename, src, true)
 }
 
+// Every statement's module keeps its globals in the live map itself
+// (starlark.Program.InitLive, patch 7 of third_party/go.starlark.net), as
+// a Python module keeps them in its dict: an assignment replaces the old
+// value there at once (so a loop that re-binds a global drops the old
+// value at the assignment), and every function, whichever statement or
+// script defined it, reads the value the live map holds when it runs.
+//
+// A script whose statements all resolve runs as one program (execFile),
+// compiled with a STMT instruction before each top-level statement, where
+// the interpreter calls back into the executor for what it does between
+// statements (nextStmt); otherwise (a REPL input, or a script whose
+// resolve fails at some statement, which must run the statements before
+// it) each statement is compiled and run on its own (execStmt).
 func (s *Session) exec(filename string, src any, echo bool) error {
 	if s.running {
 		return errors.New("memsh: Exec called while a statement is running")
@@ -88,122 +71,173 @@ func (s *Session) exec(filename string, src any, echo bool) error {
 	if err != nil {
 		return withHint(err, text)
 	}
+	if !echo {
+		if prog, run := s.compileFile(f); prog != nil {
+			return s.execFile(f, prog, run)
+		}
+		// The resolver annotated f: parse it again for the statements.
+		if f, err = fileOptions.Parse(filename, text, 0); err != nil {
+			return withHint(err, text)
+		}
+	}
 	fileBound := map[string]bool{}
-	bound := make([][]string, len(f.Stmts))
-	for i, stmt := range f.Stmts {
-		bound[i] = boundNames(stmt)
-		for _, n := range bound[i] {
+	for _, stmt := range f.Stmts {
+		for _, n := range boundNames(stmt) {
 			fileBound[n] = true
 		}
 	}
 	for i, stmt := range f.Stmts {
 		// A REPL input is one input; each statement of a script is one.
 		first, last := !echo || i == 0, !echo || i == len(f.Stmts)-1
-		if err := s.execStmt(f, stmt, bound[i], fileBound, echo, first, last); err != nil {
+		if err := s.execStmt(f, stmt, fileBound, echo, first, last); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// execStmt runs one top-level statement: it compiles the statement as a
-// file of its own whose predeclared environment is the live map itself (so
-// functions see later rebindings and definitions), writes every global the
-// statement bound back into the live map, then applies the name deletions
-// and restores that experiments finished during the statement asked for.
-func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, names []string, fileBound map[string]bool, echo, first, last bool) error {
-	s.reopen = reopenSites(stmt)
-	pos, _ := stmt.Span()
-	var stmts []syntax.Stmt
-	s.prev.m = nil
-	for _, n := range names {
-		if v, ok := s.live[n]; ok {
-			if s.prev.m == nil {
-				s.prev.m = make(map[string]starlark.Value, len(names))
-			}
-			s.prev.m[n] = v
-			stmts = append(stmts, &syntax.AssignStmt{
-				OpPos: pos, Op: syntax.EQ,
-				LHS: &syntax.Ident{NamePos: pos, Name: n},
-				RHS: &syntax.DotExpr{X: &syntax.Ident{NamePos: pos, Name: prevName}, Dot: pos, NamePos: pos, Name: &syntax.Ident{NamePos: pos, Name: n}},
-			})
-		}
+// compileFile compiles a script as one program whose module globals are
+// the live map, with a STMT instruction before each statement
+// (syntax.FileOptions.StatementHook); nil if it does not resolve.
+func (s *Session) compileFile(f *syntax.File) (*starlark.Program, *fileRun) {
+	rewriteAugmented(f.Stmts)
+	run := &fileRun{stmts: make([]stmtSpan, len(f.Stmts)), cur: -1}
+	for i, stmt := range f.Stmts {
+		pos, end := stmt.Span()
+		run.stmts[i] = stmtSpan{pos, end}
 	}
-	if es, ok := stmt.(*syntax.ExprStmt); ok && echo {
-		stmt = &syntax.AssignStmt{OpPos: pos, Op: syntax.EQ, LHS: &syntax.Ident{NamePos: pos, Name: echoName}, RHS: es.X}
-	}
-	stmts = append(stmts, stmt)
-	isPredeclared := func(name string) bool {
-		_, ok := s.live[name]
-		return ok || fileBound[name]
-	}
-	file := &syntax.File{Path: f.Path, Stmts: stmts, Options: f.Options}
-	rewriteAugmented(file.Stmts[len(file.Stmts)-1:])
-	if isCompound(stmt) && hasFunction(stmt) && len(names) > 0 {
-		// See compound.go: nested functions read the statement's globals
-		// dynamically, and the module lets go of them at the end.
-		end := syntax.End(stmt)
-		file.Stmts = append(file.Stmts, &syntax.ExprStmt{X: &syntax.CallExpr{
-			Fn: &syntax.Ident{NamePos: end, Name: flushName}, Lparen: end, Rparen: end}})
-		bound := make(map[string]bool, len(names))
-		for _, n := range names {
-			bound[n] = true
-			file.Stmts = append(file.Stmts, &syntax.AssignStmt{OpPos: end, Op: syntax.EQ,
-				LHS: &syntax.Ident{NamePos: end, Name: n}, RHS: &syntax.Ident{NamePos: end, Name: "None"}})
-		}
-		if _, err := rewriteNestedReads(file, stmt, bound, isPredeclared); err != nil {
-			s.prev.m = nil
-			s.markCut(err)
-			return err
-		}
-	}
-	prog, err := starlark.FileProgram(file, isPredeclared)
+	opts := *f.Options
+	opts.StatementHook = true
+	file := &syntax.File{Path: f.Path, Stmts: f.Stmts, Options: &opts}
+	prog, err := starlark.FileProgram(file, s.live.Has)
 	if err != nil {
-		s.prev.m = nil
-		s.markCut(err)
-		return err
+		return nil, nil
 	}
+	return prog, run
+}
 
-	end := syntax.End(stmt)
+// fileRun is the state of a script running as one program.
+type fileRun struct {
+	stmts []stmtSpan
+	cur   int // the statement running; -1 before the first
+}
+
+// stmtSpan is where a top-level statement starts and ends.
+type stmtSpan struct{ pos, end syntax.Position }
+
+// execFile runs prog, compiled from f by compileFile.
+func (s *Session) execFile(f *syntax.File, prog *starlark.Program, run *fileRun) error {
+	for _, stmt := range f.Stmts {
+		for k, name := range reopenSites(stmt) {
+			if s.reopen == nil {
+				s.reopen = map[posKey]string{}
+			}
+			s.reopen[k] = name
+		}
+	}
+	s.file = run
+	s.running = true
+	s.resetSteps() // before the first STMT, as before each statement
+	err := prog.InitLive(s.thread, s.live)
+	s.running = false
+	s.file = nil
+	s.reopen = nil
+	if run.cur < 0 {
+		if err == nil {
+			return nil // no statements
+		}
+		run.cur = 0
+	}
+	st := run.stmts[run.cur]
+	return s.endStmt(st.pos, st.end, true, true, err)
+}
+
+// nextStmt is the main thread's OnStatement: the next statement of the
+// running script begins, and the one before it has ended. The calls come
+// in the order of the statements, once each: nothing at top level loops
+// around them.
+func (s *Session) nextStmt(thread *starlark.Thread) error {
+	run := s.file
+	if run == nil || thread != s.thread || run.cur+1 >= len(run.stmts) {
+		return errors.New("memsh: a statement hook outside a script")
+	}
+	if run.cur >= 0 {
+		st := run.stmts[run.cur]
+		_ = s.endStmt(st.pos, st.end, true, true, nil)
+	}
+	run.cur++
+	st := run.stmts[run.cur]
+	s.beginStmt(st.pos, st.end, true, true)
+	return nil
+}
+
+// beginStmt is what the executor does before a top-level statement runs.
+func (s *Session) beginStmt(pos, end syntax.Position, first, last bool) {
 	s.statementEvent(env.StatementEvent{Start: true, Pos: pos, End: end, First: first, Last: last})
+	s.resetSteps()
+}
+
+// resetSteps starts a new count of steps against --max-steps.
+func (s *Session) resetSteps() {
 	if s.opts.MaxSteps > 0 {
 		s.stepBase += s.thread.Steps + 1 // the stamp clock goes on (stamp)
 		s.thread.Steps = 0
 		s.thread.SetMaxExecutionSteps(s.opts.MaxSteps)
 	}
-	s.running = true
-	globals, err := prog.Init(s.thread, s.live)
-	s.running = false
-	s.prev.m = nil
-	s.reopen = nil
-	if s.flushed != nil {
-		globals, s.flushed = s.flushed, nil // the epilogue cleared the module's slots
-	}
+}
 
-	for name, v := range globals {
-		if strings.HasPrefix(name, "·") {
-			continue
-		}
-		s.live[name] = v
-		s.user[name] = true
-	}
-	if v, ok := globals[echoName]; ok && err == nil && v != starlark.None {
-		fmt.Fprintln(s.out, v.String())
-	}
-	globals = nil
+// endStmt is what the executor does after a top-level statement ran (err:
+// how it failed): it applies the name deletions and restores that
+// experiments finished during the statement asked for and sends the
+// statement's end event; after a failure it marks the open experiments cut
+// and reclaims the statement's temporaries. It returns err as Exec does.
+func (s *Session) endStmt(pos, end syntax.Position, first, last bool, err error) error {
 	s.applyPending()
 	s.statementEvent(env.StatementEvent{Pos: pos, End: end, Err: err, First: first, Last: last || err != nil})
+	if err == nil {
+		return nil
+	}
+	s.markCut(err)
+	// A failed statement's temporaries are garbage now: reclaim them so
+	// the Session stays usable with memory back where it was.
+	s.thread.Uncancel()
+	s.mgr.Reclaim()
+	return s.explainSteps(fixError(err))
+}
+
+// execStmt compiles one top-level statement as a file of its own, whose
+// predeclared environment and module globals are the live map, and runs it.
+func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[string]bool, echo, first, last bool) error {
+	s.reopen = reopenSites(stmt)
+	pos, _ := stmt.Span()
+	if es, ok := stmt.(*syntax.ExprStmt); ok && echo {
+		stmt = &syntax.AssignStmt{OpPos: pos, Op: syntax.EQ, LHS: &syntax.Ident{NamePos: pos, Name: echoName}, RHS: es.X}
+	}
+	isPredeclared := func(name string) bool {
+		_, ok := s.live[name]
+		return ok || fileBound[name]
+	}
+	file := &syntax.File{Path: f.Path, Stmts: []syntax.Stmt{stmt}, Options: f.Options}
+	rewriteAugmented(file.Stmts)
+	prog, err := starlark.FileProgram(file, isPredeclared)
 	if err != nil {
+		s.reopen = nil
 		s.markCut(err)
+		return err
 	}
-	if err != nil {
-		// A failed statement's temporaries are garbage now: reclaim them
-		// so the Session stays usable with memory back where it was.
-		s.thread.Uncancel()
-		s.mgr.Reclaim()
-		return s.explainSteps(fixError(err))
+	end := syntax.End(stmt)
+	s.beginStmt(pos, end, first, last)
+	s.running = true
+	err = prog.InitLive(s.thread, s.live)
+	s.running = false
+	s.reopen = nil
+	if v, ok := s.live[echoName]; ok {
+		delete(s.live, echoName)
+		if err == nil && v != starlark.None {
+			fmt.Fprintln(s.out, v.String())
+		}
 	}
-	return nil
+	return s.endStmt(pos, end, first, last, err)
 }
 
 // readSource returns the text of src (a string, []byte or io.Reader), or
@@ -356,16 +390,12 @@ func boundNames(stmt syntax.Stmt) []string {
 	return names
 }
 
-// setGlobal writes a module-level assignment of the running statement
-// through to the live globals (Thread.OnSetGlobal). Not while the
-// statement's epilogue clears its module (compound.go: the values are in
-// s.flushed then), and not for memsh's synthetic names.
-func (s *Session) setGlobal(name string, v starlark.Value) {
-	if !s.running || s.flushed != nil || strings.HasPrefix(name, "·") {
+// setGlobal is called after each assignment to a global of a top-level
+// statement (Thread.OnSetGlobal), which stored the value in the live map:
+// the name is the user's from then on. Not for memsh's synthetic names.
+func (s *Session) setGlobal(name string, _ starlark.Value) {
+	if strings.HasPrefix(name, "·") {
 		return
 	}
-	s.live[name] = v
+	s.user[name] = true
 }
-
-// Reach walks the old values not read yet (env.Reacher).
-func (p *prevValues) Reach(w *env.Walker) { w.Values(p.m) }

@@ -6,7 +6,6 @@ import (
 	"math"
 	"reflect"
 	"sort"
-	"strings"
 
 	"go.starlark.net/starlark"
 
@@ -437,17 +436,12 @@ func errorMessage(err error) string {
 }
 
 // currentView returns the user globals as the running statement sees them:
-// the live map overlaid with the statement's own globals, with the pending
+// the live map, with the pending
 // deletions and restores of experiments finished during it applied.
 func (s *Session) currentView(thread *starlark.Thread) map[string]starlark.Value {
 	view := make(map[string]starlark.Value, len(s.user)+8)
 	for name := range s.user {
 		view[name] = s.live[name]
-	}
-	for name, v := range s.statementGlobals(thread) {
-		if !strings.HasPrefix(name, "·") { // skip ·prev, ·echo
-			view[name] = v
-		}
 	}
 	for _, op := range s.pending {
 		if cur, ok := view[op.name]; ok && same(cur, op.seen) {
@@ -459,19 +453,6 @@ func (s *Session) currentView(thread *starlark.Thread) map[string]starlark.Value
 		}
 	}
 	return view
-}
-
-// statementGlobals returns the globals the running top-level statement has
-// bound so far (its module is not in the live map until it ends).
-func (s *Session) statementGlobals(thread *starlark.Thread) starlark.StringDict {
-	if !s.running || thread != s.thread || thread.CallStackDepth() == 0 {
-		return nil
-	}
-	fn, ok := thread.DebugFrame(thread.CallStackDepth() - 1).Callable().(*starlark.Function)
-	if !ok || fn.Name() != "<toplevel>" {
-		return nil
-	}
-	return fn.Globals()
 }
 
 // visibleRoots is everything Starlark can still see: every name of the view
@@ -516,14 +497,9 @@ func (s *Session) prunePending(thread *starlark.Thread) {
 	if len(s.pending) == 0 {
 		return
 	}
-	g := s.statementGlobals(thread)
 	kept := s.pending[:0]
 	for _, op := range s.pending {
-		cur, ok := g[op.name]
-		if !ok {
-			cur, ok = s.live[op.name]
-		}
-		if ok && same(cur, op.seen) {
+		if cur, ok := s.live[op.name]; ok && same(cur, op.seen) {
 			kept = append(kept, op)
 		}
 	}

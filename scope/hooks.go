@@ -50,8 +50,11 @@ func removeHook[T comparable](hs []T, h T) []T {
 	return out
 }
 
+// statementEvent calls the statement hooks registered when it began (a
+// hook that removes or adds one does not change the array it iterates:
+// removeHook makes a new one, and append writes past its length).
 func (s *Session) statementEvent(e env.StatementEvent) {
-	for _, h := range append([]*stmtHook(nil), s.stmtHooks...) {
+	for _, h := range s.stmtHooks {
 		h.f(e)
 	}
 }

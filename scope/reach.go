@@ -43,8 +43,6 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 	for name := range s.user {
 		w.Value(s.live[name])
 	}
-	w.Values(s.flushed)
-	w.Values(s.prev.m)
 	for _, e := range s.loaded {
 		if e != nil {
 			w.Values(e.globals)

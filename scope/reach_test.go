@@ -102,9 +102,13 @@ r = probe()`, "walked 4"},
 r = f()`, "proven"},
 		// the Linear's weights on the host are garbage after .to; the
 		// module, held only as the running call's callable, keeps the rest
+		// a function reads its globals from the live map when it runs,
+		// as Python's from its module's dict: it keeps no old value
 		{"a function's module globals", `a, f = tensor.ones([64], device="cuda"), lambda: a
-a = None
 r = probe()`, "proven"},
+		{"a function's re-bound global", `a, f = tensor.ones([64], device="cuda"), lambda: a
+a = None
+r = probe()`, "walked 1"},
 		{"a called module", `r = nn.Module(lambda self: probe(), w=nn.Linear(4, 4).to("cuda"))()`, "walked 2"},
 		// garbage made inside a built-in that calls back: a transparent
 		// one (autocast) lets the walk free it; another (sorted) may hold

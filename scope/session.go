@@ -78,9 +78,8 @@ type Session struct {
 	builtins starlark.StringDict // predeclared names memsh provides
 	live     starlark.StringDict // builtins overlaid with user globals: the predeclared map of every statement
 	user     map[string]bool     // names in live that the user bound
-	prev     *prevValues         // the synthetic source of re-bound names' old values
-	reopen   map[posKey]string   // the running statement's `NAME = experiment(...)` call sites
-	flushed  starlark.StringDict // a compound statement's bindings, handed over by ·flush
+	reopen   map[posKey]string   // the running statement's (or script's) `NAME = experiment(...)` call sites
+	file     *fileRun            // the script running as one program (execFile), if any
 
 	stmtHooks   []*stmtHook
 	finishHooks []*finishHook
@@ -137,7 +136,6 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 		rss:     host.NewPeakRSS(),
 		devices: gpus,
 		user:    map[string]bool{},
-		prev:    &prevValues{},
 	}
 	mgr.SetReach(s.reach)
 	s.env = env.New(mgr, opts.Out)
@@ -170,6 +168,9 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 	// at the assignment, and functions of earlier statements, which read
 	// the live globals, see the new one.
 	th.OnSetGlobal = s.setGlobal
+	// A script runs as one program that calls back before each of its
+	// top-level statements (exec.go).
+	th.OnStatement = s.nextStmt
 	mgr.SetStampClock(s.stamp)
 	th.Stamp = s.stamp
 	s.tctx.SetStampClock(s.stamp)
@@ -195,9 +196,6 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 	for k, v := range s.builtins {
 		s.live[k] = v
 	}
-	s.live[prevName] = s.prev
-	s.live[curName] = &curGlobals{s}
-	s.live[flushName] = starlark.NewBuiltin(flushName, (&flusher{s}).flush)
 	return s, nil
 }
 

@@ -66,11 +66,12 @@ type Thread struct {
 
 	// memsh: OnSetGlobal, if set, is called after a module-level
 	// assignment to a global, with the global's name and new value.
-	// memsh's Session runs each top-level statement as a module of its
-	// own and writes the value through to its live globals at once, so
-	// that the old value is dropped at the assignment and functions of
-	// earlier statements see the new one, as in Python.
 	OnSetGlobal func(name string, v Value)
+
+	// memsh: OnStatement, if set, is called before each top-level
+	// statement of a file compiled with FileOptions.StatementHook, in
+	// order; an error it returns stops the program there.
+	OnStatement func(thread *Thread) error
 
 	// memsh: Stamp, if set, is called when a built-in function is
 	// entered; its result is kept in the frame (DebugFrame.Stamp). memsh
@@ -562,6 +563,20 @@ func (prog *Program) Init(thread *Thread, predeclared StringDict) (StringDict, e
 	// Convert the global environment to a map.
 	// We return a (partial) map even in case of error.
 	return toplevel.Globals(), err
+}
+
+// memsh: InitLive is Init for a program whose module globals are the
+// entries of globals itself, as a Python module's are its dict: a read of
+// a global looks its name up there (absent: "referenced before
+// assignment"), an assignment stores it there (then calls
+// Thread.OnSetGlobal), and the module keeps no slots of its own. globals
+// is also the predeclared environment. A function the program defines
+// therefore reads what globals holds when it runs, whoever changed it.
+func (prog *Program) InitLive(thread *Thread, globals StringDict) error {
+	toplevel := makeToplevelFunction(prog, globals)
+	toplevel.module.live = true
+	_, err := Call(thread, toplevel, nil, nil)
+	return err
 }
 
 // ExecREPLChunk compiles and executes file f in the specified thread

@@ -615,7 +615,23 @@ loop:
 			locals[arg].(*cell).v = stack[sp-1]
 			sp--
 
+		case compile.STMT: // memsh
+			if thread.OnStatement != nil {
+				if err = thread.OnStatement(thread); err != nil {
+					break loop
+				}
+			}
+
 		case compile.SETGLOBAL:
+			if fn.module.live { // memsh: the globals live in predeclared
+				name := f.Prog.Globals[arg].Name
+				fn.module.predeclared[name] = stack[sp-1]
+				sp--
+				if thread.OnSetGlobal != nil {
+					thread.OnSetGlobal(name, fn.module.predeclared[name])
+				}
+				break
+			}
 			fn.module.globals[arg] = stack[sp-1]
 			sp--
 			if thread.OnSetGlobal != nil { // memsh
@@ -654,7 +670,12 @@ loop:
 			sp++
 
 		case compile.GLOBAL:
-			x := fn.module.globals[arg]
+			var x Value
+			if fn.module.live { // memsh
+				x = fn.module.predeclared[f.Prog.Globals[arg].Name]
+			} else {
+				x = fn.module.globals[arg]
+			}
 			if x == nil {
 				err = fmt.Errorf("global variable %s referenced before assignment", f.Prog.Globals[arg].Name)
 				break loop

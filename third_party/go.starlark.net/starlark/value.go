@@ -731,6 +731,7 @@ type Module struct {
 	predeclared StringDict
 	globals     []Value
 	constants   []Value
+	live        bool // memsh: the globals are predeclared's entries (InitLive)
 }
 
 // Program returns the program from which this module was constructed.

@@ -30,6 +30,10 @@ type FileOptions struct {
 
 	// compiler
 	Recursion bool // disable recursion check for functions in this file
+
+	// memsh: StatementHook compiles a STMT instruction before each
+	// top-level statement, which calls Thread.OnStatement.
+	StatementHook bool
 }
 
 // TODO(adonovan): provide a canonical flag parser for FileOptions.

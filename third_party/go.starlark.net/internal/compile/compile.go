@@ -46,7 +46,7 @@ var Disassemble = false
 const debug = false // make code generation verbose, for debugging the compiler
 
 // Increment this to force recompilation of saved bytecode files.
-const Version = 14
+const Version = 15 // memsh: 15 adds STMT
 
 type Opcode uint8
 
@@ -101,6 +101,7 @@ const (
 
 	ITERPUSH     //       iterable ITERPUSH     -  [pushes the iterator stack]
 	ITERPOP      //              - ITERPOP      -    [pops the iterator stack]
+	STMT         //              - STMT         -    [memsh: a top-level statement begins]
 	NOT          //          value NOT          bool
 	RETURN       //          value RETURN       -
 	SETINDEX     //        a i new SETINDEX     -
@@ -180,6 +181,7 @@ var opcodeNames = [...]string{
 	INPLACE_PIPE: "inplace_pipe",
 	ITERJMP:      "iterjmp",
 	ITERPOP:      "iterpop",
+	STMT:         "stmt",
 	ITERPUSH:     "iterpush",
 	JMP:          "jmp",
 	LE:           "le",
@@ -254,6 +256,7 @@ var stackEffect = [...]int8{
 	INPLACE_PIPE: -1,
 	ITERJMP:      variableStackEffect,
 	ITERPOP:      0,
+	STMT:         0,
 	ITERPUSH:     -1,
 	JMP:          0,
 	LE:           -1,
@@ -365,6 +368,8 @@ type pcomp struct {
 	names     map[string]uint32
 	constants map[any]uint32
 	functions map[*Funcode]uint32
+
+	stmtHook bool // memsh: STMT before each statement of the toplevel (FileOptions.StatementHook)
 }
 
 // An fcomp holds the compiler state for a Funcode.
@@ -504,6 +509,7 @@ func File(opts *syntax.FileOptions, stmts []syntax.Stmt, pos syntax.Position, na
 		names:     make(map[string]uint32),
 		constants: make(map[any]uint32),
 		functions: make(map[*Funcode]uint32),
+		stmtHook:  opts.StatementHook,
 	}
 	pcomp.prog.Toplevel = pcomp.function(name, pos, stmts, locals, nil)
 
@@ -538,7 +544,16 @@ func (pcomp *pcomp) function(name string, pos syntax.Position, stmts []syntax.St
 	// Convert AST to a CFG of instructions.
 	entry := fcomp.newBlock()
 	fcomp.block = entry
-	fcomp.stmts(stmts)
+	if pcomp.stmtHook { // memsh: File compiles the toplevel first
+		pcomp.stmtHook = false // not for the functions it defines
+		for _, stmt := range stmts {
+			fcomp.setPos(syntax.Start(stmt))
+			fcomp.emit(STMT)
+			fcomp.stmt(stmt)
+		}
+	} else {
+		fcomp.stmts(stmts)
+	}
 	if fcomp.block != nil {
 		fcomp.emit(NONE)
 		fcomp.emit(RETURN)
