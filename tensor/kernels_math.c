@@ -227,11 +227,17 @@ static const float ERFC_P[12] = {
 // P a degree-11 polynomial fitted (least squares, reweighted towards
 // minimax; bench/kernels/fit_erfc.py) to log(erfc(z)/t) + z² on
 // z ∈ [0, 10.5]: its largest error there is 2.8e-9, and 1.6e-7 evaluated
-// in float32 with float32 coefficients (the script prints both); −z² = −x²/2 is exact in float64, e^(hi + lo) =
-// e^hi·(1 + lo) keeps the argument's float64 accuracy, and e^hi is taken
+// in float32 with float32 coefficients (the script prints both). The
+// exponent P − x²/2 reaches −110, where a float32 rounding of it would
+// cost dozens of ulps, so it is carried as a + lo: with |x| (capped at
+// 20: beyond 14.8 the result is x or ±0) split as xh + xl, xh its 12
+// leading bits, −x²/2 = −xh²/2 − xh·xl − xl²/2 with each product exact
+// in float32 (however GCC contracts them), and the first two added to P
+// by Knuth's two-sum; then e^(a + lo) = e^a·(1 + lo), and e^a is taken
 // scaled by 2^64 (exp_f32_scaled64) so that the small results keep their
-// precision down to the subnormals. Below about -14.8 the result is ±0,
-// above 14.8 it is x.
+// precision down to the subnormals. Everything is float32: twice the
+// lanes of float64, and no conversions. Below about -14.8 the result is
+// ±0, above 14.8 it is x.
 MINLINE float gelu_erf_f32(float x) {
 	float ax = u2f(f2u(x) & 0x7fffffffu);
 	float z = ax * 0.70710678118654752f;
@@ -239,13 +245,19 @@ MINLINE float gelu_erf_f32(float x) {
 	float s = (t - 0.58f) * (1.0f / 0.42f);
 	float p = ERFC_P[0];
 	for (int i = 1; i < 12; i++) p = p * s + ERFC_P[i];
-	double xd = (double)x;
-	double arg = -0.5 * (xd * xd) + (double)p;
-	arg = arg < -200.0 ? -200.0 : arg;
-	float hi = (float)arg;
-	float lo = (float)(arg - (double)hi);
-	float e = exp_f32_scaled64(hi); // e^hi·2^64: normal where x·Φ(x) is
-	float erfc = t * (e + e * lo);  // erfc(z)·2^64
+	float xc = ax < 20.0f ? ax : 20.0f;
+	float xh = u2f(f2u(xc) & 0xfffff000u);
+	float xl = xc - xh;
+	float ha = -0.5f * (xh * xh), hb = -(xh * xl), hc = -0.5f * (xl * xl);
+	float a1 = p + ha; // two-sum: a1 + e1 = p + ha
+	float b1 = a1 - p;
+	float e1 = (p - (a1 - b1)) + (ha - b1);
+	float a = a1 + hb; // a + e2 = a1 + hb
+	float b2 = a - a1;
+	float e2 = (a1 - (a - b2)) + (hb - b2);
+	float lo = (e1 + e2) + hc;
+	float e = exp_f32_scaled64(a);   // e^a·2^64: normal where x·Φ(x) is
+	float erfc = t * (e + e * lo);   // erfc(z)·2^64
 	float neg = (x * (0.5f * erfc)) * 0x1p-64f;
 	float pos = x * (1.0f - (0.5f * 0x1p-64f) * erfc);
 	float y = x >= 0.0f ? pos : neg;
