@@ -339,6 +339,10 @@ func actSplitDim(shape []int, d int) (outer, n, inner int) {
 	return numel(shape[:d]), shape[d], numel(shape[d+1:])
 }
 
+// halfRowsBlock is how many float32 elements of a half type's rows
+// softmaxRowsVectorised converts at a time (32 KiB).
+const halfRowsBlock = 8192
+
 // softmaxRowsVectorised is softmaxRows along the last dimension with
 // kernels_math.c's row kernels: the forward from x when g is nil, else
 // the backward from g (the incoming gradient) and x (the forward's
@@ -364,19 +368,23 @@ func softmaxRowsVectorised(out, x, g *Tensor, rows, n int, log bool) {
 			kernel(row(out, lo), row(x, lo), gp, hi-lo)
 			return
 		}
-		xb, ob, gb := make([]float32, n), make([]float32, n), []float32(nil)
+		// A half type's rows go through float32 in blocks of about 32 KiB
+		// of rows, three calls into C per block.
+		k := max(1, min(hi-lo, halfRowsBlock/n))
+		xb, ob, gb := make([]float32, k*n), make([]float32, k*n), []float32(nil)
 		if g != nil {
-			gb = make([]float32, n)
+			gb = make([]float32, k*n)
 		}
-		for r := lo; r < hi; r++ {
-			halfToF32s(x.dtype, unsafe.Pointer(&xb[0]), row(x, r), n)
+		for r := lo; r < hi; r += k {
+			m := min(k, hi-r)
+			halfToF32s(x.dtype, unsafe.Pointer(&xb[0]), row(x, r), m*n)
 			var gp unsafe.Pointer
 			if g != nil {
-				halfToF32s(x.dtype, unsafe.Pointer(&gb[0]), row(g, r), n)
+				halfToF32s(x.dtype, unsafe.Pointer(&gb[0]), row(g, r), m*n)
 				gp = unsafe.Pointer(&gb[0])
 			}
-			kernel(unsafe.Pointer(&ob[0]), unsafe.Pointer(&xb[0]), gp, 1)
-			f32ToHalfs(x.dtype, row(out, r), unsafe.Pointer(&ob[0]), n)
+			kernel(unsafe.Pointer(&ob[0]), unsafe.Pointer(&xb[0]), gp, m)
+			f32ToHalfs(x.dtype, row(out, r), unsafe.Pointer(&ob[0]), m*n)
 		}
 	})
 	runtime.KeepAlive(out)
