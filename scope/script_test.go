@@ -108,3 +108,26 @@ ok = cuda.memory_allocated() == 0
 		t.Errorf("a function's module kept the old value of x")
 	}
 }
+
+// A comprehension's variable does not outlive its top-level statement,
+// though the script's statements run as one program (its toplevel's
+// locals): the value it last held is garbage once nothing else holds it.
+func TestComprehensionVariableReleased(t *testing.T) {
+	s, _ := newSession(t, "sim:1GiB")
+	if err := s.Exec("comp.star", `xs = [tensor.ones([256], device="cuda") for i in range(2)]
+ys = [x for x in xs]
+fs = [lambda: k for k in range(3)]
+xs = None
+ys = None
+ok = cuda.memory_allocated() == 0
+last = fs[0]()
+`); err != nil {
+		t.Fatal(err)
+	}
+	if s.Get("ok") != starlark.True {
+		t.Errorf("the comprehension's variable kept a tensor alive")
+	}
+	if v, _ := starlark.AsInt32(s.Get("last")); v != 2 {
+		t.Errorf("a closure over a comprehension variable read %v, want 2", s.Get("last"))
+	}
+}

@@ -616,6 +616,15 @@ loop:
 			sp--
 
 		case compile.STMT: // memsh
+			// The toplevel's locals are its comprehensions' variables:
+			// none is read after the statement that binds it, and a
+			// reference-counted runtime has let go of them. (A cell stays:
+			// closures made in the comprehension share it.)
+			for i, x := range locals {
+				if _, ok := x.(*cell); !ok {
+					locals[i] = nil
+				}
+			}
 			if thread.OnStatement != nil {
 				if err = thread.OnStatement(thread); err != nil {
 					break loop
