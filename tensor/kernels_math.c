@@ -573,17 +573,25 @@ void memsh_softmax_rows_f32(float *o, const float *a, int64_t rows, int64_t n, i
 }
 
 // The activations' backward: o = g · f'(x), elementwise over n contiguous
-// values, in float64 inside and rounded once (gradients of deep negative
-// inputs keep their relative accuracy, as the forwards do).
+// values. Each keeps the relative accuracy of gradients of deep negative
+// inputs, as the forwards do: silu and GELU (erf) in float32 with their
+// tails scaled by 2^64 (the exponentials' arguments are exact there),
+// GELU's tanh form in float64 inside and rounded once (its argument
+// √(2/π)(x + 0.044715x³) would lose that accuracy in float32).
 enum { B_SILU, B_GELU_TANH, B_GELU };
 
-// silu_backward: σ(x)(1 + x(1 − σ(x))), with 1 − σ(x) = σ(−x).
+// silu_backward: σ(x)(1 + x(1 − σ(x))), with 1 − σ(x) = σ(−x); below
+// x = −40 from e^x·2^64 (exp_f32_scaled64), scaled back after the product
+// with g (where it cannot overflow: the derivative is below 2^-50 there).
 MINLINE float silu_backward_f32(float g, float x) {
-	double xd = (double)x;
-	double e = exp_f64(-__builtin_fabs(xd));
-	double sp = (xd >= 0.0 ? 1.0 : e) / (1.0 + e); // σ(x)
-	double sn = (xd >= 0.0 ? e : 1.0) / (1.0 + e); // σ(−x)
-	float y = (float)((double)g * (sp * (1.0 + xd * sn)));
+	float es = exp_f32_scaled64(x < 0.0f ? x : -x); // e^-|x|·2^64
+	float e = es * 0x1p-64f;
+	float inv = 1.0f / (1.0f + e);
+	float sp = (x >= 0.0f ? 1.0f : e) * inv; // σ(x)
+	float sn = (x >= 0.0f ? e : 1.0f) * inv; // σ(−x)
+	float d = sp * (1.0f + x * sn);
+	float tail = ((es * inv) * (1.0f + x * sn)) * g; // d·g·2^64 for x < 0
+	float y = x < -40.0f ? tail * 0x1p-64f : g * d;
 	return x != x ? x : y;
 }
 
@@ -601,21 +609,33 @@ MINLINE float gelu_tanh_backward_f32(float g, float x) {
 	return x != x ? x : y;
 }
 
-// gelu_backward, erf form: Φ(x) + x·φ(x), φ(x) = e^(−x²/2)/√(2π), with
-// Φ from gelu_erf_f32's erfc fit evaluated in float64 (the two terms
-// cancel near x = -0.75).
+// gelu_backward, erf form: Φ(x) + x·φ(x), φ(x) = e^(−x²/2)/√(2π), in
+// float32: e^(−x²/2)·2^64 from the exact split of −x²/2 that gelu_erf_f32
+// uses (so the tail keeps its relative accuracy), erfc(z) = t·e^P·e^(−z²)
+// from the same fit. Near x = −0.75, where Φ(x) and x·φ(x) cancel, the
+// error stays within a few float32 ulps of the terms (about 4e-8). Below
+// x = −8 the sum is scaled back after the product with g.
 MINLINE float gelu_backward_f32(float g, float x) {
-	double xd = (double)x;
-	double z = __builtin_fabs(xd) * 0.70710678118654752;
-	double t = 1.0 / (1.0 + 0.5 * z);
-	double s = (t - 0.58) * (1.0 / 0.42);
-	double p = ERFC_P[0];
-	for (int i = 1; i < 12; i++) p = p * s + (double)ERFC_P[i];
-	double e2 = exp_f64(-0.5 * (xd * xd)); // e^(−x²/2) = e^(−z²)
-	double erfc = t * exp_f64(p) * e2;
-	double cdf = xd >= 0.0 ? 1.0 - 0.5 * erfc : 0.5 * erfc;
-	double pdf = 0.3989422804014327 * e2;
-	float y = (float)((double)g * (cdf + xd * pdf));
+	float ax = u2f(f2u(x) & 0x7fffffffu);
+	float z = ax * 0.70710678118654752f;
+	float t = 1.0f / (1.0f + 0.5f * z);
+	float s = (t - 0.58f) * (1.0f / 0.42f);
+	float p = ERFC_P[0];
+	for (int i = 1; i < 12; i++) p = p * s + ERFC_P[i];
+	float xc = ax < 20.0f ? ax : 20.0f;
+	float xh = u2f(f2u(xc) & 0xfffff000u);
+	float xl = xc - xh;
+	float ha = -0.5f * (xh * xh), hb = -(xh * xl), hc = -0.5f * (xl * xl);
+	float a = ha + hb; // two-sum: a + e1 = ha + hb
+	float b = a - ha;
+	float lo = ((ha - (a - b)) + (hb - b)) + hc;
+	float es = exp_f32_scaled64(a);
+	es = es + es * lo;                     // e^(−x²/2)·2^64
+	float erfc = t * exp_f32(p) * es;      // erfc(z)·2^64
+	float pdf = 0.39894228040143268f * es; // φ(x)·2^64
+	float dpos = (1.0f - (0.5f * 0x1p-64f) * erfc) + x * (pdf * 0x1p-64f);
+	float dneg = 0.5f * erfc + x * pdf; // (Φ(x) + x·φ(x))·2^64 for x < 0
+	float y = x >= 0.0f ? g * dpos : (x < -8.0f ? (g * dneg) * 0x1p-64f : g * (dneg * 0x1p-64f));
 	return x != x ? x : y;
 }
 
@@ -645,7 +665,9 @@ void memsh_act_backward_f32(int op, float *o, const float *g, const float *x, in
 // Softmax backward along rows of n contiguous float32 values, given the
 // forward's output y and the incoming gradient g (_softmax_backward_data:
 // y·(g − Σg·y); _log_softmax_backward_data: g − e^y·Σg), the sum in
-// float64 and each result rounded once.
+// float64 and carried into the float32 pass as two floats s_hi + s_lo:
+// y·((g − s_hi) − s_lo), where g − s_hi is exact when g is close to the
+// sum (they cancel), and g − e^y·s_hi − e^y·s_lo.
 #define SOFTMAX_BWD_BODY                                                            \
 	for (int64_t r = 0; r < rows; r++) {                                            \
 		const float *gr = g + r * n, *yr = y + r * n;                               \
@@ -654,15 +676,21 @@ void memsh_act_backward_f32(int op, float *o, const float *g, const float *x, in
 		if (log) {                                                                  \
 			_Pragma("omp simd reduction(+:s)")                                      \
 			for (int64_t i = 0; i < n; i++) s += (double)gr[i];                     \
-			_Pragma("omp simd")                                                     \
-			for (int64_t i = 0; i < n; i++)                                         \
-				orow[i] = (float)((double)gr[i] - exp_f64((double)yr[i]) * s);      \
 		} else {                                                                    \
 			_Pragma("omp simd reduction(+:s)")                                      \
 			for (int64_t i = 0; i < n; i++) s += (double)gr[i] * (double)yr[i];     \
+		}                                                                           \
+		float sh = (float)s, sl = (float)(s - (double)sh);                          \
+		sl = sl == sl ? sl : 0.0f; /* s infinite: as the float64 formula gives */   \
+		if (log) {                                                                  \
 			_Pragma("omp simd")                                                     \
-			for (int64_t i = 0; i < n; i++)                                         \
-				orow[i] = (float)((double)yr[i] * ((double)gr[i] - s));             \
+			for (int64_t i = 0; i < n; i++) {                                       \
+				float e = exp_f32(yr[i]);                                           \
+				orow[i] = (gr[i] - e * sh) - e * sl;                                \
+			}                                                                       \
+		} else {                                                                    \
+			_Pragma("omp simd")                                                     \
+			for (int64_t i = 0; i < n; i++) orow[i] = yr[i] * ((gr[i] - sh) - sl);  \
 		}                                                                           \
 	}
 
