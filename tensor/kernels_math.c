@@ -238,17 +238,27 @@ static const float ERFC_P[12] = {
 // precision down to the subnormals. Everything is float32: twice the
 // lanes of float64, and no conversions. Below about -14.8 the result is
 // ±0, above 14.8 it is x.
-MINLINE float gelu_erf_f32(float x) {
+// gelu_terms gives, for x, the erfc fit's t and P(s), and −x²/2 as
+// ha + hb + hc, each term exact (see gelu_erf_f32).
+MINLINE void gelu_terms(float x, float *t, float *p, float *ha, float *hb, float *hc) {
 	float ax = u2f(f2u(x) & 0x7fffffffu);
 	float z = ax * 0.70710678118654752f;
-	float t = 1.0f / (1.0f + 0.5f * z);
-	float s = (t - 0.58f) * (1.0f / 0.42f);
-	float p = ERFC_P[0];
-	for (int i = 1; i < 12; i++) p = p * s + ERFC_P[i];
+	*t = 1.0f / (1.0f + 0.5f * z);
+	float s = (*t - 0.58f) * (1.0f / 0.42f);
+	float q = ERFC_P[0];
+	for (int i = 1; i < 12; i++) q = q * s + ERFC_P[i];
+	*p = q;
 	float xc = ax < 20.0f ? ax : 20.0f;
 	float xh = u2f(f2u(xc) & 0xfffff000u);
 	float xl = xc - xh;
-	float ha = -0.5f * (xh * xh), hb = -(xh * xl), hc = -0.5f * (xl * xl);
+	*ha = -0.5f * (xh * xh);
+	*hb = -(xh * xl);
+	*hc = -0.5f * (xl * xl);
+}
+
+MINLINE float gelu_erf_f32(float x) {
+	float t, p, ha, hb, hc;
+	gelu_terms(x, &t, &p, &ha, &hb, &hc);
 	float a1 = p + ha; // two-sum: a1 + e1 = p + ha
 	float b1 = a1 - p;
 	float e1 = (p - (a1 - b1)) + (ha - b1);
@@ -616,16 +626,8 @@ MINLINE float gelu_tanh_backward_f32(float g, float x) {
 // error stays within a few float32 ulps of the terms (about 4e-8). Below
 // x = −8 the sum is scaled back after the product with g.
 MINLINE float gelu_backward_f32(float g, float x) {
-	float ax = u2f(f2u(x) & 0x7fffffffu);
-	float z = ax * 0.70710678118654752f;
-	float t = 1.0f / (1.0f + 0.5f * z);
-	float s = (t - 0.58f) * (1.0f / 0.42f);
-	float p = ERFC_P[0];
-	for (int i = 1; i < 12; i++) p = p * s + ERFC_P[i];
-	float xc = ax < 20.0f ? ax : 20.0f;
-	float xh = u2f(f2u(xc) & 0xfffff000u);
-	float xl = xc - xh;
-	float ha = -0.5f * (xh * xh), hb = -(xh * xl), hc = -0.5f * (xl * xl);
+	float t, p, ha, hb, hc;
+	gelu_terms(x, &t, &p, &ha, &hb, &hc);
 	float a = ha + hb; // two-sum: a + e1 = ha + hb
 	float b = a - ha;
 	float lo = ((ha - (a - b)) + (hb - b)) + hc;
