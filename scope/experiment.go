@@ -436,8 +436,8 @@ func errorMessage(err error) string {
 }
 
 // currentView returns the user globals as the running statement sees them:
-// the live map, with the pending
-// deletions and restores of experiments finished during it applied.
+// the live map, with the pending deletions and restores of experiments
+// finished during it applied.
 func (s *Session) currentView(thread *starlark.Thread) map[string]starlark.Value {
 	view := make(map[string]starlark.Value, len(s.user)+8)
 	for name := range s.user {

@@ -76,7 +76,7 @@ type Session struct {
 	devices []backend.Device
 
 	builtins starlark.StringDict // predeclared names memsh provides
-	live     starlark.StringDict // builtins overlaid with user globals: the predeclared map of every statement
+	live     starlark.StringDict // builtins overlaid with user globals: every program's predeclared map and module globals
 	user     map[string]bool     // names in live that the user bound
 	reopen   map[posKey]string   // the running statement's (or script's) `NAME = experiment(...)` call sites
 	file     *fileRun            // the script running as one program (execFile), if any
@@ -163,10 +163,10 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 	// Allocations, and built-in functions' frames as they are entered,
 	// are stamped with the step count, so that a reclaim can tell what
 	// running Go code may hold (reach.go).
-	// A top-level assignment is written through to the live globals at
-	// once (patch 4 of third_party/go.starlark.net): the old value goes
-	// at the assignment, and functions of earlier statements, which read
-	// the live globals, see the new one.
+	// A top-level assignment stores into the live globals, which are
+	// every program's module globals (Program.InitLive, patch 7 of
+	// third_party/go.starlark.net); OnSetGlobal (patch 4) marks the name
+	// as the user's.
 	th.OnSetGlobal = s.setGlobal
 	// A script runs as one program that calls back before each of its
 	// top-level statements (exec.go).
