@@ -46,6 +46,9 @@ type ReachFunc func(epoch uint64, deadline time.Time, visit func(*Memory), frame
 type Walk struct {
 	// Done: the walk visited every root before its deadline.
 	Done bool
+	// Stopped: the walk was not Done because it was told to stop (an
+	// interrupt), not for lack of time.
+	Stopped bool
 	// Complete: the walk also looked into every value on its way that
 	// can hold memory (it met no value of a type it does not know), and
 	// every holder of memory outside it is one of the running Go code
@@ -156,9 +159,12 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 	fr.close()
 	if !w.Done {
 		// out of time: the roots hold more than a walk can cover in a
-		// collection's time; try again later, less often each time
-		m.reach.backoff = min(2*m.reach.backoff+1, maxSkip)
-		m.reach.skip = m.reach.backoff
+		// collection's time; try again later, less often each time (an
+		// interrupted walk says nothing about that)
+		if !w.Stopped {
+			m.reach.backoff = min(2*m.reach.backoff+1, maxSkip)
+			m.reach.skip = m.reach.backoff
+		}
 		return res, false
 	}
 	m.reach.backoff = 0

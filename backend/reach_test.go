@@ -67,6 +67,37 @@ func TestReachProof(t *testing.T) {
 	runtime.KeepAlive(foreign)
 }
 
+// TestStoppedWalkKeepsWalking: a walk that runs out of time sends the
+// next reclaims to the collector without walking (backing off); a walk
+// stopped by an interrupt does not.
+func TestStoppedWalkKeepsWalking(t *testing.T) {
+	for _, stopped := range []bool{false, true} {
+		m := newManager(t, "1GiB", backend.PeakLazy)
+		h, err := m.Alloc("cuda:0", 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		walks := 0
+		m.SetReach(func(_ uint64, _ time.Time, visit func(*backend.Memory), _ *backend.Frames) backend.Walk {
+			walks++
+			visit(h)
+			return backend.Walk{Done: walks > 1, Stopped: stopped && walks == 1}
+		})
+		m.Reclaim() // the walk gives up: the collector decides
+		if r := m.Reclaim(); r.Proven != stopped || walks != 1+btoi(stopped) {
+			t.Errorf("stopped %v: the next reclaim walked %d times in all, proven %v", stopped, walks, r.Proven)
+		}
+		runtime.KeepAlive(h)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // TestReachNothingLive: with nothing allocated there is nothing to free,
 // walk or not.
 func TestReachNothingLive(t *testing.T) {

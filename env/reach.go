@@ -32,7 +32,12 @@ type Walker struct {
 	deadline time.Time
 	count    int  // values visited since the last look at the clock
 	visited  int  // values visited in this walk, by 256
-	late     bool // past the deadline, after minWalkValues
+	late     bool // past the deadline (or stopped), after minWalkValues
+	// Stop, if set, is asked with the clock: true ends the walk as its
+	// deadline would (the Session's Ctrl-C, so that a reclaim in a
+	// session holding millions of values does not hold up an interrupt).
+	Stop func() bool
+	stopped bool // Stop said so
 	// unknown names a value the walk met and could not look into (a type
 	// it does not know), if any: then it is not Complete.
 	unknown string
@@ -126,9 +131,15 @@ func (w *Walker) tick() {
 	if w.count >= 256 {
 		w.count = 0
 		w.visited += 256
-		w.late = w.visited >= minWalkValues && time.Now().After(w.deadline)
+		if w.visited >= minWalkValues {
+			w.stopped = w.Stop != nil && w.Stop()
+			w.late = w.stopped || time.Now().After(w.deadline)
+		}
 	}
 }
+
+// Stopped reports that Stop ended the walk.
+func (w *Walker) Stopped() bool { return w.stopped }
 
 // Settle walks the autograd graphs the walk queued so far, so that what
 // they reach is reported now (before the walk of the next frame begins:

@@ -33,6 +33,7 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 	} else {
 		w.Restart(epoch, deadline, visit)
 	}
+	w.Stop = s.tctx.Interrupted // Ctrl-C: the collector decides at once
 	defer w.Done()
 	// The main thread's frames first, bottom-up, each credited with what
 	// it reaches (backend.Frames); those that cannot have changed since
@@ -69,7 +70,8 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 	}
 	done := w.Finish()
 	return backend.Walk{
-		Done: done,
+		Done:    done,
+		Stopped: w.Stopped(),
 		// A module being loaded runs on a thread of its own, whose steps
 		// are not the stamp clock's.
 		Complete: done && w.Complete() && len(s.loading) == 0,

@@ -463,3 +463,24 @@ q = tensor.randn([4, 8, 512, 64], device="cuda", dtype="bfloat16", requires_grad
 		})
 	}
 }
+
+// A reclaim while an interrupt is pending, in a session holding many
+// values, still frees the garbage: the walk stops (env's TestWalkerStop)
+// and the collector decides, and later walks are not held back
+// (backend's TestStoppedWalkKeepsWalking).
+func TestInterruptStopsWalk(t *testing.T) {
+	s, _ := newSession(t, "sim:1GiB")
+	if err := s.Exec("many.star", `objs = [{"i": i} for i in range(50000)]
+x = tensor.zeros([256], device="cuda")
+x = None
+`); err != nil {
+		t.Fatal(err)
+	}
+	m := s.Manager()
+	before := m.Stats()
+	s.Interrupt()
+	r := m.Reclaim()
+	if got := m.Stats().Collections() - before.Collections(); got != 1 || r.Count != 1 {
+		t.Errorf("interrupted reclaim: %d collections, %d freed; want 1 collection freeing the dropped tensor", got, r.Count)
+	}
+}
