@@ -36,7 +36,7 @@ type Walker struct {
 	// Stop, if set, is asked with the clock: true ends the walk as its
 	// deadline would (the Session's Ctrl-C, so that a reclaim in a
 	// session holding millions of values does not hold up an interrupt).
-	Stop func() bool
+	Stop    func() bool
 	stopped bool // Stop said so
 	// unknown names a value the walk met and could not look into (a type
 	// it does not know), if any: then it is not Complete.
