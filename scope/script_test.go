@@ -1,13 +1,16 @@
 package scope_test
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/scope"
 )
 
 // A script runs as one program, yet the executor's work between
@@ -129,5 +132,34 @@ last = fs[0]()
 	}
 	if v, _ := starlark.AsInt32(s.Get("last")); v != 2 {
 		t.Errorf("a closure over a comprehension variable read %v, want 2", s.Get("last"))
+	}
+}
+
+// --max-steps counts per top-level statement though a script runs as one
+// program: two loops of 50 iterations each run under a limit of 1,000
+// steps (75 iterations do not, so the two together are over it), and a
+// third statement that loops forever stops at its own limit.
+func TestMaxStepsPerStatementOfAScript(t *testing.T) {
+	s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: io.Discard, Err: io.Discard, MaxSteps: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Exec("steps.star", `a = 0
+for i in range(50):
+    a += i
+b = 0
+for i in range(50):
+    b += i
+c = 0
+while True:
+    c += 1
+`)
+	var ee *starlark.EvalError
+	if !errors.As(err, &ee) || !strings.Contains(err.Error(), "too many steps") || !strings.Contains(ee.Backtrace(), "steps.star:9:") {
+		t.Fatalf("err = %v, want the step limit in the while loop (line 9)", err)
+	}
+	if v, _ := starlark.AsInt32(s.Get("b")); v != 1225 {
+		t.Errorf("b = %v, want 1225: the second loop ran in full", s.Get("b"))
 	}
 }
