@@ -221,23 +221,6 @@ static const float ERFC_P[12] = {
 	-0x1.edf0b2p-6f, 0x1.11e114p-6f, 0x1.263348p-1f, -0x1.205616p-1f,
 };
 
-// gelu_erf_f32 is GELU x·Φ(x) = ½x·erfc(-x/√2) (torch.nn.functional.gelu's
-// default): Φ(x) = 1 − ½erfc(z) for x ≥ 0 and ½erfc(z) below, z = |x|/√2,
-// with erfc(z) = t·e^(P(s) − z²), t = 1/(1 + z/2), s = (t − 0.58)/0.42 and
-// P a degree-11 polynomial fitted (least squares, reweighted towards
-// minimax; bench/kernels/fit_erfc.py) to log(erfc(z)/t) + z² on
-// z ∈ [0, 10.5]: its largest error there is 2.8e-9, and 1.6e-7 evaluated
-// in float32 with float32 coefficients (the script prints both). The
-// exponent P − x²/2 reaches −110, where a float32 rounding of it would
-// cost dozens of ulps, so it is carried as a + lo: with |x| (capped at
-// 20: beyond 14.8 the result is x or ±0) split as xh + xl, xh its 12
-// leading bits, −x²/2 = −xh²/2 − xh·xl − xl²/2 with each product exact
-// in float32 (however GCC contracts them), and the first two added to P
-// by Knuth's two-sum; then e^(a + lo) = e^a·(1 + lo), and e^a is taken
-// scaled by 2^64 (exp_f32_scaled64) so that the small results keep their
-// precision down to the subnormals. Everything is float32: twice the
-// lanes of float64, and no conversions. Below about -14.8 the result is
-// ±0, above 14.8 it is x.
 // gelu_terms gives, for x, the erfc fit's t and P(s), and −x²/2 as
 // ha + hb + hc, each term exact (see gelu_erf_f32).
 MINLINE void gelu_terms(float x, float *t, float *p, float *ha, float *hb, float *hc) {
@@ -256,6 +239,23 @@ MINLINE void gelu_terms(float x, float *t, float *p, float *ha, float *hb, float
 	*hc = -0.5f * (xl * xl);
 }
 
+// gelu_erf_f32 is GELU x·Φ(x) = ½x·erfc(-x/√2) (torch.nn.functional.gelu's
+// default): Φ(x) = 1 − ½erfc(z) for x ≥ 0 and ½erfc(z) below, z = |x|/√2,
+// with erfc(z) = t·e^(P(s) − z²), t = 1/(1 + z/2), s = (t − 0.58)/0.42 and
+// P a degree-11 polynomial fitted (least squares, reweighted towards
+// minimax; bench/kernels/fit_erfc.py) to log(erfc(z)/t) + z² on
+// z ∈ [0, 10.5]: its largest error there is 2.8e-9, and 1.6e-7 evaluated
+// in float32 with float32 coefficients (the script prints both). The
+// exponent P − x²/2 reaches −110, where a float32 rounding of it would
+// cost dozens of ulps, so it is carried as a + lo: with |x| (capped at
+// 20: beyond 14.8 the result is x or ±0) split as xh + xl, xh its 12
+// leading bits, −x²/2 = −xh²/2 − xh·xl − xl²/2 with each product exact
+// in float32 (however GCC contracts them), and the first two added to P
+// by Knuth's two-sum; then e^(a + lo) = e^a·(1 + lo), and e^a is taken
+// scaled by 2^64 (exp_f32_scaled64) so that the small results keep their
+// precision down to the subnormals. Everything is float32: twice the
+// lanes of float64, and no conversions. Below about -14.8 the result is
+// ±0, above 14.8 it is x.
 MINLINE float gelu_erf_f32(float x) {
 	float t, p, ha, hb, hc;
 	gelu_terms(x, &t, &p, &ha, &hb, &hc);
@@ -623,8 +623,9 @@ MINLINE float gelu_tanh_backward_f32(float g, float x) {
 // float32: e^(−x²/2)·2^64 from the exact split of −x²/2 that gelu_erf_f32
 // uses (so the tail keeps its relative accuracy), erfc(z) = t·e^P·e^(−z²)
 // from the same fit. Near x = −0.75, where Φ(x) and x·φ(x) cancel, the
-// error stays within a few float32 ulps of the terms (about 4e-8). Below
-// x = −8 the sum is scaled back after the product with g.
+// error stays within a few float32 ulps of the terms (at most about 1e-7,
+// TestActBackwardULP). Below x = −8 the sum is scaled back after the
+// product with g.
 MINLINE float gelu_backward_f32(float g, float x) {
 	float t, p, ha, hb, hc;
 	gelu_terms(x, &t, &p, &ha, &hb, &hc);
