@@ -27,4 +27,17 @@
 #define ISA_DISPATCH(FN, ...) FN##_default(__VA_ARGS__);
 #endif
 
+// ISA_VARIANTS defines the variants ISA_DISPATCH calls: static void
+// NAME_default, and where MEMSH_MATH_X86 NAME_avx2 and NAME_avx512, each
+// taking PARAMS (in parentheses) with the body BODY compiled for its
+// instruction set.
+#ifdef MEMSH_MATH_X86
+#define ISA_VARIANTS(NAME, PARAMS, BODY)                                   \
+	static void NAME##_default PARAMS { BODY }                             \
+	__attribute__((target("avx2,fma"))) static void NAME##_avx2 PARAMS { BODY } \
+	__attribute__((target("avx512f,avx2,fma"))) static void NAME##_avx512 PARAMS { BODY }
+#else
+#define ISA_VARIANTS(NAME, PARAMS, BODY) static void NAME##_default PARAMS { BODY }
+#endif
+
 #endif

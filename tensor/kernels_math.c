@@ -291,12 +291,7 @@ MINLINE float gelu_erf_f32(float x) {
 	case M_GELU: MATH_LOOP(gelu_erf_f32) break;      \
 	}
 
-static void math_default(int op, float *o, const float *a, int64_t n) { MATH_BODY }
-
-#ifdef MEMSH_MATH_X86
-__attribute__((target("avx2,fma"))) static void math_avx2(int op, float *o, const float *a, int64_t n) { MATH_BODY }
-__attribute__((target("avx512f,avx2,fma"))) static void math_avx512(int op, float *o, const float *a, int64_t n) { MATH_BODY }
-#endif
+ISA_VARIANTS(math, (int op, float *o, const float *a, int64_t n), MATH_BODY)
 
 // memsh_math_isa returns the widest instruction set the CPU supports of
 // those compiled: 2 AVX-512, 1 AVX2 with FMA, 0 the baseline.
@@ -476,17 +471,9 @@ MINLINE uint16_t f32_to_f16(float f) {
 #define MATH_BF16_BODY MATH_HALF_BODY(bf16_to_f32, f32_to_bf16)
 #define MATH_F16_BODY MATH_HALF_BODY(f16_to_f32, f32_to_f16)
 
-static void math_bf16_default(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_BF16_BODY }
-#ifdef MEMSH_MATH_X86
-__attribute__((target("avx2,fma"))) static void math_bf16_avx2(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_BF16_BODY }
-__attribute__((target("avx512f,avx2,fma"))) static void math_bf16_avx512(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_BF16_BODY }
-#endif
+ISA_VARIANTS(math_bf16, (int op, uint16_t *o, const uint16_t *a, int64_t n), MATH_BF16_BODY)
 
-static void math_f16_default(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_F16_BODY }
-#ifdef MEMSH_MATH_X86
-__attribute__((target("avx2,fma"))) static void math_f16_avx2(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_F16_BODY }
-__attribute__((target("avx512f,avx2,fma"))) static void math_f16_avx512(int op, uint16_t *o, const uint16_t *a, int64_t n) { MATH_F16_BODY }
-#endif
+ISA_VARIANTS(math_f16, (int op, uint16_t *o, const uint16_t *a, int64_t n), MATH_F16_BODY)
 
 // memsh_unary_math_f16 is memsh_unary_math_bf16 for float16.
 void memsh_unary_math_f16(int op, uint16_t *o, const uint16_t *a, int64_t n, int isa) {
@@ -570,11 +557,7 @@ void memsh_f32_to_half(int half, uint16_t *o, const float *a, int64_t n, int isa
 		}                                                                     \
 	}
 
-static void softmax_default(float *o, const float *a, int64_t rows, int64_t n, int log) { SOFTMAX_BODY }
-#ifdef MEMSH_MATH_X86
-__attribute__((target("avx2,fma"))) static void softmax_avx2(float *o, const float *a, int64_t rows, int64_t n, int log) { SOFTMAX_BODY }
-__attribute__((target("avx512f,avx2,fma"))) static void softmax_avx512(float *o, const float *a, int64_t rows, int64_t n, int log) { SOFTMAX_BODY }
-#endif
+ISA_VARIANTS(softmax, (float *o, const float *a, int64_t rows, int64_t n, int log), SOFTMAX_BODY)
 
 // memsh_softmax_rows_f32 is SOFTMAX_BODY with the loops for isa (o may
 // not be a: softmax keeps e in o before it divides).
@@ -653,11 +636,7 @@ MINLINE float gelu_backward_f32(float g, float x) {
 	case B_GELU: BWD_LOOP(gelu_backward_f32) break;          \
 	}
 
-static void bwd_default(int op, float *o, const float *g, const float *x, int64_t n) { BWD_BODY }
-#ifdef MEMSH_MATH_X86
-__attribute__((target("avx2,fma"))) static void bwd_avx2(int op, float *o, const float *g, const float *x, int64_t n) { BWD_BODY }
-__attribute__((target("avx512f,avx2,fma"))) static void bwd_avx512(int op, float *o, const float *g, const float *x, int64_t n) { BWD_BODY }
-#endif
+ISA_VARIANTS(bwd, (int op, float *o, const float *g, const float *x, int64_t n), BWD_BODY)
 
 // memsh_act_backward_f32 computes o[i] = g[i]·f'(x[i]) for op (B_*) over n
 // contiguous float32 values.
@@ -697,11 +676,7 @@ void memsh_act_backward_f32(int op, float *o, const float *g, const float *x, in
 		}                                                                           \
 	}
 
-static void softmax_bwd_default(float *o, const float *g, const float *y, int64_t rows, int64_t n, int log) { SOFTMAX_BWD_BODY }
-#ifdef MEMSH_MATH_X86
-__attribute__((target("avx2,fma"))) static void softmax_bwd_avx2(float *o, const float *g, const float *y, int64_t rows, int64_t n, int log) { SOFTMAX_BWD_BODY }
-__attribute__((target("avx512f,avx2,fma"))) static void softmax_bwd_avx512(float *o, const float *g, const float *y, int64_t rows, int64_t n, int log) { SOFTMAX_BWD_BODY }
-#endif
+ISA_VARIANTS(softmax_bwd, (float *o, const float *g, const float *y, int64_t rows, int64_t n, int log), SOFTMAX_BWD_BODY)
 
 // memsh_softmax_backward_rows_f32 is SOFTMAX_BWD_BODY with the loops for isa.
 void memsh_softmax_backward_rows_f32(float *o, const float *g, const float *y, int64_t rows, int64_t n, int log, int isa) {

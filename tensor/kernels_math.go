@@ -97,11 +97,7 @@ func vectorisedDT(dt DType) bool { return dt == Float32 || dt == BFloat16 || dt 
 // kernels_math.c's loops for isa.
 func softmaxRowsF32(o, a unsafe.Pointer, rows, n int, log bool, isa int) {
 	if rows > 0 && n > 0 {
-		l := C.int(0)
-		if log {
-			l = 1
-		}
-		C.memsh_softmax_rows_f32((*C.float)(o), (*C.float)(a), C.int64_t(rows), C.int64_t(n), l, C.int(isa))
+		C.memsh_softmax_rows_f32((*C.float)(o), (*C.float)(a), C.int64_t(rows), C.int64_t(n), cBool(log), C.int(isa))
 	}
 }
 
@@ -126,12 +122,16 @@ func actBackwardF32(code int, o, g, x unsafe.Pointer, n, isa int) {
 // g the incoming gradient, y the forward's output.
 func softmaxBackwardRowsF32(o, g, y unsafe.Pointer, rows, n int, log bool, isa int) {
 	if rows > 0 && n > 0 {
-		l := C.int(0)
-		if log {
-			l = 1
-		}
-		C.memsh_softmax_backward_rows_f32((*C.float)(o), (*C.float)(g), (*C.float)(y), C.int64_t(rows), C.int64_t(n), l, C.int(isa))
+		C.memsh_softmax_backward_rows_f32((*C.float)(o), (*C.float)(g), (*C.float)(y), C.int64_t(rows), C.int64_t(n), cBool(log), C.int(isa))
 	}
+}
+
+// cBool is b as a C int flag (1 or 0).
+func cBool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // halfToF32s and f32ToHalfs convert n contiguous elements of half type dt

@@ -55,10 +55,7 @@ func simdMode(sz, sa, sb int) int {
 // OpMul, OpDiv) for float32 (size 4) or float64 (size 8); with stream the
 // results are written with non-temporal stores (see streamBytes).
 func binarySIMD(size int, op BinaryOp, mode int, o, a, b unsafe.Pointer, n int, stream bool) {
-	s := C.int(0)
-	if stream {
-		s = 1
-	}
+	s := cBool(stream)
 	if size == 4 {
 		C.memsh_binary_f32(C.int(op), C.int(mode), (*C.float)(o), (*C.float)(a), (*C.float)(b), C.int64_t(n), s)
 		return
