@@ -96,10 +96,10 @@ func NewWalker(epoch uint64, deadline time.Time, visit func(*backend.Memory)) *W
 }
 
 // Restart makes w, after Done, a walker for another walk, as NewWalker
-// would, keeping the memory of its seen-set.
+// would, keeping the memory of its seen-set and its Stop.
 func (w *Walker) Restart(epoch uint64, deadline time.Time, visit func(*backend.Memory)) {
-	seen := w.seen
-	*w = Walker{seen: seen, deadline: deadline}
+	seen, stop := w.seen, w.Stop
+	*w = Walker{seen: seen, deadline: deadline, Stop: stop}
 	w.r = tensor.Reacher{Epoch: epoch, Memory: visit, Other: w.other}
 }
 

@@ -92,7 +92,7 @@ func (s *Session) finishReopened(thread *starlark.Thread) {
 	if !ok {
 		return
 	}
-	if old, ok := s.currentView(thread)[name].(*Experiment); ok && old.running {
+	if old, ok := s.currentView()[name].(*Experiment); ok && old.running {
 		_, _ = old.finish(thread, nil)
 	}
 }
@@ -252,7 +252,7 @@ func globalsBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.
 	if err := starlark.UnpackArgs("globals", args, kwargs); err != nil {
 		return nil, err
 	}
-	view := s.currentView(thread)
+	view := s.currentView()
 	d := starlark.NewDict(len(view))
 	for _, k := range sortedKeys(view) {
 		_ = d.SetKey(starlark.String(k), view[k])

@@ -127,14 +127,7 @@ type stmtSpan struct{ pos, end syntax.Position }
 
 // execFile runs prog, compiled from f by compileFile.
 func (s *Session) execFile(f *syntax.File, prog *starlark.Program, run *fileRun) error {
-	for _, stmt := range f.Stmts {
-		for k, name := range reopenSites(stmt) {
-			if s.reopen == nil {
-				s.reopen = map[posKey]string{}
-			}
-			s.reopen[k] = name
-		}
-	}
+	s.reopen = reopenSites(f.Stmts)
 	s.file = run
 	s.running = true
 	s.resetSteps() // before the first STMT, as before each statement
@@ -208,7 +201,7 @@ func (s *Session) endStmt(pos, end syntax.Position, first, last bool, err error)
 // execStmt compiles one top-level statement as a file of its own, whose
 // predeclared environment and module globals are the live map, and runs it.
 func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[string]bool, echo, first, last bool) error {
-	s.reopen = reopenSites(stmt)
+	s.reopen = reopenSites([]syntax.Stmt{stmt})
 	pos, _ := stmt.Span()
 	if es, ok := stmt.(*syntax.ExprStmt); ok && echo {
 		stmt = &syntax.AssignStmt{OpPos: pos, Op: syntax.EQ, LHS: &syntax.Ident{NamePos: pos, Name: echoName}, RHS: es.X}
@@ -287,13 +280,13 @@ func (s *Session) explainSteps(err error) error {
 	return err
 }
 
-// reopenSites finds the statement's assignments `NAME = experiment(...)`
+// reopenSites finds the top-level statements' assignments `NAME = experiment(...)`
 // (at top level or in top-level control flow, not in functions) and maps the
 // call's position to NAME, for ipyexperiments' re-run rule: running such an
 // assignment while the experiment bound to NAME is open finishes the old
 // experiment first. experimentBuiltin applies it, after validating its
 // arguments.
-func reopenSites(stmt syntax.Stmt) map[posKey]string {
+func reopenSites(stmts []syntax.Stmt) map[posKey]string {
 	var sites map[posKey]string
 	var walk func(stmts []syntax.Stmt)
 	walk = func(stmts []syntax.Stmt) {
@@ -321,7 +314,7 @@ func reopenSites(stmt syntax.Stmt) map[posKey]string {
 			}
 		}
 	}
-	walk([]syntax.Stmt{stmt})
+	walk(stmts)
 	return sites
 }
 

@@ -152,7 +152,7 @@ func (s *Session) open(thread *starlark.Thread, name string, keep []string, quie
 	}
 	// Start figures exclude garbage.
 	s.mgr.Reclaim()
-	e.snapshot = s.currentView(thread)
+	e.snapshot = s.currentView()
 	e.meter = s.startMeter()
 	e.seqStart = s.mgr.Seq()
 	s.stack = append(s.stack, e)
@@ -169,7 +169,7 @@ func (e *Experiment) keepBuiltin(thread *starlark.Thread, b *starlark.Builtin, a
 	if !e.running {
 		return nil, fmt.Errorf("experiment.keep: experiment %q already finished", e.name)
 	}
-	view := e.s.currentView(thread)
+	view := e.s.currentView()
 	names := make([]string, len(args))
 	for i, a := range args {
 		n, ok := starlark.AsString(a)
@@ -241,7 +241,7 @@ func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*env
 	}
 
 	// Classify the names bound in the block.
-	view := s.currentView(thread)
+	view := s.currentView()
 	out := &Outcome{}
 	survivors := make([]refpath.Root, 0, len(view))
 	kept := []refpath.Root{}
@@ -352,7 +352,7 @@ func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*env
 	e.result = end
 	e.outcome = out
 	s.stack = s.stack[:len(s.stack)-1]
-	s.prunePending(thread)
+	s.prunePending()
 	s.pending = append(s.pending, ops...)
 	if !e.quiet {
 		s.printReport(e)
@@ -438,7 +438,7 @@ func errorMessage(err error) string {
 // currentView returns the user globals as the running statement sees them:
 // the live map, with the pending deletions and restores of experiments
 // finished during it applied.
-func (s *Session) currentView(thread *starlark.Thread) map[string]starlark.Value {
+func (s *Session) currentView() map[string]starlark.Value {
 	view := make(map[string]starlark.Value, len(s.user)+8)
 	for name := range s.user {
 		view[name] = s.live[name]
@@ -493,7 +493,7 @@ func functionLocals(thread *starlark.Thread) []refpath.Root {
 // has made moot (applyPending would skip them: the name no longer holds
 // the value the experiment saw), so that experiments finished in a loop
 // inside one statement do not pile them up, with the values they hold.
-func (s *Session) prunePending(thread *starlark.Thread) {
+func (s *Session) prunePending() {
 	if len(s.pending) == 0 {
 		return
 	}

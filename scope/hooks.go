@@ -67,7 +67,7 @@ func (s *Session) finishEvent(e env.FinishEvent) {
 
 // UserGlobals implements env.Session.
 func (s *Session) UserGlobals(thread *starlark.Thread) starlark.StringDict {
-	return starlark.StringDict(s.currentView(thread))
+	return starlark.StringDict(s.currentView())
 }
 
 // Trial implements env.Session: it runs a trial as trial() does, recording

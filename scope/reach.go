@@ -29,11 +29,11 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 	w := s.walker
 	if w == nil {
 		w = env.NewWalker(epoch, deadline, visit)
+		w.Stop = s.tctx.Interrupted // Ctrl-C: the collector decides at once
 		s.walker = w
 	} else {
 		w.Restart(epoch, deadline, visit)
 	}
-	w.Stop = s.tctx.Interrupted // Ctrl-C: the collector decides at once
 	defer w.Done()
 	// The main thread's frames first, bottom-up, each credited with what
 	// it reaches (backend.Frames); those that cannot have changed since
