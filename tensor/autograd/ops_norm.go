@@ -3,6 +3,7 @@ package autograd
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/memsh/memsh/tensor"
 )
@@ -66,8 +67,14 @@ func RMSNormEps(dt tensor.DType) float64 {
 	return float64(math.Nextafter32(1, 2) - 1)
 }
 
-// RMSNorm is rms_norm(x, normalized_shape, w, eps) as PyTorch 2.x's
-// decomposition (aten/src/ATen/native/layer_norm.cpp, rms_norm_symint):
+// RMSNorm is rms_norm(x, normalized_shape, w, eps) as PyTorch 2.8+'s
+// rms_norm_symint (aten/src/ATen/native/layer_norm.cpp) dispatches it. On
+// a CUDA device, when w is nil or of x's dtype, it is the fused kernel
+// (_fused_rms_norm: the output and rstd allocated, x, w and rstd saved as
+// in derivatives.yaml; FusedRmsNormBackward0). Elsewhere — the CPU, whose
+// _fused_rms_norm is the composite, or a w of another dtype, such as
+// float32 weights under a bfloat16 input — it is the composite
+// rms_norm_composite:
 //
 //	up = x.to(opmath)                       // float32 for half types: ToCopyBackward0
 //	r = rsqrt(pow(up, 2).mean(dims, keepdim=True).add_(eps))
@@ -89,11 +96,14 @@ func RMSNorm(x *tensor.Tensor, normalized []int, w *tensor.Tensor, eps *float64)
 	if _, _, err := tensor.CheckNormInputs(fname, x, normalized, w, nil); err != nil {
 		return nil, err
 	}
-	opmath := tensor.NormAccDType(x.DType())
 	e := RMSNormEps(x.DType())
 	if eps != nil {
 		e = *eps
 	}
+	if strings.HasPrefix(x.Device(), "cuda") && (w == nil || w.DType() == x.DType()) {
+		return fusedRMSNorm(x, normalized, w, e)
+	}
+	opmath := tensor.NormAccDType(x.DType())
 	dims := make([]int, len(normalized))
 	for i := range dims {
 		dims[i] = x.Dim() - i - 1
@@ -162,4 +172,45 @@ func RMSNorm(x *tensor.Tensor, normalized []int, w *tensor.Tensor, eps *float64)
 		tensor.Dropped(y)
 	}
 	return out, err
+}
+
+// fusedRMSNorm is _fused_rms_norm with its autograd node: x, w and rstd
+// saved (derivatives.yaml), the backward _fused_rms_norm_backward.
+func fusedRMSNorm(x *tensor.Tensor, normalized []int, w *tensor.Tensor, eps float64) (*tensor.Tensor, error) {
+	n := newNode("FusedRmsNormBackward0", x, w)
+	var sx, sw, srstd *SavedTensor
+	if n != nil {
+		sx, sw = n.save(x), n.save(w)
+	}
+	out, rstd, err := tensor.FusedRMSNorm(x, normalized, w, eps)
+	if err != nil {
+		return nil, err
+	}
+	// rstd is no Go code's once the op returns: what the node saved of it
+	// the reclaim's walk reaches; unsaved (no grad), it is garbage then
+	tensor.Dropped(rstd)
+	if n == nil {
+		return out, nil
+	}
+	n.setOutputs(out, rstd)
+	srstd = n.saveOutput(rstd, 1)
+	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		if g[0] == nil {
+			return make([]*tensor.Tensor, 2), nil
+		}
+		var vs [3]*tensor.Tensor
+		for i, s := range []*SavedTensor{sx, sw, srstd} {
+			v, err := s.Unpack()
+			if err != nil {
+				return nil, err
+			}
+			vs[i] = v
+		}
+		gx, gw, err := tensor.FusedRMSNormBackward(g[0], vs[0], normalized, vs[2], vs[1], [2]bool{n.needsGrad(0), n.needsGrad(1)})
+		if err != nil {
+			return nil, err
+		}
+		return []*tensor.Tensor{gx, gw}, nil
+	}
+	return out, nil
 }
