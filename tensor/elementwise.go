@@ -263,6 +263,7 @@ func binaryOut(op BinaryOp, x, y operand, dst *Tensor) (*Tensor, error) {
 		if out, err = newTensor(e.ctx, fname, device, common, shape); err != nil {
 			return nil, err
 		}
+		withStrides(out, iterStrides(shape, x.t, y.t))
 	}
 	if out.hasData() && out.Numel() > 0 {
 		if binaryKernel(op, layoutOf(out, shape), out.dtype, argOf(x, shape, common), argOf(y, shape, common), common, shape) {
@@ -424,6 +425,7 @@ func unary(fname string, op UnaryOp, t *Tensor) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	withStrides(out, iterStrides(t.shape, t))
 	if out.hasData() && out.Numel() > 0 {
 		unaryKernel(op, layoutOf(out, out.shape), dt, layoutOf(t, out.shape), t.dtype, out.shape)
 	}

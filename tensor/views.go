@@ -207,13 +207,25 @@ func Contiguous(t *Tensor) (*Tensor, error) {
 	return copyTo(fname, t, t.mem.Device(), t.dtype)
 }
 
-// Clone is torch.clone: a contiguous copy on t's device.
-func Clone(t *Tensor) (*Tensor, error) { return copyTo("tensor.clone", t, t.mem.Device(), t.dtype) }
+// CloneContiguous is t.clone(memory_format=torch.contiguous_format), what
+// Tensor.contiguous makes of a tensor that is not contiguous.
+func CloneContiguous(t *Tensor) (*Tensor, error) {
+	return copyTo("tensor.contiguous", t, t.mem.Device(), t.dtype)
+}
+
+// Clone is torch.clone (memory_format=torch.preserve_format): a copy on
+// t's device with t's strides when t is dense, dense strides in t's order
+// otherwise.
+func Clone(t *Tensor) (*Tensor, error) {
+	return copyToPreserve("tensor.clone", t, t.mem.Device(), t.dtype)
+}
 
 // To is Tensor.to: t on device ("" keeps t's device) with dtype dt
 // (Undefined keeps t's dtype). Without copy it returns t itself when
-// nothing changes; otherwise a new contiguous tensor. Copies to, from and
-// between real GPUs are driver copies where the layouts allow.
+// nothing changes; otherwise a new tensor laid out as _to_copy lays it out
+// (memory_format=torch.preserve_format: a dense t's strides, dense strides
+// in t's order otherwise). Copies to, from and between real GPUs are
+// driver copies where the layouts allow (contiguous).
 func To(t *Tensor, device string, dt DType, copy bool) (*Tensor, error) {
 	const fname = "tensor.to"
 	dt = orDefault(dt, t.dtype)
@@ -226,7 +238,7 @@ func To(t *Tensor, device string, dt DType, copy bool) (*Tensor, error) {
 		}
 	}
 	if copy {
-		return copyTo(fname, t, device, dt)
+		return copyToPreserve(fname, t, device, dt)
 	}
 	if err := t.checkLive(fname); err != nil {
 		return nil, err
@@ -234,7 +246,7 @@ func To(t *Tensor, device string, dt DType, copy bool) (*Tensor, error) {
 	if device == t.mem.Device() && dt == t.dtype {
 		return t, nil
 	}
-	return copyTo(fname, t, device, dt)
+	return copyToPreserve(fname, t, device, dt)
 }
 
 // Cat is torch.cat: tensors concatenated along an existing dimension dim,

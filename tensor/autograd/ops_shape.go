@@ -125,12 +125,14 @@ func Clone(a *tensor.Tensor) (*tensor.Tensor, error) {
 		passThrough)
 }
 
-// Contiguous is Tensor.contiguous: a itself when contiguous, else Clone.
+// Contiguous is Tensor.contiguous: a itself when contiguous, else
+// clone(memory_format=torch.contiguous_format) (CloneBackward0).
 func Contiguous(a *tensor.Tensor) (*tensor.Tensor, error) {
 	if a.IsContiguous() {
 		return a, nil
 	}
-	return Clone(a)
+	return viewOp("CloneBackward0", a, func() (*tensor.Tensor, error) { return tensor.CloneContiguous(a) },
+		passThrough)
 }
 
 // To converts a to dtype dt on device ("" and 0 keep a's): a itself when
