@@ -2,9 +2,16 @@
 """bench/gpu/torch_fit.py: what `memsh fit` predicts, measured by PyTorch on a real GPU.
 
 Builds GPT-2 exactly as scripts/models/gpt2.star does (nanoGPT's layout,
-parameters created in the same order, tied lm_head) and trains it as
-scripts/fit.star's trial does: bf16 autocast forward and cross entropy,
-backward, AdamW(lr=1e-4) step, zero_grad(set_to_none=True), twice.
+parameters created in the same order, tied lm_head) — and, with --model,
+the fit table's other models (bench/gpu/torch_models.py: Llama 3.2 1B as
+scripts/models/llama.star builds it, Hugging Face's own LlamaForCausalLM,
+torchvision's ResNet-18/-50) — and trains it as scripts/fit.star's trial
+does: bf16 autocast forward and cross entropy, backward, AdamW(lr=1e-4)
+step, zero_grad(set_to_none=True), twice.
+
+The default device is CUDA (torch.set_default_device), so AdamW's step
+counters (torch.tensor(0.0)) are on the GPU: 512 bytes per parameter that
+a script moving its model to the GPU keeps on the host, as memsh does.
 
   python3 bench/gpu/torch_fit.py phases [--model gpt2-small] [--batch B] [--seq T]
         [--checkpoint] [--attention math|sdpa]
@@ -13,7 +20,9 @@ backward, AdamW(lr=1e-4) step, zero_grad(set_to_none=True), twice.
       bytes at the point and the peak since the previous one. Its memsh twin
       is scripts/fit_phases.star.
   python3 bench/gpu/torch_fit.py search [--model gpt2-small] [--seq T] [--checkpoint]
-      the largest batch that trains, each trial after empty_cache as memsh's
+        [--over batch|seq] [--batch B] [--high N]
+      the largest batch (or, --over seq, the longest sequence at --batch,
+      doubling from --seq) that trains, each trial after empty_cache as memsh's
       sweeps do (galloping from 1, then bisection): one JSON line per trial
       and a last line with the boundary, the free memory before the first
       trial and the allocated bytes that outlive a trial (cuBLAS workspaces).
@@ -23,6 +32,9 @@ backward, AdamW(lr=1e-4) step, zero_grad(set_to_none=True), twice.
       the device memory a CUDA context and PyTorch's first allocation take.
   python3 bench/gpu/torch_fit.py oom
       PyTorch's out-of-memory message, for memsh's to be compared with.
+  python3 bench/gpu/torch_fit.py dry --model M [--checkpoint]
+      the training code paths on the CPU with tiny models (any PyTorch,
+      no GPU): a check of this script before a GPU run.
 
 Needs PyTorch 2.x with CUDA. bench/gpu/run.sh runs all of it.
 """
@@ -36,6 +48,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint as cp
+
+import torch_models
+
+DEVICE = "cuda"  # --dry: "cpu", tiny configs, no memory figures (checks the code paths without a GPU)
 
 CONFIGS = {
     "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768),
@@ -136,19 +152,26 @@ def forward_loss(model, x, y):
     return F.cross_entropy(out.view(-1, out.shape[-1]), y.view(-1))
 
 
+def build(a):
+    """(model, make_data(batch, seq), loss(model, x, y)) for a.model."""
+    if a.model in CONFIGS:
+        model = GPT(**CONFIGS[a.model], attention=a.attention, checkpoint=a.checkpoint)
+        return model, lambda b, s: (torch.randint(0, VOCAB, (b, s)), torch.randint(0, VOCAB, (b, s))), forward_loss
+    return torch_models.BUILDERS[a.model](a.checkpoint)
+
+
 def train(a, batch, seq, point=None):
     """fit.star's trial: STEPS steps; point(name) is called at each phase's end."""
     point = point or (lambda name, step=0: None)
-    model = GPT(**CONFIGS[a.model], attention=a.attention, checkpoint=a.checkpoint)
+    model, make_data, loss_fn = build(a)
     point("model")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     point("optimizer")
-    x = torch.randint(0, VOCAB, (batch, seq))
-    y = torch.randint(0, VOCAB, (batch, seq))
+    x, y = make_data(batch, seq)
     point("data")
     for step in range(1, STEPS + 1):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = forward_loss(model, x, y)
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            loss = loss_fn(model, x, y)
         point("forward", step)
         loss.backward()
         loss = None
@@ -186,50 +209,79 @@ def cmd_phases(a):
     point("release")
 
 
-def trial(a, b):
+def trial(a, b, s=None):
+    s = s or a.seq
     gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.synchronize()
     start = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    ok = True
+    ok, err = True, None
     try:
-        train(a, b, a.seq)
+        train(a, b, s)
         torch.cuda.synchronize()
     except torch.OutOfMemoryError:
         ok = False
+    except RuntimeError as e:  # cuDNN's own failures at huge batches, say: not an OOM, recorded
+        ok, err = False, str(e)[:300]
     gc.collect()
     peak = torch.cuda.max_memory_allocated() - start
     free, total = torch.cuda.mem_get_info()
     # what the process holds on the device outside PyTorch's allocator
     # (context, loaded kernels, cuBLAS handles): what a simulator's ctx= is
     nonpytorch = total - free - torch.cuda.memory_reserved()
-    print(json.dumps(dict(model=a.model, seq=a.seq, checkpoint=a.checkpoint, attention=a.attention,
+    print(json.dumps(dict(model=a.model, seq=s, checkpoint=a.checkpoint, attention=a.attention,
                           batch=b, fits=ok, peak=peak, kept=torch.cuda.memory_allocated() - start,
-                          reserved_peak=torch.cuda.max_memory_reserved(), nonpytorch=nonpytorch)), flush=True)
+                          reserved_peak=torch.cuda.max_memory_reserved(), nonpytorch=nonpytorch,
+                          **({"error": err} if err else {}))), flush=True)
     return ok
 
 
 def cmd_search(a):
+    """The largest batch (--over batch) or sequence (--over seq, at --batch,
+    doubling from --seq up to --high) that trains: sweep.max_fit's binsearch."""
     torch.set_default_device("cuda")
     torch.manual_seed(0)
     torch.cuda.init()
     free0, total = torch.cuda.mem_get_info()
-    lo, hi = 0, 1  # lo fits (0: none yet), hi is the next to try
-    while trial(a, hi):
-        lo, hi = hi, hi * 2
+    if a.over == "seq":
+        fits = lambda n: trial(a, a.batch, n)
+        lo, hi, high = 0, a.seq, a.high
+    else:
+        fits = lambda n: trial(a, n)
+        lo, hi, high = 0, 1, a.high
+    while fits(hi):  # lo fits (0: none yet), hi is the next to try
+        lo = hi
+        if hi >= high:
+            break
+        hi = min(hi * 2, high)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if trial(a, mid):
+        if fits(mid):
             lo = mid
         else:
             hi = mid
     gc.collect()
     torch.cuda.empty_cache()
-    print(json.dumps(dict(model=a.model, seq=a.seq, checkpoint=a.checkpoint, attention=a.attention,
-                          largest_batch=lo, first_oom=hi, free_before=free0, total=total,
-                          allocated_after=torch.cuda.memory_allocated(),
-                          device=torch.cuda.get_device_name(), torch=torch.__version__)), flush=True)
+    rec = dict(model=a.model, seq=a.seq, checkpoint=a.checkpoint, attention=a.attention)
+    if a.over == "seq":
+        rec.update(batch=a.batch, longest_seq=lo, first_oom=hi if hi > lo else None)
+    else:
+        rec.update(largest_batch=lo, first_oom=hi if hi > lo else None)
+    rec.update(free_before=free0, total=total, allocated_after=torch.cuda.memory_allocated(),
+               device=torch.cuda.get_device_name(), torch=torch.__version__)
+    print(json.dumps(rec), flush=True)
+
+
+def cmd_dry(a):
+    """The code paths of train() on the CPU with tiny models (no GPU, no figures)."""
+    global DEVICE
+    DEVICE = "cpu"
+    torch_models.LLAMA_3_2_1B.update(n_layers=2, dim=64, n_heads=4, n_kv_heads=2, ffn_dim=128, vocab_size=1000)
+    CONFIGS[a.model if a.model in CONFIGS else "gpt2-small"].update(n_layer=2, n_head=2, n_embd=32)
+    seen = []
+    train(a, a.batch, a.seq, lambda name, step=0: seen.append(name))
+    print(a.model, "checkpoint" if a.checkpoint else "", " ".join(seen))
 
 
 def cmd_trace(a):
@@ -319,15 +371,17 @@ def cmd_oom(a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=["phases", "search", "context", "oom", "trace"])
-    ap.add_argument("--model", default="gpt2-small", choices=sorted(CONFIGS))
+    ap.add_argument("cmd", choices=["phases", "search", "context", "oom", "trace", "dry"])
+    ap.add_argument("--model", default="gpt2-small", choices=sorted(CONFIGS) + sorted(torch_models.BUILDERS))
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--checkpoint", action="store_true")
     ap.add_argument("--attention", default="math", choices=["math", "sdpa"])
+    ap.add_argument("--over", default="batch", choices=["batch", "seq"], help="search: what grows")
+    ap.add_argument("--high", type=int, default=1 << 20, help="search: the largest size tried")
     ap.add_argument("--cpp", action="store_true", help="trace: record C++ frames too (autograd node and ATen op of each event)")
     a = ap.parse_args()
-    {"phases": cmd_phases, "search": cmd_search, "context": cmd_context, "oom": cmd_oom, "trace": cmd_trace}[a.cmd](a)
+    {"phases": cmd_phases, "search": cmd_search, "context": cmd_context, "oom": cmd_oom, "trace": cmd_trace, "dry": cmd_dry}[a.cmd](a)
 
 
 if __name__ == "__main__":
