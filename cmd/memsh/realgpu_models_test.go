@@ -135,15 +135,31 @@ func TestRealGPULlamaBoundary(t *testing.T) {
 		if fit < 1 || oom != fit+1 {
 			t.Fatalf("checkpoint %v: no boundary in the golden search", ckpt)
 		}
-		code := fmt.Sprintf(`load("models/llama.star", "llama", "LLAMA_3_2_1B")
+		got := trainTrials(t, "sim:H100,meta", `load("models/llama.star", "llama", "LLAMA_3_2_1B")`, "llama(device = \"cuda\", checkpoint = %s, **LLAMA_3_2_1B)", ".float()", 128256, 2048, ckpt, fit, oom)
+		if got != `["ok", "ok", "oom"]` {
+			t.Errorf("checkpoint %v: batch %d should fit and %d run out of memory, as on the card: %s", ckpt, fit, oom, got)
+		}
+	}
+}
+
+// trainTrials runs memsh fit's trial (two steps of bf16 autocast forward
+// and cross entropy, backward, AdamW, zero_grad) of the model build makes
+// (a Starlark expression with a %s for checkpoint=, after load) on device
+// in layout mode at batches 1, fit and oom, and returns the trials'
+// statuses as Starlark prints the list. upcast follows the logits
+// (".float()" for Llama, "" for GPT-2).
+func trainTrials(t *testing.T, device, load, build, upcast string, vocab, seq int, ckpt bool, fit, oom int) string {
+	t.Helper()
+	model := fmt.Sprintf(build, map[bool]string{false: "False", true: "True"}[ckpt])
+	code := fmt.Sprintf(`%s
 def forward_loss(model, x, y):
-    out = model(x).float()
+    out = model(x)%s
     return nn.functional.cross_entropy(out.view(-1, out.shape[-1]), y.view(-1))
 def train(b):
-    model = llama(device = "cuda", checkpoint = %s, **LLAMA_3_2_1B)
+    model = %s
     opt = optim.AdamW(model.parameters(), lr = 1e-4)
-    x = tensor.randint(0, 128256, [b, 2048], device = "cuda")
-    y = tensor.randint(0, 128256, [b, 2048], device = "cuda")
+    x = tensor.randint(0, %d, [b, %d], device = "cuda")
+    y = tensor.randint(0, %d, [b, %d], device = "cuda")
     for _ in range(2):
         loss = nn.autocast(forward_loss, model, x, y, dtype = "bfloat16")
         loss.backward()
@@ -153,14 +169,13 @@ def train(b):
     return b
 r = sweep.grid(train, b = [1, %d, %d])
 print("STATUS", [t.status for t in r.trials])
-`, map[bool]string{false: "False", true: "True"}[ckpt], fit, oom)
-		var out, errb bytes.Buffer
-		args := []string{"--peak", "layout", "--quiet", "--device", "sim:H100,meta", "--load-path", "../../scripts", "-c", code}
-		if rc := run(args, strings.NewReader(""), &out, &errb); rc != 0 {
-			t.Fatalf("exit %d\n%s\n%s", rc, out.String(), errb.String())
-		}
-		if !strings.Contains(out.String(), `STATUS ["ok", "ok", "oom"]`) {
-			t.Errorf("checkpoint %v: batch %d should fit and %d run out of memory, as on the card:\n%s", ckpt, fit, oom, out.String())
-		}
+`, load, upcast, model, vocab, seq, vocab, seq, fit, oom)
+	var out, errb bytes.Buffer
+	args := []string{"--peak", "layout", "--quiet", "--device", device, "--load-path", "../../scripts", "-c", code}
+	if rc := run(args, strings.NewReader(""), &out, &errb); rc != 0 {
+		t.Fatalf("%s: exit %d\n%s\n%s", device, rc, out.String(), errb.String())
 	}
+	_, got, _ := strings.Cut(out.String(), "STATUS ")
+	got, _, _ = strings.Cut(got, "\n")
+	return got
 }

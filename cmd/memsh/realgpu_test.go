@@ -161,32 +161,9 @@ func TestRealGPUBoundary(t *testing.T) {
 		if fit < 1 || oom != fit+1 {
 			t.Fatalf("%s: no boundary in the golden search", card)
 		}
-		code := fmt.Sprintf(`load("models/gpt2.star", "gpt2", "GPT2_SMALL")
-def forward_loss(model, x, y):
-    out = model(x)
-    return nn.functional.cross_entropy(out.view(-1, out.shape[-1]), y.view(-1))
-def train(b):
-    model = gpt2(device = "cuda", checkpoint = %s, **GPT2_SMALL)
-    opt = optim.AdamW(model.parameters(), lr = 1e-4)
-    x = tensor.randint(0, 50257, [b, 1024], device = "cuda")
-    y = tensor.randint(0, 50257, [b, 1024], device = "cuda")
-    for _ in range(2):
-        loss = nn.autocast(forward_loss, model, x, y, dtype = "bfloat16")
-        loss.backward()
-        loss = None
-        opt.step()
-        opt.zero_grad(set_to_none = True)
-    return b
-r = sweep.grid(train, b = [1, %d, %d])
-print("STATUS", [t.status for t in r.trials])
-`, map[bool]string{false: "False", true: "True"}[ckpt], fit, oom)
-		var out, errb bytes.Buffer
-		args := []string{"--peak", "layout", "--quiet", "--device", "sim:" + strings.ToUpper(card) + ",meta", "--load-path", "../../scripts", "-c", code}
-		if rc := run(args, strings.NewReader(""), &out, &errb); rc != 0 {
-			t.Fatalf("%s: exit %d\n%s\n%s", card, rc, out.String(), errb.String())
-		}
-		if !strings.Contains(out.String(), `STATUS ["ok", "ok", "oom"]`) {
-			t.Errorf("%s (checkpoint %v): batch %d should fit and %d run out of memory, as on the card:\n%s", card, ckpt, fit, oom, out.String())
+		got := trainTrials(t, "sim:"+strings.ToUpper(card)+",meta", `load("models/gpt2.star", "gpt2", "GPT2_SMALL")`, "gpt2(device = \"cuda\", checkpoint = %s, **GPT2_SMALL)", "", 50257, 1024, ckpt, fit, oom)
+		if got != `["ok", "ok", "oom"]` {
+			t.Errorf("%s (checkpoint %v): batch %d should fit and %d run out of memory, as on the card: %s", card, ckpt, fit, oom, got)
 		}
 	}
 }
