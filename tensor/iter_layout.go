@@ -12,13 +12,14 @@ import "slices"
 
 // iterStrides is the strides TensorIterator gives a new output of shape
 // computed from ins (nil entries are numbers; they and 0-dim tensors
-// broadcast, taking no part): contiguous when every input tensor has the
-// output's shape and is contiguous, the strides of the inputs when all are
-// non-overlapping and dense with the same strides (compute_fast_setup_type),
-// and otherwise dense strides in the dimension order of reorder_dimensions:
-// dimensions sorted fastest first by comparing the inputs' byte strides in
-// order, a broadcast (stride 0) input skipped, the first strict difference
-// deciding, equal strides put the smaller dimension first.
+// broadcast, taking no part): nil (contiguous) when every input tensor
+// has the output's shape and is contiguous or there is nothing to order, the
+// strides of the inputs when all are non-overlapping and dense with the
+// same strides (compute_fast_setup_type), and otherwise dense strides in
+// the dimension order of reorder_dimensions: dimensions sorted fastest
+// first by comparing the inputs' byte strides in order, a broadcast
+// (stride 0) input skipped, the first strict difference deciding, equal
+// strides put the smaller dimension first.
 func iterStrides(shape []int, ins ...*Tensor) []int {
 	var ts []*Tensor
 	for _, t := range ins {
@@ -28,7 +29,7 @@ func iterStrides(shape []int, ins ...*Tensor) []int {
 	}
 	nd := len(shape)
 	if nd <= 1 || len(ts) == 0 {
-		return contiguousStrides(shape)
+		return nil
 	}
 	sameShape := true
 	for _, t := range ts {
@@ -43,7 +44,7 @@ func iterStrides(shape []int, ins ...*Tensor) []int {
 			sameDense = sameDense && t.IsNonOverlappingAndDense() && slices.Equal(t.strides, ts[0].strides)
 		}
 		if allContig {
-			return contiguousStrides(shape)
+			return nil
 		}
 		if sameDense {
 			return slices.Clone(ts[0].strides)
@@ -109,25 +110,19 @@ func iterStrides(shape []int, ins ...*Tensor) []int {
 	return st
 }
 
-// inferDenseStrides is ATen's infer_dense_strides: dense strides that keep
-// t's dimension order (its strides sorted, ties and size-1 dimensions as
-// TensorIterator breaks them), what Tensor.to gives a copy of a tensor that
-// is not dense.
-func inferDenseStrides(t *Tensor) []int {
-	return iterStrides(t.shape, t)
-}
-
 // preserveStrides is the layout memory_format=torch.preserve_format gives
-// a copy of t (Tensor.to's _to_copy, torch.clone's empty_like): t's
-// strides when t is non-overlapping and dense, inferDenseStrides otherwise.
+// a copy of t (Tensor.to's _to_copy, torch.clone's empty_like), nil for
+// contiguous: t's strides when t is non-overlapping and dense, otherwise
+// ATen's infer_dense_strides — dense strides that keep t's dimension order,
+// ties and size-1 dimensions broken as TensorIterator breaks them.
 func preserveStrides(t *Tensor) []int {
 	switch {
 	case t.isContiguous():
-		return contiguousStrides(t.shape)
+		return nil
 	case t.IsNonOverlappingAndDense():
 		return slices.Clone(t.strides)
 	}
-	return inferDenseStrides(t)
+	return iterStrides(t.shape, t)
 }
 
 // isContiguousStrides reports whether strides are the contiguous strides
@@ -142,11 +137,11 @@ func isContiguousStrides(shape, strides []int) bool {
 	return true
 }
 
-// withStrides gives a freshly allocated (dense) t the strides st: the same
-// storage, the elements laid out in another order.
-func withStrides(t *Tensor, st []int) *Tensor {
+// withStrides gives a freshly allocated (dense, contiguous) t the strides
+// st (nil: it stays contiguous): the same storage, the elements laid out in
+// another order.
+func withStrides(t *Tensor, st []int) {
 	if st != nil && !isContiguousStrides(t.shape, st) {
 		t.strides = st
 	}
-	return t
 }

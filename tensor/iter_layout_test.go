@@ -29,7 +29,7 @@ func TestIterStrides(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		got  []int
-		want []int
+		want []int // nil: contiguous
 	}{
 		{"-v", iterStrides(v.shape, v), []int{1, 3}},
 		{"x * 2", iterStrides(x.shape, x, nil), []int{48, 4, 16, 1}},
@@ -42,5 +42,29 @@ func TestIterStrides(t *testing.T) {
 		if !slices.Equal(tc.got, tc.want) {
 			t.Errorf("%s: strides %v, PyTorch's %v", tc.name, tc.got, tc.want)
 		}
+	}
+}
+
+// BenchmarkIterStrides is the layout decision's cost per new result: two
+// contiguous inputs of one shape (the common case), a broadcast bias, and
+// a transposed input.
+func BenchmarkIterStrides(b *testing.B) {
+	c := &Context{}
+	mk := func(shape, strides []int) *Tensor {
+		return &Tensor{ctx: c, dtype: Float32, shape: shape, strides: strides}
+	}
+	x := mk([]int{8, 1024, 768}, contiguousStrides([]int{8, 1024, 768}))
+	bias := mk([]int{768}, []int{1})
+	xt := mk([]int{8, 768, 1024}, []int{768 * 1024, 1, 768})
+	for _, bc := range []struct {
+		name string
+		ins  []*Tensor
+	}{{"contiguous", []*Tensor{x, x}}, {"broadcast", []*Tensor{x, bias}}, {"transposed", []*Tensor{xt}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				iterStrides(bc.ins[0].shape, bc.ins...)
+			}
+		})
 	}
 }

@@ -265,19 +265,20 @@ func selected(fname string, t *Tensor, dim, index int) (*Tensor, error) {
 // Copying from a meta device to a device that stores values is an error (the
 // values are unknown); meta to meta only allocates.
 func copyTo(fname string, src *Tensor, device string, dt DType) (*Tensor, error) {
-	return copyToLayout(fname, src, device, dt, nil)
+	return copyToFormat(fname, src, device, dt, false)
 }
 
 // copyToPreserve is copyTo with memory_format=torch.preserve_format
 // (Tensor.to, torch.clone): the copy keeps a dense src's strides, and gets
 // dense strides in src's own order otherwise.
 func copyToPreserve(fname string, src *Tensor, device string, dt DType) (*Tensor, error) {
-	return copyToLayout(fname, src, device, dt, func() []int { return preserveStrides(src) })
+	return copyToFormat(fname, src, device, dt, true)
 }
 
-// copyToLayout is copyTo into a tensor given the strides layout makes (nil:
-// contiguous). Real GPUs' driver copies are contiguous.
-func copyToLayout(fname string, src *Tensor, device string, dt DType, layout func() []int) (*Tensor, error) {
+// copyToFormat is copyTo into a contiguous tensor, or one laid out as
+// preserveStrides says when preserve is set. Real GPUs' driver copies are
+// contiguous.
+func copyToFormat(fname string, src *Tensor, device string, dt DType, preserve bool) (*Tensor, error) {
 	if out, ok, err := gpuCopyTo(fname, src, device, dt); ok { // gpu_copy.go: real GPUs
 		return out, err
 	}
@@ -291,8 +292,8 @@ func copyToLayout(fname string, src *Tensor, device string, dt DType, layout fun
 	if err != nil {
 		return nil, err
 	}
-	if layout != nil {
-		withStrides(out, layout())
+	if preserve {
+		withStrides(out, preserveStrides(src))
 	}
 	if out.hasData() && out.Numel() > 0 {
 		if src.hasData() {

@@ -207,12 +207,6 @@ func Contiguous(t *Tensor) (*Tensor, error) {
 	return copyTo(fname, t, t.mem.Device(), t.dtype)
 }
 
-// CloneContiguous is t.clone(memory_format=torch.contiguous_format), what
-// Tensor.contiguous makes of a tensor that is not contiguous.
-func CloneContiguous(t *Tensor) (*Tensor, error) {
-	return copyTo("tensor.contiguous", t, t.mem.Device(), t.dtype)
-}
-
 // Clone is torch.clone (memory_format=torch.preserve_format): a copy on
 // t's device with t's strides when t is dense, dense strides in t's order
 // otherwise.

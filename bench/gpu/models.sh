@@ -22,26 +22,12 @@ mkdir -p "$OUTDIR"
 PY=${PYTHON:-python3}
 LOG=$OUTDIR/all.log
 export PYTHONUNBUFFERED=1
-if [ -z "${MEMSH_LIBCUBLAS:-}" ]; then
-  lib=$(find /opt /usr/local /usr/lib -name 'libcublas.so.1[0-9]' -print 2>/dev/null | head -1)
-  [ -n "$lib" ] && export MEMSH_LIBCUBLAS=$lib
-fi
-step() { # NAME SECONDS FILE CMD...
-  local name=$1 secs=$2 file=$3; shift 3
-  local left=$((BUDGET - SECONDS))
-  if [ "$left" -lt 10 ]; then echo "=== $name: skipped, $left s left" | tee -a "$file" >>"$LOG"; return; fi
-  [ "$secs" -gt "$left" ] && secs=$left
-  echo "=== $name ($(date +%T), limit $secs s)" | tee -a "$file" >>"$LOG"
-  local t0=$SECONDS
-  timeout "$secs" "$@" >>"$file" 2>>"$LOG"
-  local rc=$?
-  echo "=== $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$file" >>"$LOG"
-}
+. bench/gpu/lib.sh
 {
   nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
   "$PY" -c 'import torch, torchvision; print("torch", torch.__version__, "cuda", torch.version.cuda, "torchvision", torchvision.__version__)'
   "$PY" -c 'import transformers; print("transformers", transformers.__version__)'
-  echo "MEMSH_LIBCUBLAS=${MEMSH_LIBCUBLAS:-}"
+  echo "MEMSH_LIBCUBLAS=${MEMSH_LIBCUBLAS:-} MEMSH_LIBCUDA=${MEMSH_LIBCUDA:-} MEMSH_LIBNVML=${MEMSH_LIBNVML:-}"
   "$MEMSH" --version
 } >"$OUTDIR/info.txt" 2>>"$LOG"
 F="$PY bench/gpu/torch_fit.py"

@@ -28,25 +28,7 @@ mkdir -p "$OUTDIR"
 PY=${PYTHON:-python3}
 LOG=$OUTDIR/all.log
 if [ -z "$MEMSH" ]; then MEMSH=$OUTDIR/memsh; go build -o "$MEMSH" ./cmd/memsh; fi
-if [ -z "${MEMSH_LIBCUBLAS:-}" ]; then
-  lib=$(find /opt /usr/local /usr/lib -name 'libcublas.so.1[0-9]' -print 2>/dev/null | head -1)
-  [ -n "$lib" ] && export MEMSH_LIBCUBLAS=$lib
-fi
-for v in MEMSH_LIBCUDA:libcuda.so.1 MEMSH_LIBNVML:libnvidia-ml.so.1; do
-  var=${v%%:*} name=${v#*:}
-  if [ -z "${!var:-}" ] && ! ldconfig -p 2>/dev/null | grep -q "$name"; then
-    lib=$(find /usr/local/nvidia /usr/lib /usr/local -name "$name" 2>/dev/null | head -1)
-    [ -n "$lib" ] && export "$var=$lib"
-  fi
-done
-step() { # NAME SECONDS FILE CMD...
-  local name=$1 secs=$2 file=$3; shift 3
-  echo "=== $name ($(date +%T))" | tee -a "$file" >>"$LOG"
-  local t0=$SECONDS
-  timeout "$secs" "$@" >>"$file" 2>>"$LOG"
-  local rc=$?
-  echo "=== $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$file" >>"$LOG"
-}
+. bench/gpu/lib.sh
 {
   nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'

@@ -39,13 +39,9 @@ func LayerNorm(x *tensor.Tensor, normalized []int, w, b *tensor.Tensor, eps floa
 		if g[0] == nil {
 			return make([]*tensor.Tensor, 3), nil
 		}
-		var vs [5]*tensor.Tensor
-		for i, s := range []*SavedTensor{sx, sw, sb, smean, srstd} {
-			v, err := s.Unpack()
-			if err != nil {
-				return nil, err
-			}
-			vs[i] = v
+		vs, err := unpackAll(sx, sw, sb, smean, srstd)
+		if err != nil {
+			return nil, err
 		}
 		mask := [3]bool{n.needsGrad(0), n.needsGrad(1), n.needsGrad(2)}
 		gx, gw, gb, err := tensor.NativeLayerNormBackward(g[0], vs[0], normalized, vs[3], vs[4], vs[1], vs[2], mask)
@@ -198,13 +194,9 @@ func fusedRMSNorm(x *tensor.Tensor, normalized []int, w *tensor.Tensor, eps floa
 		if g[0] == nil {
 			return make([]*tensor.Tensor, 2), nil
 		}
-		var vs [3]*tensor.Tensor
-		for i, s := range []*SavedTensor{sx, sw, srstd} {
-			v, err := s.Unpack()
-			if err != nil {
-				return nil, err
-			}
-			vs[i] = v
+		vs, err := unpackAll(sx, sw, srstd)
+		if err != nil {
+			return nil, err
 		}
 		gx, gw, err := tensor.FusedRMSNormBackward(g[0], vs[0], normalized, vs[2], vs[1], [2]bool{n.needsGrad(0), n.needsGrad(1)})
 		if err != nil {

@@ -131,7 +131,7 @@ func Contiguous(a *tensor.Tensor) (*tensor.Tensor, error) {
 	if a.IsContiguous() {
 		return a, nil
 	}
-	return viewOp("CloneBackward0", a, func() (*tensor.Tensor, error) { return tensor.CloneContiguous(a) },
+	return viewOp("CloneBackward0", a, func() (*tensor.Tensor, error) { return tensor.Contiguous(a) },
 		passThrough)
 }
 
