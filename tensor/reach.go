@@ -36,9 +36,13 @@ type Reacher struct {
 // ReachNode is implemented by autograd nodes (package tensor/autograd):
 // Reach calls r.Tensor for each tensor the node keeps alive (saved
 // tensors, an AccumulateGrad node's variable) and r.Node for the nodes its
-// edges lead to.
+// edges lead to. Mark marks the node as walked in epoch and reports
+// whether Reach has anything left to report: false when the walk has met
+// it already, or when all it holds is from, the tensor whose gradient
+// accumulator it is (which the walk is visiting).
 type ReachNode interface {
 	Reach(r *Reacher)
+	Mark(epoch uint64, from *Tensor) bool
 }
 
 // Tensor walks t: its memory, and its gradient, grad_fn and gradient
@@ -56,8 +60,8 @@ func (r *Reacher) Tensor(t *Tensor) {
 		if ag == nil {
 			return
 		}
-		r.Node(ag.GradFn)
-		r.Node(ag.Accumulator)
+		r.node(ag.GradFn, nil)
+		r.node(ag.Accumulator, t)
 		t = ag.Grad
 	}
 }
@@ -76,9 +80,12 @@ func (r *Reacher) Value(v any) {
 // engine keeps for the layer above (Value).
 func (r *Reacher) Complete() bool { return !r.incomplete }
 
-// Node queues an autograd node (a GradNode) for Drain.
-func (r *Reacher) Node(n any) {
-	if rn, ok := n.(ReachNode); ok {
+// Node queues an autograd node (a GradNode) for Drain, unless the walk
+// has met it already.
+func (r *Reacher) Node(n any) { r.node(n, nil) }
+
+func (r *Reacher) node(n any, from *Tensor) {
+	if rn, ok := n.(ReachNode); ok && rn.Mark(r.Epoch, from) {
 		r.pending = append(r.pending, rn)
 	}
 }

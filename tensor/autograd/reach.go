@@ -2,16 +2,26 @@ package autograd
 
 import "github.com/memsh/memsh/tensor"
 
+// Mark marks n as met by the walk of epoch (tensor.ReachNode): false when
+// it was already, or when it is from's AccumulateGrad node and holds
+// nothing else.
+func (n *Node) Mark(epoch uint64, from *tensor.Tensor) bool {
+	if n == nil || n.reached == epoch {
+		return false
+	}
+	n.reached = epoch
+	return from == nil || n.variable != from || len(n.saved) > 0 || len(n.next) > 0
+}
+
 // Reach walks n for the Manager's reclaim proof (tensor.Reacher), once per
 // walk: the tensors it saved (or what saved-tensor hooks packed for it),
 // an AccumulateGrad node's variable, and the nodes its edges lead to. What
 // a node's backward closure captures besides its saved tensors is not
 // walked: it stays unreached, and the reclaim falls back to the collector.
 func (n *Node) Reach(r *tensor.Reacher) {
-	if n == nil || n.reached == r.Epoch {
+	if n == nil {
 		return
 	}
-	n.reached = r.Epoch
 	for _, s := range n.saved {
 		if s == nil {
 			continue
