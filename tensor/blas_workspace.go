@@ -145,3 +145,22 @@ type blasState struct {
 	handles  map[blasKey]bool // cuBLAS handles created (their device memory taken)
 	backward int
 }
+
+// ClearBLASWorkspaces frees every cuBLAS and cuBLASLt workspace now, as
+// PyTorch's torch._C._cuda_clearCublasWorkspaces() (at::cuda::
+// clearCublasWorkspaces) does; the next matrix product of each thread
+// allocates its workspace again, as in a fresh process. The handles stay:
+// what creating them took outside the allocator is not given back. It
+// returns the bytes freed.
+func (c *Context) ClearBLASWorkspaces() uint64 {
+	if c == nil || c.Manager == nil || c.blas == nil {
+		return 0
+	}
+	var n uint64
+	for k, m := range c.blas.ws {
+		n += m.Size()
+		c.Manager.Release(m, "freed by clear_cublas_workspaces()")
+		delete(c.blas.ws, k)
+	}
+	return n
+}

@@ -4,7 +4,8 @@
 # (scripts/gpu_check.star), then what PyTorch trains on this card for
 # Llama 3.2 1B (scripts/models/llama.star rebuilt in PyTorch, and Hugging
 # Face's own LlamaForCausalLM) and torchvision's ResNet-50 and -18: the
-# largest batch and the longest sequence (bench/gpu/torch_fit.py search),
+# largest batch and the longest sequence (bench/gpu/torch_fit.py search
+# --fresh, each trial as in a fresh process, as fit.star's),
 # memory per training phase (phases) and every allocator event with its
 # ATen op (trace --cpp). memsh's side comes from scripts/fit.star and
 # scripts/fit_phases.star on sim:H100,meta (no GPU needed).
@@ -33,10 +34,10 @@ export PYTHONUNBUFFERED=1
 F="$PY bench/gpu/torch_fit.py"
 S=$OUTDIR/search.jsonl P=$OUTDIR/phases.jsonl
 step gpu_check 60 "$OUTDIR/gpu_check.txt" "$MEMSH" --device cuda scripts/gpu_check.star 64
-step "search llama" 90 "$S" $F search --model llama-3.2-1b --seq 2048
-step "search llama ckpt" 120 "$S" $F search --model llama-3.2-1b --seq 2048 --checkpoint
-step "search resnet50" 120 "$S" $F search --model resnet50
-step "search resnet50 ckpt" 150 "$S" $F search --model resnet50 --checkpoint
+step "search llama" 90 "$S" $F search --model llama-3.2-1b --seq 2048 --fresh
+step "search llama ckpt" 120 "$S" $F search --model llama-3.2-1b --seq 2048 --checkpoint --fresh
+step "search resnet50" 120 "$S" $F search --model resnet50 --fresh
+step "search resnet50 ckpt" 150 "$S" $F search --model resnet50 --checkpoint --fresh
 step "phases llama b1" 40 "$P" $F phases --model llama-3.2-1b --batch 1 --seq 2048
 step "phases llama b1 ckpt" 40 "$P" $F phases --model llama-3.2-1b --batch 1 --seq 2048 --checkpoint
 step "phases resnet50 b64" 40 "$P" $F phases --model resnet50 --batch 64
@@ -45,9 +46,9 @@ step "trace llama b1 --cpp" 90 "$OUTDIR/trace_llama.jsonl" $F trace --model llam
 step "trace resnet50 b16 --cpp" 60 "$OUTDIR/trace_resnet.jsonl" $F trace --model resnet50 --batch 16 --cpp
 step "phases hf-llama b1" 60 "$P" $F phases --model hf-llama-3.2-1b --batch 1 --seq 2048
 step "gpu_compare" 90 "$OUTDIR/compare.txt" env MEMSH="$MEMSH" bash bench/torchref/gpu_compare.sh gpt2_tiny mlp_sgd_momentum
-step "search resnet18" 90 "$S" $F search --model resnet18
-step "search resnet18 ckpt" 120 "$S" $F search --model resnet18 --checkpoint
-step "search hf-llama" 90 "$S" $F search --model hf-llama-3.2-1b --seq 2048
-step "search llama seq b1" 120 "$S" $F search --model llama-3.2-1b --over seq --batch 1 --seq 2048 --high 131072
-step "search llama seq b1 ckpt" 120 "$S" $F search --model llama-3.2-1b --over seq --batch 1 --seq 2048 --high 131072 --checkpoint
+step "search resnet18" 90 "$S" $F search --model resnet18 --fresh
+step "search resnet18 ckpt" 120 "$S" $F search --model resnet18 --checkpoint --fresh
+step "search hf-llama" 90 "$S" $F search --model hf-llama-3.2-1b --seq 2048 --fresh
+step "search llama seq b1" 120 "$S" $F search --model llama-3.2-1b --over seq --batch 1 --seq 2048 --high 131072 --fresh
+step "search llama seq b1 ckpt" 120 "$S" $F search --model llama-3.2-1b --over seq --batch 1 --seq 2048 --high 131072 --checkpoint --fresh
 echo "results in $OUTDIR ($SECONDS s)"

@@ -20,12 +20,14 @@ a script moving its model to the GPU keeps on the host, as memsh does.
       bytes at the point and the peak since the previous one. Its memsh twin
       is scripts/fit_phases.star.
   python3 bench/gpu/torch_fit.py search [--model gpt2-small] [--seq T] [--checkpoint]
-        [--over batch|seq] [--batch B] [--high N]
+        [--over batch|seq] [--batch B] [--high N] [--fresh]
       the largest batch (or, --over seq, the longest sequence at --batch,
       doubling from --seq) that trains, each trial after empty_cache as memsh's
       sweeps do (galloping from 1, then bisection): one JSON line per trial
       and a last line with the boundary, the free memory before the first
       trial and the allocated bytes that outlive a trial (cuBLAS workspaces).
+      --fresh frees those before every trial
+      (torch._C._cuda_clearCublasWorkspaces()), as fit.star's trials do.
   python3 bench/gpu/torch_fit.py trace [--batch B] [--checkpoint] ...
       every allocator event of one trial, one JSON line each.
   python3 bench/gpu/torch_fit.py context
@@ -212,6 +214,10 @@ def cmd_phases(a):
 def trial(a, b, s=None):
     s = s or a.seq
     gc.collect()
+    if a.fresh:
+        # as a fresh process: the cuBLAS workspaces allocated again where
+        # this trial's first products put them (memsh: sweep.max_fit fresh=True)
+        torch._C._cuda_clearCublasWorkspaces()
     torch.cuda.empty_cache()
     torch.cuda.synchronize()
     start = torch.cuda.memory_allocated()
@@ -379,6 +385,7 @@ def main():
     ap.add_argument("--attention", default="math", choices=["math", "sdpa"])
     ap.add_argument("--over", default="batch", choices=["batch", "seq"], help="search: what grows")
     ap.add_argument("--high", type=int, default=1 << 20, help="search: the largest size tried")
+    ap.add_argument("--fresh", action="store_true", help="search: free the cuBLAS workspaces before each trial, as scripts/fit.star's fresh=True")
     ap.add_argument("--cpp", action="store_true", help="trace: record C++ frames too (autograd node and ATen op of each event)")
     a = ap.parse_args()
     {"phases": cmd_phases, "search": cmd_search, "context": cmd_context, "oom": cmd_oom, "trace": cmd_trace, "dry": cmd_dry}[a.cmd](a)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/env"
+	stensor "github.com/memsh/memsh/starlib/tensor"
 )
 
 // Module is the cuda module. Its functions, named as in torch.cuda (sizes
@@ -32,6 +33,7 @@ import (
 //	memory_stats(device=None)      dict of PyTorch's memory_stats() keys
 //	memory_summary(device=None, abbreviated=False)  PyTorch's memory_summary table
 //	empty_cache()                  release cached segments with no allocated block (every GPU)
+//	clear_cublas_workspaces()      free the cuBLAS/cuBLASLt workspaces (torch._C._cuda_clearCublasWorkspaces): the next matrix product allocates them again, as in a fresh process; returns the bytes freed
 //	synchronize(device=None)       wait for the device (no-op on the simulator)
 //	malloc(nbytes, device=None)    a raw buffer: .nbytes .device .free()
 //	record_memory_history(enabled=True, max_entries=100000)  record allocator events with Starlark frames
@@ -56,6 +58,7 @@ var Module = &starlarkstruct.Module{
 		"memory_stats":            starlark.NewBuiltin("cuda.memory_stats", memoryStats),
 		"memory_summary":          starlark.NewBuiltin("cuda.memory_summary", memorySummary),
 		"empty_cache":             starlark.NewBuiltin("cuda.empty_cache", emptyCache),
+		"clear_cublas_workspaces": starlark.NewBuiltin("cuda.clear_cublas_workspaces", clearCublasWorkspaces),
 		"synchronize":             starlark.NewBuiltin("cuda.synchronize", synchronize),
 		"malloc":                  starlark.NewBuiltin("cuda.malloc", mallocBuiltin),
 		"record_memory_history":   starlark.NewBuiltin("cuda.record_memory_history", recordMemoryHistory),
@@ -369,6 +372,16 @@ func emptyCache(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 		m.GPU(i).EmptyCache()
 	}
 	return starlark.None, nil
+}
+
+// clearCublasWorkspaces frees the tensor engine's cuBLAS and cuBLASLt
+// workspaces (tensor.Context.ClearBLASWorkspaces).
+func clearCublasWorkspaces(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	e, err := env.NoArgs(thread, b, args, kwargs)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.MakeUint64(stensor.Context(e).ClearBLASWorkspaces()), nil
 }
 
 func synchronize(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {

@@ -14,18 +14,31 @@ import (
 const maxSize = 1 << 62
 
 // sweep.max_fit(fn, low=1, high=None, mode="power", margin=0.0,
-// max_trials=25, name="") finds the largest int n in [low, high] for which
+// max_trials=25, name="", search="exact", confirm=None, fresh=False) finds the largest int n in [low, high] for which
 // fn(n) runs without running out of memory. See Module.
 func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var fn starlark.Callable
-	var highV, marginV starlark.Value = starlark.None, starlark.Float(0)
-	low, mode, maxTrials, name, search := 1, "power", 25, "", "exact"
+	var highV, marginV, confirmV starlark.Value = starlark.None, starlark.Float(0), starlark.None
+	low, mode, maxTrials, name, search, fresh := 1, "power", 25, "", "exact", false
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "fn", &fn, "low?", &low, "high?", &highV,
-		"mode?", &mode, "margin?", &marginV, "max_trials?", &maxTrials, "name?", &name, "search?", &search); err != nil {
+		"mode?", &mode, "margin?", &marginV, "max_trials?", &maxTrials, "name?", &name, "search?", &search, "confirm?", &confirmV, "fresh?", &fresh); err != nil {
 		return nil, err
 	}
 	if search != "exact" && search != "lazy" && search != "layout" {
 		return nil, fmt.Errorf("%s: for parameter search: unknown search %q (want \"exact\", \"lazy\" or \"layout\")", b.Name(), search)
+	}
+	// confirm: whether the boundary is confirmed by layout-mode trials;
+	// by default only after a lazy search
+	confirm := search == "lazy"
+	switch c := confirmV.(type) {
+	case starlark.NoneType:
+	case starlark.Bool:
+		confirm = bool(c)
+	default:
+		return nil, fmt.Errorf("%s: for parameter confirm: got %s, want bool or None", b.Name(), confirmV.Type())
+	}
+	if search == "layout" && confirm {
+		return nil, fmt.Errorf("%s: for parameter confirm: search=\"layout\" trials need no confirmation", b.Name())
 	}
 	high := maxSize
 	switch h := highV.(type) {
@@ -71,6 +84,7 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		return nil, err
 	}
 	defer r.close()
+	r.fresh = fresh
 	header := fmt.Sprintf("%s %q (%s, low=%d", b.Name(), name, mode, low)
 	if high != maxSize {
 		header += fmt.Sprintf(", high=%d", high)
@@ -110,18 +124,22 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	// search="lazy": the search trials run in lazy peak mode (no reclaim
 	// before each peak-raising allocation: fast, but their peak figures
 	// may include garbage, and garbage freed late changes which blocks
-	// the allocator picks); the boundary is then confirmed in layout mode,
-	// where reserved memory and OOMs are a reference-counted run's.
+	// the allocator picks). search="exact": in the session's mode.
+	// confirm: the boundary is then confirmed in layout mode, where
+	// reserved memory and OOMs are a reference-counted run's.
 	// search="layout": every trial runs in layout mode.
 	mgr := r.env.Manager
 	session := mgr.PeakMode()
-	lazy := search == "lazy" && session != backend.PeakLazy
+	confirm = confirm && session != backend.PeakLayout
+	searchMode := session
 	switch {
-	case lazy:
-		mgr.SetPeakMode(backend.PeakLazy)
-		defer mgr.SetPeakMode(session)
-	case search == "layout" && session != backend.PeakLayout:
-		mgr.SetPeakMode(backend.PeakLayout)
+	case search == "lazy":
+		searchMode = backend.PeakLazy
+	case search == "layout":
+		searchMode = backend.PeakLayout
+	}
+	if searchMode != session || confirm {
+		mgr.SetPeakMode(searchMode)
 		defer mgr.SetPeakMode(session)
 	}
 	// Power: double from low until the first OOM (or high).
@@ -149,13 +167,13 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	}
 
 	var footer []string
-	if lazy {
+	if confirm {
 		mgr.SetPeakMode(backend.PeakLayout)
 		var err error
 		if fit, oom, err = confirmLayout(r, param, unit, &step, low, high, fit, oom, maxTrials); err != nil {
 			return fail(err)
 		}
-		footer = append(footer, "search trials ran in lazy peak mode; the boundary was confirmed by layout-mode trials (confirm=True)")
+		footer = append(footer, fmt.Sprintf("search trials ran in %s peak mode; the boundary was confirmed by layout-mode trials (confirm=True)", searchMode))
 	}
 	converged := fit == high || (oom >= 0 && (mode == "power" || oom-fit <= 1))
 	if fit < 0 && oom == low {

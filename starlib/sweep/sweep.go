@@ -16,11 +16,12 @@ import (
 	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/env/refpath"
 	"github.com/memsh/memsh/record"
+	stensor "github.com/memsh/memsh/starlib/tensor"
 )
 
 // Module is the sweep module:
 //
-//	max_fit(fn, low=1, high=None, mode="power", margin=0.0, max_trials=25, name="", search="exact")
+//	max_fit(fn, low=1, high=None, mode="power", margin=0.0, max_trials=25, name="", search="exact", confirm=None, fresh=False)
 //	    the largest int n in [low, high] for which fn(n) does not run out of
 //	    memory, PyTorch Lightning's batch-size finder: "power" doubles n from
 //	    low until the first OOM; "binsearch" then bisects between the last
@@ -41,7 +42,17 @@ import (
 //	    every trial in layout mode; search="exact" (the default) in the
 //	    session's mode, whose peaks are exact but whose OOM boundary can
 //	    differ from PyTorch's by fragmentation (--peak layout makes it
-//	    PyTorch's).
+//	    PyTorch's). confirm (default: True for search="lazy", else False)
+//	    confirms the boundary with layout-mode trials as above; where
+//	    fragmentation makes the sizes that train not an interval, that
+//	    can be another boundary than a search="layout" one, whose trials
+//	    are the ones PyTorch's own search makes. fresh=True starts every
+//	    trial as in a fresh process: the cuBLAS and cuBLASLt workspaces
+//	    are freed first (torch._C._cuda_clearCublasWorkspaces()), so the
+//	    trial's first matrix products allocate them again where the
+//	    allocator then puts them, and no trial's outcome depends on the
+//	    trials before it; the table says so, and its peaks are above what
+//	    a trial started with.
 //	grid(fn, **values)
 //	    runs fn(**point) for every combination of the given lists of
 //	    values (the last parameter varying fastest). Returns struct(trials).
@@ -126,6 +137,10 @@ type runner struct {
 	bar     *progress
 	libSeq  uint64 // the Manager's sequence number up to which library memory is in base
 	release func() // ends the runner's being a root of the reach walk
+	fresh   bool   // each trial starts as in a fresh process (freshStart)
+	// freshBase is the GPUs' allocated bytes at the start of the last
+	// fresh trial (what its peaks are above), nil before one
+	freshBase []uint64
 }
 
 // Reach walks what the runner keeps across trials (env.Reacher): fn, the
@@ -182,6 +197,27 @@ func (r *runner) emptyCaches() {
 	}
 }
 
+// freshStart frees what a process keeps from one trial to the next
+// outside what Starlark holds — cuBLAS's and cuBLASLt's workspaces, as
+// torch._C._cuda_clearCublasWorkspaces() does — and lowers the baseline
+// by it, so that the trial allocates them again at its first matrix
+// products, in whichever segment the allocator then picks, as a fresh
+// process would: its outcome does not depend on the trials before it.
+func (r *runner) freshStart() {
+	r.env.Manager.Reclaim()
+	before := make([]uint64, len(r.allocs))
+	for i, a := range r.allocs {
+		before[i] = a.Allocated()
+	}
+	if stensor.Context(r.env).ClearBLASWorkspaces() > 0 {
+		for i, a := range r.allocs {
+			r.base[i] -= before[i] - a.Allocated()
+		}
+		r.libSeq = r.env.Manager.Seq()
+	}
+	r.freshBase = append(r.freshBase[:0], r.base...)
+}
+
 // baseline is the GPUs' allocated bytes before the sweep, by device.
 func (r *runner) baseline() map[string]int64 {
 	m := map[string]int64{}
@@ -223,6 +259,9 @@ func (r *runner) run(keys []string, params starlark.StringDict, pidx []int32, ar
 		return p, nil
 	}
 
+	if r.fresh {
+		r.freshStart()
+	}
 	r.emptyCaches()
 	// The hook captures only the name and ev (cleared below): a removed
 	// hook may stay reachable for a while, and must not keep fn's value.
@@ -326,7 +365,12 @@ func (r *runner) finish(header string, footer ...string) {
 	r.bar.close()
 	r.env.Manager.Reclaim()
 	r.emptyCaches()
-	writeTable(r.env.Out, header, &r.points, r.gpuNames(), r.base, footer)
+	base := r.base
+	if r.freshBase != nil {
+		base = r.freshBase
+		footer = append(footer, "each trial started as in a fresh process (fresh=True): the cuBLAS workspaces freed first, as torch._C._cuda_clearCublasWorkspaces() does")
+	}
+	writeTable(r.env.Out, header, &r.points, r.gpuNames(), base, footer)
 }
 
 func (r *runner) gpuNames() []string {
