@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/memsh/memsh/backend"
@@ -9,15 +10,17 @@ import (
 
 // scaled_dot_product_attention's backend choice, as PyTorch 2.x makes it
 // for CUDA tensors (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp,
-// select_sdp_backend; the generic checks in sdp_utils_cpp.h): flash
-// attention, then memory-efficient attention, then the math fallback; a
-// backend is used when every one of its constraints holds, checked in
-// PyTorch's order. The cuDNN backend (first on sm90 only in 2.5.0 and in
-// releases after the cuDNN 9.15 fix) is not modelled: memsh follows the
-// default order of 2.2–2.8, flash → efficient → math. CPU tensors use the
-// math path (PyTorch ≥ 2.2 would pick its CPU flash kernel,
-// _scaled_dot_product_flash_attention_for_cpu, for 4-D inputs without
-// dropout; memsh does not model that kernel).
+// select_sdp_backend; the generic checks in sdp_utils_cpp.h): the first
+// backend of the priority order whose constraints all hold, checked in
+// PyTorch's order. The order is flash attention, memory-efficient
+// attention, math — except on a device where PyTorch 2.11 puts cuDNN
+// attention first (check_prefer_cudnn_attention: CUDA 13 wheels, whose
+// cuDNN is newer than 9.15.0, on sm9x and sm10x): the simulator's H100
+// and H200 presets (CuDNNAttentionDevice). A plain sim:SIZE device (sm90)
+// and real GPUs keep flash first, the order of 2.2–2.8 and of builds
+// without that cuDNN. CPU tensors use the math path (PyTorch ≥ 2.2 would
+// pick its CPU flash kernel, _scaled_dot_product_flash_attention_for_cpu,
+// for 4-D inputs without dropout; memsh does not model that kernel).
 
 // SDPBackend is one of scaled_dot_product_attention's implementations.
 type SDPBackend int
@@ -26,15 +29,16 @@ const (
 	SDPMath      SDPBackend = iota // _scaled_dot_product_attention_math (composite)
 	SDPFlash                       // _scaled_dot_product_flash_attention
 	SDPEfficient                   // _scaled_dot_product_efficient_attention
+	SDPCuDNN                       // _scaled_dot_product_cudnn_attention
 )
 
-var sdpNames = [...]string{"math", "flash", "efficient"}
+var sdpNames = [...]string{"math", "flash", "efficient", "cudnn"}
 
 func (b SDPBackend) String() string { return sdpNames[b] }
 
-// ParseSDPBackend reads a backend's name: "math", "flash" or "efficient"
-// (also PyTorch's enum names "MATH", "FLASH_ATTENTION",
-// "EFFICIENT_ATTENTION").
+// ParseSDPBackend reads a backend's name: "math", "flash", "efficient" or
+// "cudnn" (also PyTorch's enum names "MATH", "FLASH_ATTENTION",
+// "EFFICIENT_ATTENTION", "CUDNN_ATTENTION").
 func ParseSDPBackend(s string) (SDPBackend, bool) {
 	switch strings.ToLower(s) {
 	case "math":
@@ -43,6 +47,8 @@ func ParseSDPBackend(s string) (SDPBackend, bool) {
 		return SDPFlash, true
 	case "efficient", "efficient_attention", "mem_efficient":
 		return SDPEfficient, true
+	case "cudnn", "cudnn_attention":
+		return SDPCuDNN, true
 	}
 	return 0, false
 }
@@ -51,7 +57,7 @@ func ParseSDPBackend(s string) (SDPBackend, bool) {
 type SDPBackends uint8
 
 // AllSDPBackends is every backend memsh models.
-const AllSDPBackends = SDPBackends(1<<SDPMath | 1<<SDPFlash | 1<<SDPEfficient)
+const AllSDPBackends = SDPBackends(1<<SDPMath | 1<<SDPFlash | 1<<SDPEfficient | 1<<SDPCuDNN)
 
 // Has reports whether b is in the set.
 func (s SDPBackends) Has(b SDPBackend) bool { return s&(1<<b) != 0 }
@@ -97,6 +103,20 @@ func (c *Context) ComputeCapability(device string) (major, minor int, ok bool) {
 	return 0, 0, false
 }
 
+// CuDNNAttentionDevice is implemented by a device on which PyTorch tries
+// cuDNN attention first (backend/sim presets of sm9x/sm10x cards).
+type CuDNNAttentionDevice interface {
+	CuDNNAttention() bool
+}
+
+// prefersCuDNN reports whether scaled_dot_product_attention tries cuDNN
+// attention first on device.
+func (c *Context) prefersCuDNN(device string) bool {
+	_, d := c.deviceOf(device)
+	cd, ok := d.(CuDNNAttentionDevice)
+	return ok && cd.CuDNNAttention()
+}
+
 // SDPParams are the inputs the backend choice looks at (sdp::sdp_params).
 type SDPParams struct {
 	Q, K, V, Mask *Tensor
@@ -122,10 +142,11 @@ func torchDType(dt DType) string {
 	return dt.String()
 }
 
-// SelectSDPBackend is select_sdp_backend: the first backend of flash,
-// efficient, math that is enabled in the Context and can run p. When none
-// can, the error is PyTorch's "No available kernel. Aborting execution."
-// with the reasons PyTorch prints as warnings folded in.
+// SelectSDPBackend is select_sdp_backend: the first backend of the
+// device's priority order (cuDNN, flash, efficient, math where the device
+// prefers cuDNN, else flash, efficient, math, cuDNN) that is enabled in the Context and can run p.
+// When none can, the error is PyTorch's "No available kernel. Aborting
+// execution." with the reasons PyTorch prints as warnings folded in.
 func SelectSDPBackend(p SDPParams) (SDPBackend, error) {
 	c := p.Q.ctx
 	if c.SDPDisabled&AllSDPBackends == AllSDPBackends {
@@ -138,6 +159,10 @@ func SelectSDPBackend(p SDPParams) (SDPBackend, error) {
 		}
 		return 0, fmt.Errorf("No available kernel. Aborting execution. (memsh models only the math backend for CPU tensors: PyTorch's CPU flash kernel is not modelled)")
 	}
+	cudnnFirst := c.prefersCuDNN(p.Q.Device())
+	if cudnnFirst && cudnnReason(p, major, minor) == "" {
+		return SDPCuDNN, nil
+	}
 	flash := flashReason(p, major, minor)
 	if flash == "" {
 		return SDPFlash, nil
@@ -149,7 +174,10 @@ func SelectSDPBackend(p SDPParams) (SDPBackend, error) {
 	if c.SDPEnabled(SDPMath) {
 		return SDPMath, nil
 	}
-	return 0, fmt.Errorf("No available kernel. Aborting execution. (Memory efficient kernel not used because: %s Flash attention kernel not used because: %s)", eff, flash)
+	if !cudnnFirst && cudnnReason(p, major, minor) == "" { // the default order's fourth
+		return SDPCuDNN, nil
+	}
+	return 0, fmt.Errorf("No available kernel. Aborting execution. (Memory efficient kernel not used because: %s Flash attention kernel not used because: %s cuDNN attention kernel not used because: %s)", eff, flash, cudnnReason(p, major, minor))
 }
 
 // CanUseSDPBackend reports why backend b cannot run p ("" when it can),
@@ -164,6 +192,62 @@ func CanUseSDPBackend(p SDPParams, b SDPBackend) string {
 		return flashReason(p, major, minor)
 	case SDPEfficient:
 		return efficientReason(p, major, minor)
+	case SDPCuDNN:
+		return cudnnReason(p, major, minor)
+	}
+	return ""
+}
+
+// cudnnReason is can_use_cudnn_attention's first failing constraint (its
+// warning), or "", for dense inputs: PyTorch 2.11 with cuDNN 9.15+, whose
+// head dimension limit is 128 (256 only with cuDNN after 9.22).
+func cudnnReason(p SDPParams, major, minor int) string {
+	c := p.Q.ctx
+	q, k, v := p.Q, p.K, p.V
+	if !c.SDPEnabled(SDPCuDNN) {
+		return "cuDNN attention has been runtime disabled."
+	}
+	if r := checkShapes4(p); r != "" {
+		return r
+	}
+	allowed := []DType{Float16, BFloat16}
+	if major < 8 {
+		allowed = []DType{Float16}
+	}
+	if r := checkDTypes(p, allowed); r != "" {
+		return r
+	}
+	if !smIn(major, minor, 8, 0, 12, 1) {
+		return fmt.Sprintf("cuDNN MHA only supports gpu architectures in the range [sm80, sm121]. Attempting to run on a sm %d.%d gpu.", major, minor)
+	}
+	if p.Dropout*16 != math.Floor(p.Dropout*16) {
+		return "cuDNN dropout probability resolution is limited to 1/16.Use a dropout probability that is a multiple of 1/16 to select the cuDNN backend"
+	}
+	if r := checkNonzeroSeq(p); r != "" {
+		return r
+	}
+	if r := checkLastStride(p, true); r != "" {
+		return r
+	}
+	if r := checkBatchHeads(p); r != "" {
+		return r
+	}
+	const maxDim = 65535
+	if q.shape[0] > maxDim || q.shape[1] > maxDim {
+		return fmt.Sprintf("cuDNN SDPA does not support batch size or num_heads greater than %d. Got batch size: %d, num_heads: %d", maxDim, q.shape[0], q.shape[1])
+	}
+	dqk, dv := q.shape[3], v.shape[3]
+	if dqk > 128 || dv > 128 {
+		return "head_dim should be no more than 128"
+	}
+	if dqk%8 != 0 || dv%8 != 0 {
+		return "head_dim should be a multiple of 8"
+	}
+	if k.shape[2] == 1 {
+		return "cudnn SDPA does not support key/value sequence length 1."
+	}
+	if p.Dropout != 0 && q.shape[2] == 1 {
+		return "cudnn SDPA does not support query sequence length 1 with dropout."
 	}
 	return ""
 }

@@ -71,3 +71,13 @@ func (d *Device) Multiprocessors() (count, threadsPerSM int, ok bool) {
 	c, ok := cards[d.spec.Preset]
 	return c.sms, c.threadsPerSM, ok
 }
+
+// CuDNNAttention reports whether PyTorch tries cuDNN's fused attention
+// first on the preset card (tensor.CuDNNAttentionDevice): PyTorch 2.11's
+// CUDA 13 wheels, whose cuDNN is newer than 9.15.0, do on sm9x and sm10x
+// (sdp_utils.cpp, check_prefer_cudnn_attention), as the H100 run of
+// bench/gpu/models.sh showed. A plain sim:SIZE keeps flash first.
+func (d *Device) CuDNNAttention() bool {
+	c, ok := cards[d.spec.Preset]
+	return ok && (c.cc[0] == 9 || c.cc[0] == 10)
+}

@@ -15,28 +15,21 @@ import (
 // with bench/gpu/torch_models.py's layer-for-layer twin of
 // scripts/models/llama.star).
 
-// Two differences are known and stated in bytes:
-//   - cuDNN attention (PyTorch's first SDPA backend on sm90 with cuDNN
-//     9.15+, not modelled: memsh runs flash) keeps a philox seed and offset
-//     on the device: two 512-byte blocks per layer;
-//   - torch_fit.py sets the default device to CUDA, so AdamW's step
-//     counters (torch.tensor(0.0) in _init_group) land there: one 512-byte
-//     block per parameter from the first step on. Written the usual way
-//     (tensors made on the CPU, the model moved) they stay on the host, as
-//     memsh keeps them.
+// One difference is known and stated in bytes: torch_fit.py sets the
+// default device to CUDA, so AdamW's step counters (torch.tensor(0.0) in
+// _init_group) land there: one 512-byte block per parameter from the first
+// step on. Written the usual way (tensors made on the CPU, the model
+// moved) they stay on the host, as memsh keeps them.
 const (
-	llamaLayers = 16
 	llamaParams = 146 // 16 × 9 + embedding + final norm (lm_head tied)
-	cudnnSeeds  = llamaLayers * 2 * 512
 	stepCounts  = llamaParams * 512
 )
 
 // TestRealGPULlamaPhases compares every point of the Llama 3.2 1B trial
 // (batch 1, sequence 2048, bf16 autocast, AdamW; scripts/fit_phases.star)
-// with PyTorch's on the H100: the model, the optimizer and the data to the
-// byte; with checkpointing the first forward and backward to the byte;
-// without it the first forward less the cuDNN seeds; every later point less
-// the seeds and the step counters, exactly.
+// with PyTorch's on the H100, whose attention is cuDNN's: the model, the
+// optimizer, the data and the first forward and backward to the byte;
+// every later point less the step counters, exactly.
 func TestRealGPULlamaPhases(t *testing.T) {
 	data, err := os.ReadFile(realGPUDir + "h100_models_phases.jsonl")
 	if err != nil {
@@ -79,24 +72,11 @@ func TestRealGPULlamaPhases(t *testing.T) {
 			var dAlloc, dPeak int64
 			switch {
 			case w.Step == 0 && w.Point != "release":
-			case w.Step == 1 && w.Point == "forward":
-				if !ckpt {
-					dAlloc, dPeak = cudnnSeeds, cudnnSeeds
-				}
-			case w.Step == 1 && w.Point == "backward":
-				if !ckpt {
-					dPeak = cudnnSeeds // the seeds are freed with the graph
-				}
+			case w.Step == 1 && (w.Point == "forward" || w.Point == "backward"):
 			case w.Point == "release":
 				dPeak = stepCounts
 			default:
 				dAlloc, dPeak = stepCounts, stepCounts
-				if !ckpt && w.Step == 2 && w.Point == "forward" {
-					dAlloc, dPeak = stepCounts+cudnnSeeds, stepCounts+cudnnSeeds
-				}
-				if !ckpt && w.Step == 2 && w.Point == "backward" {
-					dPeak = stepCounts + cudnnSeeds
-				}
 			}
 			if w.Allocated-g.Allocated != dAlloc || w.Peak-g.Peak != dPeak {
 				t.Errorf("checkpoint %v, %s step %d: memsh %d/%d, PyTorch %d/%d (allocated/peak): %d/%d less, want %d/%d",

@@ -19,6 +19,12 @@
 //	Sequential(*modules)  ModuleList(modules=None)
 //	Parameter(data, requires_grad=True)
 //	Module(forward, **children)
+//	Identity()  CrossEntropyLoss(...)  MSELoss(...)
+//	autocast(fn, *args, dtype="bfloat16", enabled=True, **kwargs)   (autocast.go)
+//	checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=True, **kwargs) (checkpoint.go)
+//	sdpa_kernel(backends, fn, *args, **kwargs)  sdpa_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False)
+//	    scaled_dot_product_attention's backends: "math", "flash", "efficient", "cudnn" (sdpa_kernel.go)
+//	track(fn, *args, **kwargs)                                      (track.go)
 //	functional: the functional forms (see functional.go)
 //
 // Conv2d and nn.functional.conv2d model cudnn_convolution's tensors only:

@@ -18,7 +18,7 @@ func init() {
 // fn(*args, **kwargs) with only the given scaled_dot_product_attention
 // backends enabled (torch.nn.attention.sdpa_kernel as a context manager
 // around the call), restored afterwards, also on error. backends is
-// "math", "flash", "efficient" or a list of them. A forced backend that
+// "math", "flash", "efficient", "cudnn" or a list of them. A forced backend that
 // cannot run the inputs fails as in PyTorch: "No available kernel.
 // Aborting execution." with the reasons PyTorch warns about in the
 // message.
@@ -45,7 +45,7 @@ func sdpaKernel(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 		s, ok := starlark.AsString(v)
 		be, known := tensor.ParseSDPBackend(s)
 		if !ok || !known {
-			return nil, fmt.Errorf("%s: for parameter backends: unknown backend %s (want \"math\", \"flash\" or \"efficient\"; cuDNN attention is not modelled)", b.Name(), v)
+			return nil, fmt.Errorf("%s: for parameter backends: unknown backend %s (want \"math\", \"flash\", \"efficient\" or \"cudnn\")", b.Name(), v)
 		}
 		enabled = enabled.With(be)
 	}
@@ -65,8 +65,8 @@ func sdpaKernel(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 }
 
 // sdpaBackend is nn.sdpa_backend(query, key, value, attn_mask=None,
-// dropout_p=0.0, is_causal=False): the backend ("flash", "efficient" or
-// "math") nn.functional.scaled_dot_product_attention would run for these
+// dropout_p=0.0, is_causal=False): the backend ("cudnn", "flash",
+// "efficient" or "math") nn.functional.scaled_dot_product_attention would run for these
 // inputs on their device now (torch._fused_sdp_choice), or PyTorch's
 // error when none can.
 func sdpaBackend(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {

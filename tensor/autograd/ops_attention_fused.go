@@ -11,8 +11,9 @@ import (
 // ScaledDotProductAttention is torch.nn.functional.scaled_dot_product_
 // attention: after PyTorch's input validation (validate_sdpa_input), the
 // backend is chosen as PyTorch 2.x chooses it for the device
-// (tensor.SelectSDPBackend: flash → efficient → math on CUDA, within the
-// backends the Context enables) and run:
+// (tensor.SelectSDPBackend: cuDNN first on the H100 and H200 presets, then
+// flash → efficient → math, within the backends the Context enables) and
+// run:
 //
 //   - math: the composite decomposition (sdpaMath), which materialises
 //     and saves the L×S scores;
@@ -21,6 +22,11 @@ import (
 //     one ScaledDotProductFlashAttentionBackward0 node saving query, key,
 //     value (the padded ones), output, logsumexp and the philox seed and
 //     offset (derivatives.yaml);
+//   - cudnn: _scaled_dot_product_cudnn_attention with the mask (bool turned
+//     additive), the logsumexp computed when grad is needed; one
+//     ScaledDotProductCudnnAttentionBackward0 node saving query, key,
+//     value, output, logsumexp, philox seed and offset (on the device)
+//     and attn_bias (derivatives.yaml);
 //   - efficient: _scaled_dot_product_efficient_attention with the mask
 //     (bool turned additive) padded if misaligned and expanded to
 //     [B, H, L, S]; the logsumexp is computed when grad is needed; one
@@ -61,6 +67,8 @@ func ScaledDotProductAttention(q, k, v, attnMask *tensor.Tensor, dropoutP float6
 		return sdpaFlash(q, k, v, dropoutP, isCausal, scale)
 	case tensor.SDPEfficient:
 		return sdpaEfficient(q, k, v, attnMask, reqGrad, dropoutP, isCausal, scale)
+	case tensor.SDPCuDNN:
+		return sdpaCuDNN(q, k, v, attnMask, reqGrad, dropoutP, isCausal, scale)
 	}
 	return sdpaMath(q, k, v, attnMask, dropoutP, isCausal, scale)
 }
@@ -183,6 +191,51 @@ func sdpaEfficient(q, k, v, mask *tensor.Tensor, computeLSE bool, dropoutP float
 		}
 	}
 	runtime.KeepAlive(lse)
+	return out, nil
+}
+
+// sdpaCuDNN is the cuDNN branch of scaled_dot_product_attention.
+func sdpaCuDNN(q, k, v, mask *tensor.Tensor, computeLSE bool, dropoutP float64, causal bool, scale float64) (*tensor.Tensor, error) {
+	s := sdpaScale(q, scale)
+	bias := mask
+	if mask != nil && mask.DType() == tensor.Bool { // convert_boolean_attn_mask_cudnn
+		var err error
+		if bias, err = additiveMask(mask, q.DType()); err != nil {
+			return nil, err
+		}
+	}
+	n := newNode("ScaledDotProductCudnnAttentionBackward0", q, k, v)
+	var sq, sk, sv, sb, sout, slse, sseed, soff *SavedTensor
+	if n != nil {
+		sq, sk, sv, sb = n.save(q), n.save(k), n.save(v), n.save(bias)
+	}
+	out, lse, seed, off, rs, ro, err := tensor.CuDNNAttentionForward(q, k, v, bias, computeLSE, dropoutP, causal, s)
+	if err != nil {
+		return nil, err
+	}
+	if n != nil {
+		n.setOutputs(out)
+		sout, slse, sseed, soff = n.saveOutput(out, 0), n.save(lse), n.save(seed), n.save(off)
+		n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
+			if g[0] == nil {
+				return make([]*tensor.Tensor, 3), nil
+			}
+			// the seed and offset are kept as PyTorch keeps them; their
+			// values travel in rs, ro (a meta device holds no data)
+			vs, err := unpackAll(sq, sk, sv, sb, sout, slse, sseed, soff)
+			if err != nil {
+				return nil, err
+			}
+			gq, gk, gv, err := tensor.CuDNNAttentionBackward(g[0], vs[0], vs[1], vs[2], vs[3], dropoutP, causal, s, rs, ro)
+			if err != nil {
+				return nil, err
+			}
+			return []*tensor.Tensor{gq, gk, gv}, nil
+		}
+	}
+	runtime.KeepAlive(lse)
+	runtime.KeepAlive(seed)
+	runtime.KeepAlive(off)
 	return out, nil
 }
 
