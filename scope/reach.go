@@ -94,6 +94,16 @@ func (s *Session) stamp() uint64 {
 	return s.stepBase + s.thread.Steps + s.thread.Calls + s.tctx.Ticks()
 }
 
+// layoutClock is the layout mode's clock (backend.Manager.SetLayoutClock):
+// the steps the main thread has run (across the per-statement reset of
+// --max-steps) plus its call entries and exits. It moves between two
+// allocations whenever Starlark may have dropped a value: in
+// `a * b + c * d` the product a * b is dropped by the instruction that
+// adds, between the second product's allocation and the sum's.
+func (s *Session) layoutClock() uint64 {
+	return s.stepBase + s.thread.Steps + s.thread.Calls
+}
+
 // frameCache is what a walk found in the frames of the main thread, for
 // the next walk to keep (backend.Frames): for each frame, numbered from
 // the bottom of the stack, the least horizon of the frames up to it, the

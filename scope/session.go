@@ -156,10 +156,11 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 	env.Install(s.thread, s.env)
 	s.thread.SetLocal(sessionKey, s)
 	// Layout mode reclaims before an allocation only when Starlark code
-	// ran or a call began or ended since its last reclaim (or Go code
-	// noted garbage): nothing else drops what Starlark holds.
+	// ran (an instruction: an operator's pops drop its operands, a store
+	// its old value) or a call began or ended since its last reclaim (or
+	// Go code noted garbage): nothing else drops what Starlark holds.
 	th := s.thread
-	mgr.SetLayoutClock(func() uint64 { return th.Calls })
+	mgr.SetLayoutClock(s.layoutClock)
 	// Allocations, and built-in functions' frames as they are entered,
 	// are stamped with the step count, so that a reclaim can tell what
 	// running Go code may hold (reach.go).
