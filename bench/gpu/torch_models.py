@@ -71,8 +71,12 @@ def sdpa(q, k, v, causal):
 
 
 def rotate_half(x):
+    # as HF's and llama.star's: x1's slice first (the backward runs the
+    # slices' nodes in the reverse order of their creation)
     half = x.shape[-1] // 2
-    return torch.cat([x.narrow(-1, half, x.shape[-1] - half).neg(), x.narrow(-1, 0, half)], dim=-1)
+    x1 = x.narrow(-1, 0, half)
+    x2 = x.narrow(-1, half, x.shape[-1] - half)
+    return torch.cat([x2.neg(), x1], dim=-1)
 
 
 class LlamaAttention(nn.Module):
