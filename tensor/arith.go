@@ -156,6 +156,31 @@ func Unary(op UnaryOp, t *Tensor) (*Tensor, error) {
 	return unary(fname, op, t)
 }
 
+// UnaryInPlace is op(t) written into t (Tensor.relu_ and the like): t's
+// dtype must be one op produces (a float-only op of an integer tensor is
+// an error, as PyTorch's "result type Float can't be cast to the desired
+// output type"); nothing is allocated on a host or simulated device.
+func UnaryInPlace(op UnaryOp, t *Tensor) (*Tensor, error) {
+	fname := unaryNames[op] + "_"
+	if op.floatOnly() && !t.dtype.IsFloat() {
+		return nil, errorf(fname, "result type Float can't be cast to the desired output type %s", dtypes[t.dtype].torch)
+	}
+	var err error
+	if onGPU(t) != nil {
+		err = staged(t.ctx, fname, []*Tensor{t}, func(s *staging) error { return unaryInto(fname, op, s.shadowOf(t)) })
+	} else {
+		err = unaryInto(fname, op, t)
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.st.BumpVersion()
+	return t, nil
+}
+
+// Relu_ is Tensor.relu_: t = max(t, 0) in place.
+func Relu_(t *Tensor) (*Tensor, error) { return UnaryInPlace(OpRelu, t) }
+
 // Neg is torch.neg: -t.
 func Neg(t *Tensor) (*Tensor, error) { return Unary(OpNeg, t) }
 

@@ -436,6 +436,26 @@ func unary(fname string, op UnaryOp, t *Tensor) (*Tensor, error) {
 	return out, nil
 }
 
+// unaryInto computes op(t) into t itself, element by element at the same
+// offsets (so a strided t is safe to alias).
+func unaryInto(fname string, op UnaryOp, t *Tensor) error {
+	if err := t.checkLive(fname); err != nil {
+		return err
+	}
+	if t.dtype == Bool && (op == OpNeg || op == OpAbs || op == OpRelu) {
+		return errorf(fname, "not implemented for 'bool'")
+	}
+	if err := internalOverlap(fname, t); err != nil {
+		return err
+	}
+	if t.hasData() && t.Numel() > 0 {
+		l := layoutOf(t, t.shape)
+		unaryKernel(op, l, t.dtype, l, t.dtype, t.shape)
+	}
+	runtime.KeepAlive(t)
+	return t.ctx.interrupted(fname) // t may be partly written
+}
+
 // copyInto copies src (broadcast to dst's shape, any dtype) into dst, as
 // Tensor.copy_. Devices may differ. Nothing is allocated.
 func copyInto(fname string, dst, src *Tensor) error {

@@ -33,7 +33,7 @@ type methodFn func(thread *starlark.Thread, fname string, t *Tensor, args starla
 //	eq(o) ne(o) lt(o) le(o) gt(o) ge(o)       elementwise comparisons: bool tensors
 //	equal(o) allclose(o, rtol=1e-05, atol=1e-08, equal_nan=False)   Starlark bools (read values)
 //	narrow(dim, start, length) select(dim, index)   views
-//	add_(o) sub_(o) mul_(o) div_(o) zero_() fill_(v) copy_(src)   in place, allocate nothing, return t
+//	add_(o) sub_(o) mul_(o) div_(o) relu_() zero_() fill_(v) copy_(src)   in place, allocate nothing, return t (relu_: ReluBackward0 saves t)
 var methods map[string]methodFn
 
 func init() {
@@ -111,13 +111,19 @@ func init() {
 		"equal":    methodEqual,
 		"allclose": methodAllclose,
 		"relu":     unaryMethod(tensor.OpRelu),
-		"neg":      unaryMethod(tensor.OpNeg),
-		"abs":      unaryMethod(tensor.OpAbs),
-		"exp":      unaryMethod(tensor.OpExp),
-		"log":      unaryMethod(tensor.OpLog),
-		"sqrt":     unaryMethod(tensor.OpSqrt),
-		"tanh":     unaryMethod(tensor.OpTanh),
-		"sigmoid":  unaryMethod(tensor.OpSigmoid),
+		"relu_": noArgs(func(fname string, t *Tensor) (starlark.Value, error) {
+			if _, err := autograd.Relu_(t.t); err != nil {
+				return nil, rename(err, fname)
+			}
+			return t, nil
+		}),
+		"neg":     unaryMethod(tensor.OpNeg),
+		"abs":     unaryMethod(tensor.OpAbs),
+		"exp":     unaryMethod(tensor.OpExp),
+		"log":     unaryMethod(tensor.OpLog),
+		"sqrt":    unaryMethod(tensor.OpSqrt),
+		"tanh":    unaryMethod(tensor.OpTanh),
+		"sigmoid": unaryMethod(tensor.OpSigmoid),
 		"zero_": noArgs(func(f string, t *Tensor) (starlark.Value, error) {
 			if _, err := t.t.Zero_(); err != nil {
 				return nil, rename(err, f)

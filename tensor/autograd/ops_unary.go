@@ -76,6 +76,34 @@ func Relu(a *tensor.Tensor) (*tensor.Tensor, error) {
 		func(g, y *tensor.Tensor) (*tensor.Tensor, error) { return backwardKernel("threshold_backward", g, y) })
 }
 
+// Relu_ is t.relu_(): in place, ReluBackward0 becomes t's grad_fn and
+// saves the result — t itself, at its version after the op — as
+// torch.relu_ does (torchvision's nn.ReLU(inplace=True)); nothing is
+// allocated in the forward.
+func Relu_(a *tensor.Tensor) (*tensor.Tensor, error) {
+	if !recording(a) {
+		return tensor.Relu_(a)
+	}
+	if err := checkInPlace(a); err != nil {
+		return nil, err
+	}
+	n := newNode("ReluBackward0", a)
+	if _, err := tensor.Relu_(a); err != nil {
+		return nil, err
+	}
+	rebase(n, a)
+	s := n.saveOutput(a, 0)
+	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		v, err := s.Unpack()
+		if err != nil {
+			return nil, err
+		}
+		r, err := backwardKernel("threshold_backward", g[0], v)
+		return []*tensor.Tensor{r}, err
+	}
+	return a, nil
+}
+
 // Sqrt: SqrtBackward0, saves the result; gradient grad / (2 * result): two
 // allocations, the temporary freed at once.
 func Sqrt(a *tensor.Tensor) (*tensor.Tensor, error) {
