@@ -368,7 +368,9 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	if storesData(a) {
 		m.sinceReclaim += nbytes
 	}
-	m.emit(a, Event{Kind: EventAlloc, Addr: b.Ptr, Size: b.Size, Requested: nbytes, Seq: rec.seq})
+	if b.Size > 0 { // an empty tensor: PyTorch's allocator records nothing
+		m.emit(a, Event{Kind: EventAlloc, Addr: b.Ptr, Size: b.Size, Requested: nbytes, Seq: rec.seq})
+	}
 	return h, nil
 }
 
@@ -505,7 +507,9 @@ func (m *Manager) freeLocked(r *record) {
 		addr, size := r.block.Ptr, r.block.Size
 		r.alloc.Free(r.block)
 		r.block = nil
-		m.emit(r.alloc, Event{Kind: EventFree, Addr: addr, Size: size, Requested: r.nbytes, Seq: r.seq})
+		if size > 0 {
+			m.emit(r.alloc, Event{Kind: EventFree, Addr: addr, Size: size, Requested: r.nbytes, Seq: r.seq})
+		}
 	}
 }
 

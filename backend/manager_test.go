@@ -184,6 +184,10 @@ func TestObserveEvents(t *testing.T) {
 	remove := m.Observe(func(e backend.Event) { kinds = append(kinds, e.Kind.String()+":"+e.Device) })
 	h, _ := m.Alloc("cuda", mib)
 	m.Release(h, "test")
+	// an empty tensor's allocation: no event, as PyTorch's allocator
+	// records none for size 0
+	z, _ := m.Alloc("cuda", 0)
+	m.Release(z, "test")
 	m.GPU(0).EmptyCache()
 	_, _ = m.Alloc("cuda", 2<<30)
 	remove()
