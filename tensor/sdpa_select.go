@@ -210,11 +210,7 @@ func cudnnReason(p SDPParams, major, minor int) string {
 	if r := checkShapes4(p); r != "" {
 		return r
 	}
-	allowed := []DType{Float16, BFloat16}
-	if major < 8 {
-		allowed = []DType{Float16}
-	}
-	if r := checkDTypes(p, allowed); r != "" {
+	if r := checkLowPrecision(p, major); r != "" {
 		return r
 	}
 	if !smIn(major, minor, 8, 0, 12, 1) {
@@ -287,11 +283,7 @@ func flashReason(p SDPParams, major, minor int) string {
 	if p.Causal && q.shape[2] != k.shape[2] {
 		return fmt.Sprintf("Flash attention does not support the is_causal flag when seqlen_q != seqlen_k. Got seqlen_q: %d seqlen_k: %d. If you would like to use causal attention with non-square masks, please see CausalAttnMask.", q.shape[2], k.shape[2])
 	}
-	allowed := []DType{Float16, BFloat16}
-	if major < 8 {
-		allowed = []DType{Float16}
-	}
-	if r := checkDTypes(p, allowed); r != "" {
+	if r := checkLowPrecision(p, major); r != "" {
 		return r
 	}
 	if r := checkBatchHeads(p); r != "" {
@@ -354,6 +346,15 @@ func efficientReason(p SDPParams, major, minor int) string {
 		allowed = []DType{Float16, Float32}
 	}
 	return checkDTypes(p, allowed)
+}
+
+// checkLowPrecision is check_dtypes_low_precision: float16 and bfloat16
+// from sm80 on, float16 only before.
+func checkLowPrecision(p SDPParams, major int) string {
+	if major < 8 {
+		return checkDTypes(p, []DType{Float16})
+	}
+	return checkDTypes(p, []DType{Float16, BFloat16})
 }
 
 func checkShapes4(p SDPParams) string {

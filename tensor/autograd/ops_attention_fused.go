@@ -162,36 +162,16 @@ func sdpaEfficient(q, k, v, mask *tensor.Tensor, computeLSE bool, dropoutP float
 			return nil, err
 		}
 	}
-	n := newNode("ScaledDotProductEfficientAttentionBackward0", q, k, v)
-	var sq, sk, sv, sb, sout, slse, sseed, soff *SavedTensor
-	if n != nil {
-		sq, sk, sv, sb = n.save(q), n.save(k), n.save(v), n.save(bias)
-	}
-	out, lse, seed, off, err := tensor.EfficientAttentionForward(q, k, v, bias, computeLSE, dropoutP, causal, s)
-	if err != nil {
-		return nil, err
-	}
-	if n != nil {
-		n.setOutputs(out)
-		sout, slse, sseed, soff = n.saveOutput(out, 0), n.save(lse), n.save(seed), n.save(off)
-		rs, ro := philoxValues(seed, off, dropoutP)
-		n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
-			if g[0] == nil {
-				return make([]*tensor.Tensor, 3), nil
+	return sdpaBiased("ScaledDotProductEfficientAttentionBackward0", q, k, v, bias,
+		func() (out, lse, seed, off *tensor.Tensor, rs, ro uint64, err error) {
+			if out, lse, seed, off, err = tensor.EfficientAttentionForward(q, k, v, bias, computeLSE, dropoutP, causal, s); err == nil {
+				rs, ro = philoxValues(seed, off, dropoutP)
 			}
-			vs, err := unpackAll(sq, sk, sv, sb, sout, slse, sseed, soff)
-			if err != nil {
-				return nil, err
-			}
-			gq, gk, gv, err := tensor.EfficientAttentionBackward(g[0], vs[0], vs[1], vs[2], vs[3], dropoutP, causal, s, rs, ro)
-			if err != nil {
-				return nil, err
-			}
-			return []*tensor.Tensor{gq, gk, gv}, nil
-		}
-	}
-	runtime.KeepAlive(lse)
-	return out, nil
+			return
+		},
+		func(g, q, k, v, bias *tensor.Tensor, rs, ro uint64) (*tensor.Tensor, *tensor.Tensor, *tensor.Tensor, error) {
+			return tensor.EfficientAttentionBackward(g, q, k, v, bias, dropoutP, causal, s, rs, ro)
+		})
 }
 
 // sdpaCuDNN is the cuDNN branch of scaled_dot_product_attention.
@@ -204,12 +184,30 @@ func sdpaCuDNN(q, k, v, mask *tensor.Tensor, computeLSE bool, dropoutP float64, 
 			return nil, err
 		}
 	}
-	n := newNode("ScaledDotProductCudnnAttentionBackward0", q, k, v)
+	// the seed and offset are kept on the device as PyTorch keeps them;
+	// their values travel in rs, ro (a meta device holds no data)
+	return sdpaBiased("ScaledDotProductCudnnAttentionBackward0", q, k, v, bias,
+		func() (out, lse, seed, off *tensor.Tensor, rs, ro uint64, err error) {
+			return tensor.CuDNNAttentionForward(q, k, v, bias, computeLSE, dropoutP, causal, s)
+		},
+		func(g, q, k, v, bias *tensor.Tensor, rs, ro uint64) (*tensor.Tensor, *tensor.Tensor, *tensor.Tensor, error) {
+			return tensor.CuDNNAttentionBackward(g, q, k, v, bias, dropoutP, causal, s, rs, ro)
+		})
+}
+
+// sdpaBiased runs a fused kernel that takes an additive bias (efficient,
+// cuDNN) under one node named name, which saves query, key, value,
+// attn_bias, output, logsumexp and the philox seed and offset, as
+// derivatives.yaml has both; rs, ro are the seed's and offset's values.
+func sdpaBiased(name string, q, k, v, bias *tensor.Tensor,
+	forward func() (out, lse, seed, off *tensor.Tensor, rs, ro uint64, err error),
+	backward func(g, q, k, v, bias *tensor.Tensor, rs, ro uint64) (*tensor.Tensor, *tensor.Tensor, *tensor.Tensor, error)) (*tensor.Tensor, error) {
+	n := newNode(name, q, k, v)
 	var sq, sk, sv, sb, sout, slse, sseed, soff *SavedTensor
 	if n != nil {
 		sq, sk, sv, sb = n.save(q), n.save(k), n.save(v), n.save(bias)
 	}
-	out, lse, seed, off, rs, ro, err := tensor.CuDNNAttentionForward(q, k, v, bias, computeLSE, dropoutP, causal, s)
+	out, lse, seed, off, rs, ro, err := forward()
 	if err != nil {
 		return nil, err
 	}
@@ -220,13 +218,11 @@ func sdpaCuDNN(q, k, v, mask *tensor.Tensor, computeLSE bool, dropoutP float64, 
 			if g[0] == nil {
 				return make([]*tensor.Tensor, 3), nil
 			}
-			// the seed and offset are kept as PyTorch keeps them; their
-			// values travel in rs, ro (a meta device holds no data)
 			vs, err := unpackAll(sq, sk, sv, sb, sout, slse, sseed, soff)
 			if err != nil {
 				return nil, err
 			}
-			gq, gk, gv, err := tensor.CuDNNAttentionBackward(g[0], vs[0], vs[1], vs[2], vs[3], dropoutP, causal, s, rs, ro)
+			gq, gk, gv, err := backward(g[0], vs[0], vs[1], vs[2], vs[3], rs, ro)
 			if err != nil {
 				return nil, err
 			}
