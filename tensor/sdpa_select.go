@@ -144,9 +144,10 @@ func torchDType(dt DType) string {
 
 // SelectSDPBackend is select_sdp_backend: the first backend of the
 // device's priority order (cuDNN, flash, efficient, math where the device
-// prefers cuDNN, else flash, efficient, math, cuDNN) that is enabled in the Context and can run p.
-// When none can, the error is PyTorch's "No available kernel. Aborting
-// execution." with the reasons PyTorch prints as warnings folded in.
+// prefers cuDNN, else flash, efficient, math, cuDNN) that is enabled in
+// the Context and can run p. When none can, the error is PyTorch's "No
+// available kernel. Aborting execution." with the reasons PyTorch prints
+// as warnings folded in.
 func SelectSDPBackend(p SDPParams) (SDPBackend, error) {
 	c := p.Q.ctx
 	if c.SDPDisabled&AllSDPBackends == AllSDPBackends {

@@ -14,8 +14,9 @@ import (
 const maxSize = 1 << 62
 
 // sweep.max_fit(fn, low=1, high=None, mode="power", margin=0.0,
-// max_trials=25, name="", search="exact", confirm=None, fresh=False) finds the largest int n in [low, high] for which
-// fn(n) runs without running out of memory. See Module.
+// max_trials=25, name="", search="exact", confirm=None, fresh=False)
+// finds the largest int n in [low, high] for which fn(n) runs without
+// running out of memory. See Module.
 func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var fn starlark.Callable
 	var highV, marginV, confirmV starlark.Value = starlark.None, starlark.Float(0), starlark.None

@@ -246,6 +246,10 @@ func (r *runner) run(keys []string, params starlark.StringDict, pidx []int32, ar
 		return nil, fmt.Errorf("%s: %v", r.builtin, err)
 	}
 	r.bar.describe(r.builtin + " " + r.sweep + ": " + p.name)
+	if r.fresh {
+		// before the lookup: a record's baseline is a fresh trial's
+		r.freshStart()
+	}
 	prev, stale := r.rec.Lookup(unit, r.sweep, j, r.baseline())
 	if stale {
 		fmt.Fprintf(r.env.Out, "%s: the record of %s in %s was measured on another device or with other memory allocated before the sweep; running it again\n",
@@ -259,9 +263,6 @@ func (r *runner) run(keys []string, params starlark.StringDict, pidx []int32, ar
 		return p, nil
 	}
 
-	if r.fresh {
-		r.freshStart()
-	}
 	r.emptyCaches()
 	// The hook captures only the name and ev (cleared below): a removed
 	// hook may stay reachable for a while, and must not keep fn's value.

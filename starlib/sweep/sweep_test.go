@@ -420,3 +420,46 @@ best = (a.best, b.best)
 		t.Errorf("best (first run, resumed run) = %v, want (1024, 256) both times", bests)
 	}
 }
+
+// A fresh=True search resumes like any other: its records carry the
+// baseline of a trial whose cuBLAS workspaces were freed first, and the
+// resumed session compares with that, whatever workspaces the trials it
+// runs again have made meanwhile.
+func TestResumeFreshMaxFit(t *testing.T) {
+	script := `
+a = tensor.empty([64, 64], device = "cuda")
+def f(n):
+    note(n)
+    b = a.matmul(a)
+    x = cuda.malloc(n * GiB)
+    return n
+r = sweep.max_fit(f, mode="binsearch", fresh=True)
+best = r.best
+`
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	c1 := &calls{interruptAt: 6}
+	s1, _ := session(t, "sim:H100,meta", out, "", starlark.StringDict{"note": c1.builtin()})
+	c1.s = s1
+	if err := s1.Exec("job.star", script); err == nil {
+		t.Fatal("first run was not interrupted")
+	}
+	c2 := &calls{}
+	s2, buf2 := session(t, "sim:H100,meta", out, "", starlark.StringDict{"note": c2.builtin()})
+	if err := s2.Exec("job.star", script); err != nil {
+		t.Fatal(err)
+	}
+	c3 := &calls{}
+	s3, _ := session(t, "sim:H100,meta", "", "", starlark.StringDict{"note": c3.builtin()})
+	if err := s3.Exec("job.star", script); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf2.String(), "running it again") {
+		t.Errorf("the resumed search found its own records stale:\n%s", buf2)
+	}
+	if !reflect.DeepEqual(c1.got[:5], c3.got[:5]) || !reflect.DeepEqual(c2.got, c3.got[5:]) {
+		t.Errorf("interrupted run %v + resumed run %v != uninterrupted run %v", c1.got, c2.got, c3.got)
+	}
+	if s2.Get("best").String() != s3.Get("best").String() {
+		t.Errorf("best = %s (resumed), %s (uninterrupted)", s2.Get("best"), s3.Get("best"))
+	}
+}
