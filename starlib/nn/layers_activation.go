@@ -34,7 +34,10 @@ func init() {
 		}
 		return gelu(b.Name(), x, approximate)
 	})
-	activation("SiLU", "silu", autograd.Silu)
+	// inplace=True is accepted and computed out of place (x is not
+	// rewritten): PyTorch's silu_ with grad saves a clone of the input
+	// (original_self), so the memory is the same
+	activation("SiLU", "silu", autograd.Silu, autograd.Silu)
 	registerF("softmax", softmaxBuiltin(false))
 	registerF("log_softmax", softmaxBuiltin(true))
 }

@@ -318,11 +318,29 @@ func newFlatten(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 }
 
 // activation registers a parameterless layer and its functional form.
-func activation(name, fname string, f func(*tensor.Tensor) (*tensor.Tensor, error)) {
+// activation registers nn.<name> and nn.functional.<fname>: f out of
+// place; with inplace (nn.ReLU(inplace=True), F.relu(x, inplace=True))
+// when inPlace is not nil, which rewrites the input and returns it. Without
+// inPlace there is no inplace parameter (nn.Tanh(), nn.Sigmoid()).
+func activation(name, fname string, f, inPlace func(*tensor.Tensor) (*tensor.Tensor, error)) {
+	pick := func(inplace bool) func(*tensor.Tensor) (*tensor.Tensor, error) {
+		if inplace {
+			return inPlace
+		}
+		return f
+	}
 	register(name, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "inplace?", new(bool)); err != nil {
+		inplace := false
+		var err error
+		if inPlace != nil {
+			err = starlark.UnpackArgs(b.Name(), args, kwargs, "inplace?", &inplace)
+		} else {
+			err = starlark.UnpackArgs(b.Name(), args, kwargs)
+		}
+		if err != nil {
 			return nil, err
 		}
+		op := pick(inplace)
 		m := newModule(name)
 		m.forward = func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			var x starlark.Value
@@ -333,29 +351,36 @@ func activation(name, fname string, f func(*tensor.Tensor) (*tensor.Tensor, erro
 			if err != nil {
 				return nil, err
 			}
-			return wrap(f(xt))
+			return wrap(op(xt))
 		}
 		return m, nil
 	})
 	if fname != "" {
 		registerF(fname, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			var x starlark.Value
-			if err := starlark.UnpackArgs(b.Name(), args, kwargs, "input", &x, "inplace?", new(bool)); err != nil {
+			inplace := false
+			var err error
+			if inPlace != nil {
+				err = starlark.UnpackArgs(b.Name(), args, kwargs, "input", &x, "inplace?", &inplace)
+			} else {
+				err = starlark.UnpackArgs(b.Name(), args, kwargs, "input", &x)
+			}
+			if err != nil {
 				return nil, err
 			}
 			xt, err := tensorArg(b.Name(), "input", x)
 			if err != nil {
 				return nil, err
 			}
-			return wrap(f(xt))
+			return wrap(pick(inplace)(xt))
 		})
 	}
 }
 
 func init() {
-	activation("ReLU", "relu", autograd.Relu)
-	activation("Tanh", "tanh", autograd.Tanh)
-	activation("Sigmoid", "sigmoid", autograd.Sigmoid)
+	activation("ReLU", "relu", autograd.Relu, autograd.Relu_)
+	activation("Tanh", "tanh", autograd.Tanh, nil)
+	activation("Sigmoid", "sigmoid", autograd.Sigmoid, nil)
 	registerF("linear", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var x, w starlark.Value
 		var bias starlark.Value = starlark.None
