@@ -30,14 +30,17 @@
 // ISA_VARIANTS defines the variants ISA_DISPATCH calls: static void
 // NAME_default, and where MEMSH_MATH_X86 NAME_avx2 and NAME_avx512, each
 // taking PARAMS (in parentheses) with the body BODY compiled for its
-// instruction set.
+// instruction set. Inside BODY the constant ISA_FMA is 1 where that
+// instruction set has fused multiply-add (AVX2 and AVX-512) and 0 in the
+// baseline, so that code exact only with an FMA (__builtin_fmaf, which is
+// a libm call without one) can be chosen at compile time.
 #ifdef MEMSH_MATH_X86
-#define ISA_VARIANTS(NAME, PARAMS, BODY)                                   \
-	static void NAME##_default PARAMS { BODY }                             \
-	__attribute__((target("avx2,fma"))) static void NAME##_avx2 PARAMS { BODY } \
-	__attribute__((target("avx512f,avx2,fma"))) static void NAME##_avx512 PARAMS { BODY }
+#define ISA_VARIANTS(NAME, PARAMS, BODY)                                                           \
+	static void NAME##_default PARAMS { enum { ISA_FMA = 0 }; BODY }                               \
+	__attribute__((target("avx2,fma"))) static void NAME##_avx2 PARAMS { enum { ISA_FMA = 1 }; BODY } \
+	__attribute__((target("avx512f,avx2,fma"))) static void NAME##_avx512 PARAMS { enum { ISA_FMA = 1 }; BODY }
 #else
-#define ISA_VARIANTS(NAME, PARAMS, BODY) static void NAME##_default PARAMS { BODY }
+#define ISA_VARIANTS(NAME, PARAMS, BODY) static void NAME##_default PARAMS { enum { ISA_FMA = 0 }; BODY }
 #endif
 
 #endif

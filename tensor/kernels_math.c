@@ -212,9 +212,10 @@ MINLINE float gelu_tanh_f32(float x) {
 	return x != x ? x : y;
 }
 
-// ERFC_P is P, the polynomial of gelu_erf_f32's erfc fit, highest degree
-// first (float32 coefficients; gelu_backward_f32 evaluates it in float64),
-// as bench/kernels/fit_erfc.py computes and prints them.
+// ERFC_P is P, the polynomial of gelu_backward_f32's erfc fit, highest
+// degree first (float32 coefficients), as bench/kernels/fit_erfc.py
+// computes and prints them: erfc(z) = t·e^(P(s) − z²), t = 1/(1 + z/2),
+// s = (t − 0.58)/0.42, z = |x|/√2.
 static const float ERFC_P[12] = {
 	-0x1.81dd4cp-18f, -0x1.93fc5cp-16f, 0x1.4020b8p-14f, 0x1.163838p-13f,
 	-0x1.34a182p-11f, -0x1.0d3546p-12f, 0x1.fc3f6ep-9f, -0x1.4340d6p-10f,
@@ -222,7 +223,8 @@ static const float ERFC_P[12] = {
 };
 
 // gelu_terms gives, for x, the erfc fit's t and P(s), and −x²/2 as
-// ha + hb + hc, each term exact (see gelu_erf_f32).
+// ha + hb + hc, each term exact: with |x| (capped at 20) split as xh + xl,
+// xh its 12 leading bits, −xh²/2, −xh·xl and −xl²/2.
 MINLINE void gelu_terms(float x, float *t, float *p, float *ha, float *hb, float *hc) {
 	float ax = u2f(f2u(x) & 0x7fffffffu);
 	float z = ax * 0.70710678118654752f;
@@ -239,40 +241,82 @@ MINLINE void gelu_terms(float x, float *t, float *p, float *ha, float *hb, float
 	*hc = -0.5f * (xl * xl);
 }
 
-// gelu_erf_f32 is GELU x·Φ(x) = ½x·erfc(-x/√2) (torch.nn.functional.gelu's
-// default): Φ(x) = 1 − ½erfc(z) for x ≥ 0 and ½erfc(z) below, z = |x|/√2,
-// with erfc(z) = t·e^(P(s) − z²), t = 1/(1 + z/2), s = (t − 0.58)/0.42 and
-// P a degree-11 polynomial fitted (least squares, reweighted towards
-// minimax; bench/kernels/fit_erfc.py) to log(erfc(z)/t) + z² on
-// z ∈ [0, 10.5]: its largest error there is 2.8e-9, and 1.6e-7 evaluated
-// in float32 with float32 coefficients (the script prints both). The
-// exponent P − x²/2 reaches −110, where a float32 rounding of it would
-// cost dozens of ulps, so it is carried as a + lo: with |x| (capped at
-// 20: beyond 14.8 the result is x or ±0) split as xh + xl, xh its 12
-// leading bits, −x²/2 = −xh²/2 − xh·xl − xl²/2 with each product exact
-// in float32 (however GCC contracts them), and the first two added to P
-// by Knuth's two-sum; then e^(a + lo) = e^a·(1 + lo), and e^a is taken
-// scaled by 2^64 (exp_f32_scaled64) so that the small results keep their
-// precision down to the subnormals. Everything is float32: twice the
-// lanes of float64, and no conversions. Below about -14.8 the result is
-// ±0, above 14.8 it is x.
-MINLINE float gelu_erf_f32(float x) {
-	float t, p, ha, hb, hc;
-	gelu_terms(x, &t, &p, &ha, &hb, &hc);
-	float a1 = p + ha; // two-sum: a1 + e1 = p + ha
-	float b1 = a1 - p;
-	float e1 = (p - (a1 - b1)) + (ha - b1);
-	float a = a1 + hb; // a + e2 = a1 + hb
-	float b2 = a - a1;
-	float e2 = (a1 - (a - b2)) + (hb - b2);
-	float lo = (e1 + e2) + hc;
-	float e = exp_f32_scaled64(a);   // e^a·2^64: normal where x·Φ(x) is
-	float erfc = t * (e + e * lo);   // erfc(z)·2^64
-	float neg = (x * (0.5f * erfc)) * 0x1p-64f;
-	float pos = x * (1.0f - (0.5f * 0x1p-64f) * erfc);
-	float y = x >= 0.0f ? pos : neg;
-	return x != x ? x : y; // a NaN in is that NaN out, whatever the loop's order
+// gelu_erf_f32 is GELU x·Φ(x) (torch.nn.functional.gelu's default), in
+// float32 and without a cancelling 1 + erf: with a = |x| (capped at
+// GELU_CLAMP), Φ(−a) = K·e^(−a²/2)·D(a)/(a·D(a) + N(a)), K = 1/√(2π), and
+// x·Φ(x) is x − x·Φ(−a) for x > 0 and x·Φ(−a) below. N/D (degrees 4 and
+// 4) approximates h(a) = K/(Φ(−a)·e^(a²/2)) − a, which is √(π/2) at 0
+// and falls like 1/a (Laplace's continued fraction for Mills' ratio): an
+// error in h costs only its share h/(a + h) of Φ, and D's rounding errors
+// cancel between numerator and denominator. Both are Horner sums of
+// positive terms, so their float32 evaluation stays within a few
+// roundings. e^(−a²/2) needs −a²/2 = hi + lo exactly (its rounding would
+// cost up to 132·2^-24, dozens of ulps): with an FMA, hi = fl(−a²/2) and
+// lo = fma(−a/2, a, −hi); without, hi = −ah²/2 and lo = −ah·al − al²/2
+// from a = ah + al, ah its 12 leading bits, every product exact. Then
+// e^(hi+lo) = 2^n·e^r, n = round((hi+lo)/ln 2) and r = (hi − n·C1) +
+// (lo − n·C2) (the first exact), K·e^r by GELU_E, and 2^(n+64) built from
+// n's bits: scaled by 2^64 so that the small results keep their precision
+// down to the subnormals (it is +0 at the cap, n = −191, so that
+// x·Φ(−a) is ±0 below −GELU_CLAMP, NaN at −Inf, and x − x·Φ(−a) = x
+// above). bench/kernels/fit_gelu.py fits the three tables (K's float32
+// rounding included, so that Φ(0) is exactly ½). Measured against
+// float64 over every float32 input (of |x| < 17; beyond, the result is
+// exact): within 4 ulp with an FMA, 5 without, and 2 subnormal ulp where
+// the result is subnormal. A NaN in is that NaN (quieted) out: only xc
+// carries it.
+#define GELU_CLAMP 16.265625f
+#define GELU_ND 5
+#define GELU_DD 5
+
+// The tables of gelu_erf_f32, highest degree first: K·e^r, N and D.
+static const float GELU_E[7] = {0x1.2188cep-11f, 0x1.b5edb2p-9f, 0x1.105a8cp-6f, 0x1.105732p-4f, 0x1.98845p-3f, 0x1.988454p-2f, 0x1.988454p-2f};
+static const float GELU_N[GELU_ND] = {0x1.340b02p-20f, 0x1.33b46cp-7f, 0x1.71c256p-4f, 0x1.72496ap-2f, 0x1.988454p-1f};
+static const float GELU_D[GELU_DD] = {0x1.355436p-7f, 0x1.6dfaf6p-4f, 0x1.8fb7aep-2f, 0x1.d138fp-1f, 0x1p+0f};
+
+MINLINE float gelu_erf_f32(float x, int fma) {
+	int32_t ab = (int32_t)(f2u(x) & 0x7fffffffu), cb = (int32_t)f2u(GELU_CLAMP);
+	float ax = u2f((uint32_t)ab);
+	// a = min(|x|, GELU_CLAMP), a NaN becoming GELU_CLAMP: as integers with
+	// an FMA (a float select there makes GCC blend constants through the
+	// whole computation), as floats in the baseline (SSE2 has no pminsd)
+	float ac = fma ? u2f((uint32_t)(ab < cb ? ab : cb)) : (ax < GELU_CLAMP ? ax : GELU_CLAMP);
+	float xc = x > GELU_CLAMP ? GELU_CLAMP : x; // a NaN stays
+	float hi, lo, hs;
+	if (fma) {
+		float m = -0.5f * ac;
+		hi = m * ac;
+		lo = __builtin_fmaf(m, ac, -hi);
+		hs = hi;
+	} else {
+		float xh = u2f(f2u(ac) & 0xfffff000u);
+		float xl = ac - xh;
+		hi = (-0.5f * xh) * xh;             // exact
+		lo = -(xh * xl) - (0.5f * xl) * xl; // products exact
+		hs = hi + lo;
+	}
+	const float shift = 12582912.0f;
+	float nn = hs * 1.44269504088896341f + shift;
+	float n = nn - shift;
+	float r = (hi - n * 0.693359375f) + (lo - n * -2.12194440e-4f);
+	float p = GELU_E[0];
+	for (int i = 1; i < 7; i++) p = p * r + GELU_E[i];
+	float sc = u2f((f2u(nn) + 191u) << 23); // 2^(n+64) (nn's low bits are n); +0 at n = −191
+	float e = p * sc;                       // K·e^(−a²/2)·2^64
+	float d = GELU_D[0], q = GELU_N[0];
+	for (int i = 1; i < GELU_DD; i++) d = d * ac + GELU_D[i];
+	for (int i = 1; i < GELU_ND; i++) q = q * ac + GELU_N[i];
+	float g = ac * d + q;
+	float c = e * (d / g); // Φ(−a)·2^64
+	float u = xc * c;
+	float neg = u * 0x1p-64f;
+	float pos = x - u * 0x1p-64f;
+	return x > 0.0f ? pos : neg;
 }
+
+// gelu_erf_isa is gelu_erf_f32 as the variant being compiled allows (see
+// ISA_FMA).
+#define gelu_erf_isa(x) gelu_erf_f32(x, ISA_FMA)
 
 #define MATH_LOOP(FN)                       \
 	_Pragma("omp simd")                     \
@@ -288,7 +332,7 @@ MINLINE float gelu_erf_f32(float x) {
 	case M_SIGMOID: MATH_LOOP(sigmoid_f32) break;    \
 	case M_SILU: MATH_LOOP(silu_f32) break;          \
 	case M_GELU_TANH: MATH_LOOP(gelu_tanh_f32) break; \
-	case M_GELU: MATH_LOOP(gelu_erf_f32) break;      \
+	case M_GELU: MATH_LOOP(gelu_erf_isa) break;      \
 	}
 
 ISA_VARIANTS(math, (int op, float *o, const float *a, int64_t n), MATH_BODY)
@@ -465,7 +509,7 @@ MINLINE uint16_t f32_to_f16(float f) {
 	case M_SIGMOID: MATH_HALF_LOOP(sigmoid_f32, TO_F32, FROM_F32) break;     \
 	case M_SILU: MATH_HALF_LOOP(silu_f32, TO_F32, FROM_F32) break;           \
 	case M_GELU_TANH: MATH_HALF_LOOP(gelu_tanh_f32, TO_F32, FROM_F32) break; \
-	case M_GELU: MATH_HALF_LOOP(gelu_erf_f32, TO_F32, FROM_F32) break;       \
+	case M_GELU: MATH_HALF_LOOP(gelu_erf_isa, TO_F32, FROM_F32) break;       \
 	}
 
 #define MATH_BF16_BODY MATH_HALF_BODY(bf16_to_f32, f32_to_bf16)
@@ -603,8 +647,8 @@ MINLINE float gelu_tanh_backward_f32(float g, float x) {
 }
 
 // gelu_backward, erf form: Φ(x) + x·φ(x), φ(x) = e^(−x²/2)/√(2π), in
-// float32: e^(−x²/2)·2^64 from the exact split of −x²/2 that gelu_erf_f32
-// uses (so the tail keeps its relative accuracy), erfc(z) = t·e^P·e^(−z²)
+// float32: e^(−x²/2)·2^64 from the exact split of −x²/2 that gelu_terms
+// gives (so the tail keeps its relative accuracy), erfc(z) = t·e^P·e^(−z²)
 // from the same fit. Near x = −0.75, where Φ(x) and x·φ(x) cancel, the
 // error stays within a few float32 ulps of the terms (at most about 1e-7,
 // TestActBackwardULP). Below x = −8 the sum is scaled back after the

@@ -408,3 +408,24 @@ func TestExportedMathHelpers(t *testing.T) {
 	}()
 	ExpF32(make([]float32, 2), make([]float32, 3))
 }
+
+// BenchmarkGeluErfF32 times the GELU (erf form) forward kernel alone, on
+// one thread, for each instruction set this CPU runs, over inputs spread
+// evenly across [-10, 10] (as bench/kernels' x = rand·20 − 10).
+func BenchmarkGeluErfF32(b *testing.B) {
+	for _, isa := range mathISAs() {
+		for _, n := range []int{1 << 20, 1 << 22} {
+			b.Run(fmt.Sprintf("isa%d/%d", isa, n), func(b *testing.B) {
+				src, dst := make([]float32, n), make([]float32, n)
+				for i := range src {
+					src[i] = float32(i%20001)/1000 - 10
+				}
+				b.SetBytes(int64(8 * n))
+				for b.Loop() {
+					mathF32(mathGelu, unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0]), n, isa)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/value")
+			})
+		}
+	}
+}
