@@ -8,9 +8,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/scope"
 )
 
 // The fit table's Llama against PyTorch 2.11 on the real H100
@@ -184,27 +181,7 @@ func TestRealGPULlamaTrace(t *testing.T) {
 			want = append(want, traceEvent{false, e.S})
 		}
 	})
-	var out bytes.Buffer
-	sess, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakLayout, Out: &out, Err: &out,
-		Argv: []string{"llama-3.2-1b", "--batch", "1", "--seq", "2048"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []traceEvent
-	stop := sess.Manager().Observe(func(e backend.Event) {
-		switch e.Kind {
-		case backend.EventAlloc:
-			got = append(got, traceEvent{true, int64(e.Requested)})
-		case backend.EventFree:
-			got = append(got, traceEvent{false, int64(e.Requested)})
-		}
-	})
-	err = sess.Exec("../../scripts/fit_phases.star", nil)
-	stop()
-	sess.Close()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
+	got := phasesEvents(t, []string{"llama-3.2-1b", "--batch", "1", "--seq", "2048"}, 0)
 	if len(want) < 1000 || len(got) < len(want) {
 		t.Fatalf("%d events before PyTorch's first backward node, memsh has %d in all", len(want), len(got))
 	}

@@ -201,29 +201,7 @@ func TestRealGPUTrace(t *testing.T) {
 		if tc.ckpt {
 			args = append(args, "--checkpoint")
 		}
-		var out bytes.Buffer
-		sess, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakLayout, Out: &out, Err: &out, Argv: args})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []traceEvent
-		stop := sess.Manager().Observe(func(e backend.Event) {
-			if e.Requested <= large {
-				return
-			}
-			switch e.Kind {
-			case backend.EventAlloc:
-				got = append(got, traceEvent{true, int64(e.Requested)})
-			case backend.EventFree:
-				got = append(got, traceEvent{false, int64(e.Requested)})
-			}
-		})
-		err = sess.Exec("../../scripts/fit_phases.star", nil)
-		stop()
-		sess.Close()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", tc.golden, err, out.String())
-		}
+		got := phasesEvents(t, args, large)
 		w, g := normalizeFrees(want), normalizeFrees(got)
 		if len(w) < 3000 {
 			t.Fatalf("%s: only %d large events in the golden trace", tc.golden, len(w))
@@ -243,6 +221,37 @@ func TestRealGPUTrace(t *testing.T) {
 type traceEvent struct {
 	alloc bool
 	size  int64
+}
+
+// phasesEvents runs scripts/fit_phases.star with args on sim:H100,meta in
+// layout mode and returns its allocations and frees of more than min
+// bytes (requested), in order.
+func phasesEvents(t *testing.T, args []string, min uint64) []traceEvent {
+	t.Helper()
+	var out bytes.Buffer
+	sess, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakLayout, Out: &out, Err: &out, Argv: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []traceEvent
+	stop := sess.Manager().Observe(func(e backend.Event) {
+		if e.Requested <= min {
+			return
+		}
+		switch e.Kind {
+		case backend.EventAlloc:
+			got = append(got, traceEvent{true, int64(e.Requested)})
+		case backend.EventFree:
+			got = append(got, traceEvent{false, int64(e.Requested)})
+		}
+	})
+	err = sess.Exec("../../scripts/fit_phases.star", nil)
+	stop()
+	sess.Close()
+	if err != nil {
+		t.Fatalf("fit_phases.star %v: %v\n%s", args, err, out.String())
+	}
+	return got
 }
 
 // normalizeFrees sorts each run of frees between two allocations by size.
