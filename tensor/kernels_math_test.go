@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"unsafe"
 )
@@ -426,6 +427,50 @@ func BenchmarkGeluErfF32(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/value")
 			})
+		}
+	}
+}
+
+// TestGeluErfExhaustive checks the GELU (erf) forward of every kernel
+// variant on every float32 of |x| < 17 (both signs; beyond, the result is
+// exact or ±0) against float64, as the accuracy kernels_math.go states
+// for it (4 ulp with an FMA, 5 without, 2 subnormal ulp). It takes a few
+// minutes, so it runs only with MEMSH_EXHAUSTIVE=1.
+func TestGeluErfExhaustive(t *testing.T) {
+	if os.Getenv("MEMSH_EXHAUSTIVE") == "" {
+		t.Skip("set MEMSH_EXHAUSTIVE=1 to check every float32")
+	}
+	ref := func(x float64) float64 { return 0.5 * x * math.Erfc(-x/math.Sqrt2) }
+	limit := math.Float32bits(17)
+	const chunk = 1 << 22
+	xs, got := make([]float32, chunk), make([]float32, chunk)
+	for _, isa := range mathISAs() {
+		var worst, worstSub int64
+		for _, sign := range []uint32{0, 1 << 31} {
+			for lo := uint32(0); lo < limit; lo += chunk {
+				n := int(min(chunk, limit-lo))
+				for i := range n {
+					xs[i] = math.Float32frombits(sign | (lo + uint32(i)))
+				}
+				mathF32(mathGelu, unsafe.Pointer(&got[0]), unsafe.Pointer(&xs[0]), n, isa)
+				for i := range n {
+					want := float32(ref(float64(xs[i])))
+					d := ulpDiff(got[i], want)
+					if math.Abs(float64(want)) < 0x1p-126 {
+						worstSub = max(worstSub, d)
+					} else {
+						worst = max(worst, d)
+					}
+				}
+			}
+		}
+		t.Logf("isa %d: max error %d ulp, %d subnormal ulp", isa, worst, worstSub)
+		wantMax := int64(4)
+		if isa == 0 {
+			wantMax = 5 // no FMA: −x²/2 from the split, one rounding more
+		}
+		if worst > wantMax || worstSub > 2 {
+			t.Errorf("isa %d: %d ulp, %d subnormal ulp; kernels_math.go states %d and 2", isa, worst, worstSub, wantMax)
 		}
 	}
 }

@@ -1,9 +1,6 @@
 package tensor
 
-import (
-	"runtime"
-	"slices"
-)
+import "slices"
 
 // cuDNN's fused attention (_scaled_dot_product_cudnn_attention), with the
 // allocations torch 2.11's allocator trace shows on an H100 (cuDNN 9.15+,
@@ -47,15 +44,18 @@ func CuDNNAttentionForward(q, k, v, bias *Tensor, computeLSE bool, dropoutP floa
 	fail := func(err error) (out, lse, seed, offset *Tensor, rs, ro uint64, e error) {
 		return nil, nil, nil, nil, 0, 0, err
 	}
+	// what is allocated is held (reachable) while the rest is; releasing
+	// the empty first hold releases the later ones
+	release := c.Hold()
+	defer release()
 	if seed, err = newTensor(c, fname, dev, Int64, []int{}); err != nil {
 		return fail(err)
 	}
-	release := c.Hold(seed) // reachable while the rest is allocated
-	defer func() { release() }()
+	c.Hold(seed)
 	if offset, err = newTensor(c, fname, dev, Int64, []int{}); err != nil {
 		return fail(err)
 	}
-	c.Hold(offset) // released with seed's hold
+	c.Hold(offset)
 	if out, err = allocMatchingLayout(fname, q, []int{B, H, L, Ev}); err != nil {
 		return fail(err)
 	}
@@ -98,21 +98,14 @@ func CuDNNAttentionBackward(g, q, k, v, bias *Tensor, dropoutP float64, causal b
 	c := q.ctx
 	B, H, L, S, E := q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3]
 	var d [3]*Tensor
-	var release func()
+	release := c.Hold() // as in the forward
+	defer release()
 	for i, t := range []*Tensor{q, k, v} {
 		if d[i], err = emptyStrided(fname, t); err != nil {
-			if release != nil {
-				release()
-			}
 			return nil, nil, nil, err
 		}
-		if i == 0 {
-			release = c.Hold(d[0])
-		} else {
-			c.Hold(d[i]) // released with d[0]'s hold
-		}
+		c.Hold(d[i])
 	}
-	defer release()
 	done, err := cudaTemporary(q, cudnnBackwardWorkspace(B, H, L, E), "freed when cuDNN's SDPA backward returned")
 	if err != nil {
 		return nil, nil, nil, errorf(fname, "%w", err)
@@ -128,7 +121,6 @@ func CuDNNAttentionBackward(g, q, k, v, bias *Tensor, dropoutP float64, causal b
 	}
 	err = actHostKernel(c, fname, d[:], ins, spec.backward)
 	done()
-	runtime.KeepAlive(d)
 	if err != nil {
 		return nil, nil, nil, err
 	}

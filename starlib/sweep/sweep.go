@@ -204,7 +204,8 @@ func (r *runner) emptyCaches() {
 // products, in whichever segment the allocator then picks, as a fresh
 // process would: its outcome does not depend on the trials before it.
 func (r *runner) freshStart() {
-	r.env.Manager.Reclaim()
+	// what the workspaces took is exactly what Allocated drops by: the
+	// clear releases them directly, so no reclaim is needed first
 	before := make([]uint64, len(r.allocs))
 	for i, a := range r.allocs {
 		before[i] = a.Allocated()

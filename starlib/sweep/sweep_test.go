@@ -147,6 +147,35 @@ func TestResumeSkipsRecordedPoints(t *testing.T) {
 
 // max_fit resumed in the middle of its search follows the same path and
 // finds the same answer without redoing the recorded trials.
+// resumeRuns are three runs of one script: the first, with --out, stopped
+// at its interruptAt-th note; the second resuming it from that file; and
+// one whole run without records.
+type resumeRuns struct {
+	first, resumed, whole *calls
+	resumedS, wholeS      *scope.Session
+	resumedOut            *bytes.Buffer
+}
+
+func interruptAndResume(t *testing.T, device, script string, interruptAt int) resumeRuns {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	r := resumeRuns{first: &calls{interruptAt: interruptAt}, resumed: &calls{}, whole: &calls{}}
+	s1, _ := session(t, device, out, "", starlark.StringDict{"note": r.first.builtin()})
+	r.first.s = s1
+	if err := s1.Exec("job.star", script); err == nil {
+		t.Fatal("first run was not interrupted")
+	}
+	r.resumedS, r.resumedOut = session(t, device, out, "", starlark.StringDict{"note": r.resumed.builtin()})
+	if err := r.resumedS.Exec("job.star", script); err != nil {
+		t.Fatal(err)
+	}
+	r.wholeS, _ = session(t, device, "", "", starlark.StringDict{"note": r.whole.builtin()})
+	if err := r.wholeS.Exec("job.star", script); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func TestResumeMaxFit(t *testing.T) {
 	script := `
 def f(n):
@@ -157,24 +186,9 @@ def f(n):
 r = sweep.max_fit(f, mode="binsearch")
 best = r.best
 `
-	out := filepath.Join(t.TempDir(), "out.jsonl")
-	c1 := &calls{interruptAt: 12}
-	s1, _ := session(t, "sim:1GiB", out, "", starlark.StringDict{"note": c1.builtin()})
-	c1.s = s1
-	if err := s1.Exec("job.star", script); err == nil {
-		t.Fatal("first run was not interrupted")
-	}
-	c2 := &calls{}
-	s2, _ := session(t, "sim:1GiB", out, "", starlark.StringDict{"note": c2.builtin()})
-	if err := s2.Exec("job.star", script); err != nil {
-		t.Fatal(err)
-	}
+	r := interruptAndResume(t, "sim:1GiB", script, 12)
+	c1, c2, c3, s2, s3 := r.first, r.resumed, r.whole, r.resumedS, r.wholeS
 	// Unresumed, the search runs 1..512 (ok), 1024 (oom), then bisects.
-	c3 := &calls{}
-	s3, _ := session(t, "sim:1GiB", "", "", starlark.StringDict{"note": c3.builtin()})
-	if err := s3.Exec("job.star", script); err != nil {
-		t.Fatal(err)
-	}
 	if !reflect.DeepEqual(c1.got[:11], c3.got[:11]) || !reflect.DeepEqual(c2.got, c3.got[11:]) {
 		t.Errorf("interrupted run %v + resumed run %v != uninterrupted run %v", c1.got, c2.got, c3.got)
 	}
@@ -436,23 +450,8 @@ def f(n):
 r = sweep.max_fit(f, mode="binsearch", fresh=True)
 best = r.best
 `
-	out := filepath.Join(t.TempDir(), "out.jsonl")
-	c1 := &calls{interruptAt: 6}
-	s1, _ := session(t, "sim:H100,meta", out, "", starlark.StringDict{"note": c1.builtin()})
-	c1.s = s1
-	if err := s1.Exec("job.star", script); err == nil {
-		t.Fatal("first run was not interrupted")
-	}
-	c2 := &calls{}
-	s2, buf2 := session(t, "sim:H100,meta", out, "", starlark.StringDict{"note": c2.builtin()})
-	if err := s2.Exec("job.star", script); err != nil {
-		t.Fatal(err)
-	}
-	c3 := &calls{}
-	s3, _ := session(t, "sim:H100,meta", "", "", starlark.StringDict{"note": c3.builtin()})
-	if err := s3.Exec("job.star", script); err != nil {
-		t.Fatal(err)
-	}
+	r := interruptAndResume(t, "sim:H100,meta", script, 6)
+	c1, c2, c3, s2, s3, buf2 := r.first, r.resumed, r.whole, r.resumedS, r.wholeS, r.resumedOut
 	if strings.Contains(buf2.String(), "running it again") {
 		t.Errorf("the resumed search found its own records stale:\n%s", buf2)
 	}
