@@ -173,6 +173,7 @@ func Loop(s *scope.Session, r LineReader, out io.Writer) error {
 			_ = hist.SaveHistory(strings.TrimRight(src, "\n"))
 		}
 		if strings.HasPrefix(trimmed, ":") {
+			s.Settle() // what an interrupted statement left, before the figures
 			if command(s, trimmed, out) {
 				finishOpen(s, out, ":quit")
 				return nil

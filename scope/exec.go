@@ -53,6 +53,7 @@ func (s *Session) exec(filename string, src any, echo bool) error {
 	if s.running {
 		return errors.New("memsh: Exec called while a statement is running")
 	}
+	s.Settle()
 	text, err := readSource(filename, src)
 	if err != nil {
 		return err
@@ -185,6 +186,7 @@ func (s *Session) resetSteps() {
 // statement's end event; after a failure it marks the open experiments cut
 // and reclaims the statement's temporaries. It returns err as Exec does.
 func (s *Session) endStmt(pos, end syntax.Position, first, last bool, err error) error {
+	interrupted := s.tctx.Interrupted() // the statement event clears the flag
 	s.applyPending()
 	s.statementEvent(env.StatementEvent{Pos: pos, End: end, Err: err, First: first, Last: last || err != nil})
 	if err == nil {
@@ -192,9 +194,17 @@ func (s *Session) endStmt(pos, end syntax.Position, first, last bool, err error)
 	}
 	s.markCut(err)
 	// A failed statement's temporaries are garbage now: reclaim them so
-	// the Session stays usable with memory back where it was.
+	// the Session stays usable with memory back where it was. After
+	// Ctrl-C that waits for the next Exec (Settle): the reclaim of a
+	// session holding a large Go heap is a collection (tens of
+	// milliseconds per 100 MB of it), which would hold up the interrupt,
+	// and a script that was interrupted exits without it.
 	s.thread.Uncancel()
-	s.mgr.Reclaim()
+	if interrupted {
+		s.reclaimDue = true
+	} else {
+		s.mgr.Reclaim()
+	}
 	return s.explainSteps(fixError(err))
 }
 

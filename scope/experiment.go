@@ -410,6 +410,9 @@ func (s *Session) FinishOpen(err error) {
 	if s.running {
 		return
 	}
+	if len(s.stack) > 0 {
+		s.Settle() // their reports come after what an interrupt left is freed
+	}
 	status, msg := "", ""
 	if err != nil {
 		status, msg = failure(err)

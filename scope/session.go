@@ -95,6 +95,10 @@ type Session struct {
 	unnamed int           // experiments given a default name so far
 	pending []pendingOp   // name deletions and restores to apply after the running statement
 	running bool          // a top-level statement is executing
+	// reclaimDue: a statement stopped by Ctrl-C left its temporaries for
+	// the next Exec (or Settle) to reclaim, so that the interrupt returns
+	// at once (endStmt)
+	reclaimDue bool
 }
 
 // New creates a Session on the devices opts.Device selects.
@@ -307,6 +311,18 @@ func (s *Session) Interrupt() {
 	defer s.loadMu.Unlock()
 	for _, t := range s.loading {
 		t.Cancel("interrupted")
+	}
+}
+
+// Settle reclaims what a statement stopped by Ctrl-C (Interrupt) left
+// behind. Exec does that itself before it runs anything, and the REPL
+// before a colon command; a Go program that reads the Session's figures
+// after an interrupted Exec calls it first (a statement that failed for
+// any other reason was reclaimed after before Exec returned).
+func (s *Session) Settle() {
+	if s.reclaimDue && !s.running {
+		s.reclaimDue = false
+		s.mgr.Reclaim()
 	}
 }
 

@@ -3,6 +3,7 @@ package scope_test
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"go.starlark.net/starlark"
 
+	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/scope"
 )
 
@@ -119,6 +121,51 @@ func TestInterrupt(t *testing.T) {
 	}
 	if v := s.Get("assert_ok"); v != starlark.True {
 		t.Errorf("memory after interrupt: assert_ok = %v", v)
+	}
+}
+
+// After Ctrl-C the statement's temporaries are reclaimed by the next Exec
+// (or Settle), not before the interrupted Exec returns: a session holding
+// a large Go heap would otherwise hold up the interrupt with a collection.
+// A statement that fails otherwise is reclaimed before Exec returns.
+func TestInterruptDefersReclaim(t *testing.T) {
+	s, err := scope.New(scope.Options{Device: "sim:1GiB", Peak: backend.PeakLazy, Out: io.Discard, Err: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	gpu := s.Manager().GPU(0)
+	if err := s.Exec("fail.star", "def g():\n    t = tensor.zeros([1024], device=\"cuda\")\n    fail(\"no\")\ng()\n"); err == nil {
+		t.Fatal("fail.star did not fail")
+	}
+	if got := gpu.Allocated(); got != 0 {
+		t.Errorf("after a failed statement: %d bytes allocated, want 0", got)
+	}
+	interrupted := func() {
+		t.Helper()
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			s.Interrupt()
+		}()
+		err := s.Exec("loop.star", "def f():\n    t = tensor.zeros([1024], device=\"cuda\")\n    while True:\n        pass\nf()\n")
+		if err == nil || !strings.Contains(err.Error(), "interrupted") {
+			t.Fatalf("err = %v", err)
+		}
+		if got := gpu.Allocated(); got != 4096 {
+			t.Errorf("just after the interrupt: %d bytes allocated, want f's 4096 (its reclaim is due)", got)
+		}
+	}
+	interrupted()
+	s.Settle()
+	if got := gpu.Allocated(); got != 0 {
+		t.Errorf("after Settle: %d bytes allocated, want 0", got)
+	}
+	interrupted()
+	if err := s.Exec("next.star", "n = cuda.memory_stats()[\"allocated_bytes.all.current\"]"); err != nil {
+		t.Fatal(err)
+	}
+	if v := s.Get("n"); v == nil || v.String() != "0" {
+		t.Errorf("the next statement sees %v bytes allocated, want 0", v)
 	}
 }
 
