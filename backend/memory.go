@@ -28,10 +28,14 @@ type Memory struct {
 // record is the Manager's strong side of an allocation. It must never point
 // back to its Memory handle.
 type record struct {
-	owner    *Manager
-	mark     uint64 // the Manager's reach epoch in which a reach walk last found the record
-	gen      uint64 // the generation of the frame credited with reaching it (Frames), 0 if none
-	frame    int32  // that frame's number
+	owner *Manager
+	mark  uint64 // the Manager's reach epoch in which a reach walk last found the record
+	gen   uint64 // the generation of the frame credited with reaching it (Frames), 0 if none
+	frame int32  // that frame's number
+	// freed and dropped sit in the first cache line with what a reach
+	// walk's visit reads (owner, mark, gen, frame): one line per record
+	freed    bool
+	dropped  bool // the Go code that made it let go of it (Manager.Dropped)
 	alloc    Allocator
 	block    *Block
 	device   string
@@ -41,8 +45,6 @@ type record struct {
 	pcs      []uintptr // where it was allocated, with MEMSH_DEBUG_REACH=1 (reach.go)
 	released string    // non-empty once freed explicitly: why
 	library  string    // non-empty for memory a library keeps for the process: what (SetLibrary)
-	freed    bool
-	dropped  bool // the Go code that made it let go of it (Manager.Dropped)
 }
 
 // Bytes returns the CPU view of the allocation's nbytes bytes, or nil when the

@@ -260,8 +260,7 @@ func (w *Walker) Value(v starlark.Value) {
 		if Seen(w, v) {
 			return
 		}
-		for _, name := range v.AttrNames() {
-			x, _ := v.Attr(name)
+		for x := range v.Values {
 			w.Value(x)
 		}
 	case *starlark.Function:

@@ -22,8 +22,12 @@ type AutogradMeta struct {
 }
 
 // GradNode is a node of the autograd graph (implemented by package
-// tensor/autograd).
-type GradNode interface{ Name() string }
+// tensor/autograd); the reach walk visits it (ReachNode) without a type
+// assertion.
+type GradNode interface {
+	Name() string
+	ReachNode
+}
 
 // Autograd returns t's autograd state, or nil if t never took part in
 // autograd.

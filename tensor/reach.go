@@ -30,7 +30,7 @@ type Reacher struct {
 	bounded    bool
 	incomplete bool // a value could not be walked (Value)
 
-	pending []ReachNode
+	pending []GradNode
 }
 
 // ReachNode is implemented by autograd nodes (package tensor/autograd):
@@ -80,13 +80,13 @@ func (r *Reacher) Value(v any) {
 // engine keeps for the layer above (Value).
 func (r *Reacher) Complete() bool { return !r.incomplete }
 
-// Node queues an autograd node (a GradNode) for Drain, unless the walk
-// has met it already.
-func (r *Reacher) Node(n any) { r.node(n, nil) }
+// Node queues an autograd node for Drain, unless the walk has met it
+// already.
+func (r *Reacher) Node(n GradNode) { r.node(n, nil) }
 
-func (r *Reacher) node(n any, from *Tensor) {
-	if rn, ok := n.(ReachNode); ok && rn.Mark(r.Epoch, from) {
-		r.pending = append(r.pending, rn)
+func (r *Reacher) node(n GradNode, from *Tensor) {
+	if n != nil && n.Mark(r.Epoch, from) {
+		r.pending = append(r.pending, n)
 	}
 }
 

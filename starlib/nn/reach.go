@@ -1,16 +1,28 @@
 package nn
 
-import "github.com/memsh/memsh/env"
+import (
+	"github.com/memsh/memsh/env"
+	startensor "github.com/memsh/memsh/starlib/tensor"
+)
 
 // Reach walks the module's parameters, buffers, children, other
 // attributes and its forward function, for the reclaim proof (env.Walker).
+// Children and tensors, most of what a model's modules hold, are walked
+// directly rather than through Walker.Value's dispatch.
 func (m *Layer) Reach(w *env.Walker) {
-	if m.reached == w.Epoch() {
+	if m.reached == w.Epoch() || w.Exhausted() {
 		return
 	}
 	m.reached = w.Epoch()
 	for _, v := range m.vals {
-		w.Value(v)
+		switch v := v.(type) {
+		case *Layer:
+			v.Reach(w)
+		case *startensor.Tensor:
+			w.Tensor(v.Engine())
+		default:
+			w.Value(v)
+		}
 	}
 	w.Value(m.userForward)
 }

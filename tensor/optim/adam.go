@@ -26,6 +26,9 @@ type Adam struct {
 	LR, Beta1, Beta2, Eps, WDecay float64
 	AMSGrad, Decoupled, Foreach   bool
 	state                         map[*tensor.Tensor]*adamState
+	// byIndex[i] is params[i]'s state (nil while it has none): the reach
+	// walk's order, without a map iteration per walk
+	byIndex []*adamState
 }
 
 type adamState struct {
@@ -85,6 +88,14 @@ func (o *Adam) State(p *tensor.Tensor) map[string]any {
 	return m
 }
 
+// setIndex records s as the state of params[i] for the reach walk.
+func (o *Adam) setIndex(i int, s *adamState) {
+	if o.byIndex == nil {
+		o.byIndex = make([]*adamState, len(o.params))
+	}
+	o.byIndex[i] = s
+}
+
 // initState is Adam._init_group: state for every parameter with a
 // gradient that has none yet, in parameter order.
 func (o *Adam) initState(idx []int) error {
@@ -98,6 +109,7 @@ func (o *Adam) initState(idx []int) error {
 		// taken out again if one of them cannot be made
 		s := &adamState{}
 		o.state[p] = s
+		o.setIndex(i, s)
 		var err error
 		if s.expAvg, err = tensor.ZerosLike(p, p.DType(), p.Device()); err == nil {
 			if s.expAvgSq, err = tensor.ZerosLike(p, p.DType(), p.Device()); err == nil && o.AMSGrad {
@@ -106,6 +118,7 @@ func (o *Adam) initState(idx []int) error {
 		}
 		if err != nil {
 			delete(o.state, p)
+			o.setIndex(i, nil)
 			return err
 		}
 	}

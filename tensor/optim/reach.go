@@ -8,7 +8,10 @@ func (o *Adam) Reach(r *tensor.Reacher) {
 	for _, p := range o.params {
 		r.Tensor(p)
 	}
-	for _, s := range o.state {
+	for _, s := range o.byIndex {
+		if s == nil {
+			continue
+		}
 		r.Tensor(s.expAvg)
 		r.Tensor(s.expAvgSq)
 		r.Tensor(s.maxExpSq)
