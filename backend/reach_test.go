@@ -197,6 +197,53 @@ func TestWalkFrees(t *testing.T) {
 	}
 }
 
+// An empty allocation that running Go code may hold (made at the horizon)
+// and the walk did not reach leaves the reclaim to the walk: it counts in
+// no statistic, so the walk frees the garbage it found without a
+// collection and leaves the empty one for a later walk.
+func TestWalkLeavesHeldEmpty(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "") // it frees what it holds on purpose
+	m := newManager(t, "1GiB", backend.PeakLazy)
+	clock := uint64(1)
+	m.SetStampClock(func() uint64 { return clock })
+	kept, err := m.Alloc("cuda:0", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage, err := m.Alloc("cuda:0", 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock = 2
+	empty, err := m.Alloc("cuda:0", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	horizon := uint64(2)
+	m.SetReach(func(_ uint64, _ time.Time, visit func(*backend.Memory), _ *backend.Frames) backend.Walk {
+		visit(kept)
+		return backend.Walk{Done: true, Complete: true, Horizon: horizon}
+	})
+	r := m.Reclaim()
+	if st := m.Stats(); st.Collections() != 0 || r.Count != 1 || r.Freed != 512 {
+		t.Fatalf("reclaim %+v, %d collections; want the 512 bytes freed by the walk, no collection", r, st.Collections())
+	}
+	if garbage.Err() == nil || empty.Err() != nil {
+		t.Fatalf("garbage freed: %v, empty one freed: %v; want true, false", garbage.Err() != nil, empty.Err() != nil)
+	}
+	// once no running code can hold it, the walk frees it
+	horizon = 3
+	if r := m.Reclaim(); r.Count != 1 || r.Freed != 0 || empty.Err() == nil {
+		t.Errorf("reclaim %+v: want the empty allocation freed", r)
+	}
+	if st := m.Stats(); st.Collections() != 0 {
+		t.Errorf("%d collections, want none", st.Collections())
+	}
+	runtime.KeepAlive(kept)
+	runtime.KeepAlive(garbage)
+	runtime.KeepAlive(empty)
+}
+
 // TestWalkFreeVerified: with MEMSH_VERIFY_RECLAIM=1 a walk that would
 // free an allocation the collector finds reachable panics instead.
 func TestWalkFreeVerified(t *testing.T) {

@@ -412,6 +412,13 @@ ngrad = deep(40, lst, d, train)
 //     attention's forward (its output and logsumexp held while the rest
 //     is allocated).
 //
+//   - batch norm, convolution, max pooling, layer norm and cross entropy,
+//     forward and backward, and an embedding's backward over more than
+//     3,072 indices (their results, contiguous copies and sort buffers
+//     held from when each is made; the arange the sort drops noted as
+//     dropped), and an empty allocation a running op holds (0 bytes count
+//     in no statistic, so the walk leaves it for later).
+//
 // Backward nodes that hold intermediates of their own still leave some
 // reclaims to the collector (bench/README.md counts them).
 func TestReclaimsNeedNoCollection(t *testing.T) {
@@ -437,6 +444,20 @@ m(tensor.randn([8, 1024], device="cuda")).sum().backward()
 blk = nn.Sequential(nn.RMSNorm(1024), nn.Linear(1024, 1024)).to("cuda")
 x = tensor.randn([256, 1024], device="cuda", requires_grad=True)
 `, `y = nn.autocast(lambda: nn.checkpoint(blk, x).sum(), dtype="bfloat16")`, backend.PeakLayout},
+		{"a convolutional block", `
+blk = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2)).to("cuda")
+x = tensor.randn([64, 16, 32, 32], device="cuda")
+`, "blk(x).sum().backward()", backend.PeakExact},
+		{"a convolutional block, layout mode", `
+blk = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2)).to("cuda")
+x = tensor.randn([64, 16, 32, 32], device="cuda")
+`, "blk(x).sum().backward()", backend.PeakLayout},
+		{"layer norm, embedding and cross entropy", `
+emb = nn.Embedding(1000, 256).to("cuda")
+ln = nn.LayerNorm(256).to("cuda")
+head = nn.Linear(256, 1000).to("cuda")
+idx = tensor.randint(0, 1000, [8, 512], device="cuda")
+`, "nn.functional.cross_entropy(head(ln(emb(idx))).view(-1, 1000), idx.view(-1)).backward()", backend.PeakExact},
 		{"flash attention", `
 q = tensor.randn([4, 8, 512, 64], device="cuda", dtype="bfloat16", requires_grad=True)
 `, `o = nn.sdpa_kernel("flash", nn.functional.scaled_dot_product_attention, q, q, q)`, backend.PeakLayout},

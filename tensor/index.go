@@ -180,12 +180,19 @@ func EmbeddingDenseBackward(g, indices *Tensor, numWeights int, paddingIdx int64
 		if sorted, err = newTensor(g.ctx, fname, indices.mem.Device(), indices.dtype, []int{n}); err != nil {
 			return nil, err
 		}
+		// the sort's results are held until the op returns, so that a
+		// reclaim while it allocates reaches them instead of asking the
+		// collector; the arange is dropped after the sort
+		defer g.ctx.Hold(sorted)()
 		if orig, err = newTensor(g.ctx, fname, indices.mem.Device(), indices.dtype, []int{n}); err != nil {
 			return nil, err
 		}
-		if _, err := newTensor(g.ctx, fname, indices.mem.Device(), indices.dtype, []int{n}); err != nil {
-			return nil, err // the arange, dropped after the sort
+		g.ctx.Hold(orig)
+		ar, err := newTensor(g.ctx, fname, indices.mem.Device(), indices.dtype, []int{n})
+		if err != nil {
+			return nil, err
 		}
+		Dropped(ar)
 	}
 	out, err := newTensor(g.ctx, fname, g.mem.Device(), g.dtype, []int{numWeights, dim})
 	if err != nil {

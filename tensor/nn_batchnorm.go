@@ -125,14 +125,21 @@ func batchNorm(fname string, x, w, b, rm, rv *Tensor, training bool, momentum, e
 	dev := x.mem.Device()
 	xc := x
 	statDT := accDType(x.dtype)
+	// Each result is held from when it is made (made): a reclaim while the
+	// next is allocated (one that would raise a peak) then reaches it
+	// instead of asking the collector whether this op still holds it.
+	defer x.ctx.Hold()()
+	made := func(t *Tensor) { x.ctx.Hold(t) }
 	if cudnn {
 		if xc, err = Contiguous(x); err != nil {
 			return nil, nil, nil, nil, Renamed(err, fname)
 		}
+		made(xc)
 		statDT = w.dtype
 		if out, err = newTensor(x.ctx, fname, dev, x.dtype, x.shape); err != nil {
 			return
 		}
+		made(out)
 		sc := 0
 		if training {
 			sc = c
@@ -140,25 +147,32 @@ func batchNorm(fname string, x, w, b, rm, rv *Tensor, training bool, momentum, e
 		if saveMean, err = newTensor(x.ctx, fname, dev, statDT, []int{sc}); err != nil {
 			return
 		}
+		made(saveMean)
 		if saveVar, err = newTensor(x.ctx, fname, dev, statDT, []int{sc}); err != nil {
 			return
 		}
+		made(saveVar)
 		if reserve, err = newTensor(x.ctx, fname, dev, Uint8, []int{0}); err != nil {
 			return
 		}
+		made(reserve)
 	} else {
 		if reserve, err = newTensor(x.ctx, fname, dev, Uint8, []int{0}); err != nil {
 			return
 		}
+		made(reserve)
 		if out, err = newTensor(x.ctx, fname, dev, x.dtype, x.shape); err != nil {
 			return
 		}
+		made(out)
 		if saveMean, err = newTensor(x.ctx, fname, dev, statDT, []int{c}); err != nil {
 			return
 		}
+		made(saveMean)
 		if saveVar, err = newTensor(x.ctx, fname, dev, statDT, []int{c}); err != nil {
 			return
 		}
+		made(saveVar)
 	}
 	if !out.hasData() {
 		return
@@ -292,22 +306,27 @@ func batchNormBackward(fname string, g, x, w, rm, rv, saveMean, saveVar *Tensor,
 	if w != nil {
 		pdt = w.dtype
 	}
+	// what it makes is held from when it is made (as in batchNorm)
+	defer x.ctx.Hold()()
 	gc := g
 	if cudnn && training {
 		if gc, err = Contiguous(g); err != nil {
 			return nil, nil, nil, Renamed(err, fname)
 		}
+		x.ctx.Hold(gc)
 		mask = [3]bool{true, true, true}
 	}
 	if mask[0] {
 		if gi, err = newTensor(x.ctx, fname, dev, x.dtype, x.shape); err != nil {
 			return
 		}
+		x.ctx.Hold(gi)
 	}
 	if mask[1] {
 		if gw, err = newTensor(x.ctx, fname, dev, pdt, []int{c}); err != nil {
 			return
 		}
+		x.ctx.Hold(gw)
 	}
 	if mask[2] {
 		if gb, err = newTensor(x.ctx, fname, dev, pdt, []int{c}); err != nil {

@@ -195,28 +195,36 @@ func conv2dBackward(fname string, g, x, w *Tensor, p ConvParams, mask [3]bool) (
 	if !sameInts(g.shape, shape) {
 		return nil, nil, nil, errorf(fname, "grad_output of size %s does not match the convolution's output size %s", SizeString(g.shape), SizeString(shape))
 	}
+	// What it makes is held from when it is made, so that a reclaim while
+	// it makes the next (one that would raise a peak) reaches it instead of
+	// asking the collector whether this op still holds it.
+	defer x.ctx.Hold()()
 	// cudnn_convolution_backward: grad_output.contiguous(); the input is
 	// made contiguous only when the weight's gradient needs it.
 	gc, err := Contiguous(g)
 	if err != nil {
 		return nil, nil, nil, Renamed(err, fname)
 	}
+	x.ctx.Hold(gc)
 	xc := x
 	if mask[1] {
 		if xc, err = Contiguous(x); err != nil {
 			return nil, nil, nil, Renamed(err, fname)
 		}
+		x.ctx.Hold(xc)
 	}
 	dev := x.mem.Device()
 	if mask[0] {
 		if gi, err = newTensor(x.ctx, fname, dev, x.dtype, x.shape); err != nil {
 			return nil, nil, nil, err
 		}
+		x.ctx.Hold(gi)
 	}
 	if mask[1] {
 		if gw, err = newTensor(x.ctx, fname, dev, w.dtype, w.shape); err != nil {
 			return nil, nil, nil, err
 		}
+		x.ctx.Hold(gw)
 	}
 	if gi != nil && gi.hasData() || gw != nil && gw.hasData() {
 		if x.dtype == Float64 {

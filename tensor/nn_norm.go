@@ -90,14 +90,20 @@ func NativeLayerNorm(x *Tensor, normalized []int, w, b *Tensor, eps float64) (ou
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// what it makes is held from when it is made, so that a reclaim while
+	// it makes the next (one that would raise a peak) reaches it instead
+	// of asking the collector whether this op still holds it
+	defer x.ctx.Hold(xc, wc, bc)()
 	dev := x.mem.Device()
 	if out, err = newTensor(x.ctx, fname, dev, x.dtype, slices.Clone(x.shape)); err != nil {
 		return nil, nil, nil, err
 	}
+	x.ctx.Hold(out)
 	acc := NormAccDType(x.dtype)
 	if mean, err = newTensor(x.ctx, fname, dev, acc, []int{m}); err != nil {
 		return nil, nil, nil, err
 	}
+	x.ctx.Hold(mean)
 	if rstd, err = newTensor(x.ctx, fname, dev, acc, []int{m}); err != nil {
 		return nil, nil, nil, err
 	}

@@ -114,6 +114,9 @@ func maxPool2d(fname string, x *Tensor, p PoolParams) (out, idx *Tensor, err err
 	if out, err = newTensor(x.ctx, fname, dev, x.dtype, shape); err != nil {
 		return nil, nil, err
 	}
+	// held while the indices are allocated, so that a reclaim then reaches
+	// it instead of asking the collector whether this op still holds it
+	defer x.ctx.Hold(out)()
 	if idx, err = newTensor(x.ctx, fname, dev, Int64, shape); err != nil {
 		return nil, nil, err
 	}

@@ -85,6 +85,9 @@ func CrossEntropy(a, target *tensor.Tensor, red tensor.Reduction, ignoreIndex in
 	if err != nil {
 		return nil, err
 	}
+	// held while nll_loss allocates, so that a reclaim then reaches it
+	// instead of asking the collector whether this op still holds it
+	defer lp.Context().Hold(lp)()
 	return NllLoss(lp, target, red, ignoreIndex)
 }
 
