@@ -400,12 +400,15 @@ ngrad = deep(40, lst, d, train)
 // what is garbage are settled by the walk — each case's measured
 // statement runs no collection — with every proof and every walk-freed
 // allocation checked by a collection (MEMSH_VERIFY_RECLAIM):
+//
 //   - a recursion's innermost level dropping tensors while the frames
 //     below it are kept from an earlier walk (whose horizon is not that
 //     walk's now);
+//
 //   - AdamW's first step, whose moments are made one after another
 //     (those already made are in the optimizer's state, where the walk
 //     sees them);
+//
 //   - rms_norm's forward inside a checkpointed region (its intermediates
 //     held while the next is made, and dropped after: autograd keeps none
 //     of them when the region's saved tensors are packed away), and flash
