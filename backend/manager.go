@@ -153,8 +153,12 @@ func (e *entry) value() *Memory {
 }
 
 // settle turns every young entry's strong reference into a weak pointer,
-// so that the next collection can tell which handles are unreachable.
+// so that the next collection can tell which handles are unreachable, and
+// makes the reach walk's caches let go of what they hold (SetForget).
 func (m *Manager) settle() {
+	if m.reach.forget != nil {
+		m.reach.forget()
+	}
 	for i := range m.entries {
 		if e := &m.entries[i]; e.young != nil {
 			if !e.rec.freed {
@@ -178,6 +182,9 @@ type ManagerStats struct {
 	// walks walked; FramesKept, those they did not walk because nothing
 	// they reach can have changed since an earlier walk (Frames).
 	FramesWalked, FramesKept int
+	// ReusedWalks counts the walks that reported what an earlier one
+	// found in part of the roots instead of walking it (Walk.Reused).
+	ReusedWalks int
 }
 
 // Collections returns the reclaim passes that a Go collection settled:
@@ -199,6 +206,7 @@ func (s ManagerStats) Since(before ManagerStats) ManagerStats {
 		OOMRetries:     s.OOMRetries - before.OOMRetries,
 		FramesWalked:   s.FramesWalked - before.FramesWalked,
 		FramesKept:     s.FramesKept - before.FramesKept,
+		ReusedWalks:    s.ReusedWalks - before.ReusedWalks,
 	}
 }
 

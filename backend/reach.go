@@ -68,6 +68,10 @@ type Walk struct {
 	// Why says what made the walk incomplete, and Holder names the
 	// running code the Horizon comes from, for MEMSH_DEBUG_REACH.
 	Why, Holder string
+	// Reused: the walk reported what an earlier walk found in part of the
+	// roots instead of walking it (scope's walks during backward), for
+	// ManagerStats.ReusedWalks.
+	Reused bool
 }
 
 var debugReach = os.Getenv("MEMSH_DEBUG_REACH") == "1"
@@ -91,6 +95,7 @@ func (w *Walk) protects(s uint64) bool {
 
 type reachState struct {
 	f           ReachFunc
+	forget      func()        // SetForget
 	stamp       func() uint64 // the clock allocations are stamped with
 	epoch       uint64
 	verify      bool          // MEMSH_VERIFY_RECLAIM: check each proof with a collection
@@ -117,6 +122,16 @@ func (m *Manager) SetReach(f ReachFunc) {
 	m.reach.f = f
 	m.reach.verify = os.Getenv("MEMSH_VERIFY_RECLAIM") == "1"
 	m.reach.off = os.Getenv("MEMSH_RECLAIM") == "gc"
+}
+
+// SetForget installs f, which the Manager calls before each collection
+// (while it is locked): the layer that walks keeps, between walks, what
+// earlier walks found (scope's walks during backward), and must let go of
+// it so that the collection judges only what the Session's values hold.
+func (m *Manager) SetForget(f func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reach.forget = f
 }
 
 // SetStampClock installs the clock each allocation is stamped with when
@@ -168,6 +183,9 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		return res, false
 	}
 	m.reach.backoff = 0
+	if w.Reused {
+		m.stats.ReusedWalks++
+	}
 	reached += fr.keptCount()
 	if reached == m.live {
 		if m.reach.verify {

@@ -111,6 +111,31 @@ func (w *Walker) Done() {
 	w.r = tensor.Reacher{}
 }
 
+// SetFrontier turns the engine walk's frontier mode on or off
+// (tensor.Reacher.Frontier): tensors with autograd state and autograd
+// nodes are set aside instead of walked, for Frontier.
+func (w *Walker) SetFrontier(on bool) { w.r.SetFrontier(on) }
+
+// Frontier returns what frontier mode set aside, and forgets it.
+func (w *Walker) Frontier() ([]*tensor.Tensor, []tensor.GradNode) {
+	ts, ns := w.r.FrontierTensors, w.r.FrontierNodes
+	w.r.FrontierTensors, w.r.FrontierNodes = nil, nil
+	return ts, ns
+}
+
+// Autograd walks what the autograd state of t, a tensor frontier mode set
+// aside, holds (tensor.Reacher.Autograd).
+func (w *Walker) Autograd(t *tensor.Tensor) {
+	w.tick()
+	w.r.Autograd(t)
+}
+
+// Node walks an autograd node (tensor.Reacher.Node).
+func (w *Walker) Node(n tensor.GradNode) { w.r.Node(n) }
+
+// SetMemory replaces the function the walk reports allocations to.
+func (w *Walker) SetMemory(visit func(*backend.Memory)) { w.r.Memory = visit }
+
 // Epoch returns the walk's number (never 0), for values that mark
 // themselves visited instead of using Seen.
 func (w *Walker) Epoch() uint64 { return w.r.Epoch }

@@ -35,26 +35,22 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		w.Restart(epoch, deadline, visit)
 	}
 	defer w.Done()
-	// The main thread's frames first, bottom-up, each credited with what
-	// it reaches (backend.Frames); those that cannot have changed since
-	// the last walk are not walked again.
-	horizon, who := s.frames.walk(w, s.thread, s.stamp(), frames, len(s.loading) == 0)
-	w.Outermost = who
-	frames.Enter(-1)
-	for name := range s.user {
-		w.Value(s.live[name])
-	}
-	for _, e := range s.loaded {
-		if e != nil {
-			w.Values(e.globals)
-		}
-	}
-	for _, e := range s.stack {
-		w.Value(e)
-	}
-	for _, p := range s.pending {
-		w.Value(p.seen)
-		w.Value(p.restore)
+	var horizon uint64
+	reused := false
+	if key, ok := s.memoKey(); ok {
+		// backward() is running: what the frames and globals reach is
+		// what an earlier walk during it found (reach_memo.go)
+		horizon, reused = s.reachMemo(w, key, visit, frames)
+	} else {
+		s.memo = nil
+		// The main thread's frames first, bottom-up, each credited with
+		// what it reaches (backend.Frames); those that cannot have
+		// changed since the last walk are not walked again.
+		var who string
+		horizon, who = s.frames.walk(w, s.thread, s.stamp(), frames, len(s.loading) == 0)
+		w.Outermost = who
+		frames.Enter(-1)
+		s.reachGlobals(w)
 	}
 	for _, r := range s.roots {
 		(*r).Reach(w)
@@ -79,6 +75,27 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		Spans:    slices.Clone(w.Spans()),
 		Why:      w.Why(),
 		Holder:   w.Outermost,
+		Reused:   reused,
+	}
+}
+
+// reachGlobals walks the roots that are not frames: the globals the user
+// bound, loaded modules, the open experiments and the pending restores.
+func (s *Session) reachGlobals(w *env.Walker) {
+	for name := range s.user {
+		w.Value(s.live[name])
+	}
+	for _, e := range s.loaded {
+		if e != nil {
+			w.Values(e.globals)
+		}
+	}
+	for _, e := range s.stack {
+		w.Value(e)
+	}
+	for _, p := range s.pending {
+		w.Value(p.seen)
+		w.Value(p.restore)
 	}
 }
 

@@ -508,3 +508,86 @@ x = None
 		t.Errorf("interrupted reclaim: %d collections, %d freed; want 1 collection freeing the dropped tensor", got, r.Count)
 	}
 }
+
+// A reclaim during backward() reuses what the walk before it found in the
+// frames and globals while no Starlark code ran since (reach_memo.go):
+// with every proof and every walk-freed allocation checked by a
+// collection (MEMSH_VERIFY_RECLAIM), the training steps reclaim exactly
+// what they reclaim with the memo off (MEMSH_REACH_MEMO=0), to the byte,
+// with the same peaks, and most of backward's walks are reused — also
+// across a checkpointed region's recomputation, which runs Starlark code
+// inside backward (the memo is made again after it).
+func TestBackwardReusesWalks(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	const src = `
+blocks = [nn.Sequential(nn.LayerNorm(256), nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 256)).to("cuda") for i in range(4)]
+head = nn.Linear(256, 512).to("cuda")
+params = []
+for b in blocks:
+    params += b.parameters()
+opt = optim.AdamW(params + head.parameters(), lr=0.001)
+x = tensor.randn([64, 256], device="cuda")
+y = tensor.randint(0, 512, [64], device="cuda")
+def step(ckpt):
+    h = x
+    for b in blocks:
+        h = h + (nn.checkpoint(b, h) if ckpt else b(h))
+    loss = nn.functional.cross_entropy(head(h), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+for i in range(2):
+    step(False)
+    step(True)
+`
+	// A checkpointed region whose recomputation (its second call, inside
+	// backward, after a walk that made a memo, and allocating too little
+	// to reclaim itself) lets go of a global's 4 MiB tensor: the memo must
+	// not be reused after it (with a key blind to Starlark steps, calls
+	// and mutations, the next walk reuses it and the verifying collection
+	// panics).
+	const drop = `
+W0 = tensor.randn([256, 2048], device="cuda", requires_grad=True)
+W1 = tensor.randn([2048, 256], device="cuda", requires_grad=True)
+p = tensor.randn([2048], device="cuda", requires_grad=True)
+keep = [tensor.zeros([1 << 20], device="cuda")]
+calls = [0]
+def region(h):
+    calls[0] += 1
+    if calls[0] == 2:
+        keep.clear()
+    return h * p
+h0 = x.matmul(W0)
+out = nn.checkpoint(region, h0)
+h0 = None
+loss = out.matmul(W1).sum()
+out = None
+loss.backward()
+`
+	run := func(memo string) (backend.ManagerStats, map[string]int64) {
+		t.Setenv("MEMSH_REACH_MEMO", memo)
+		s, err := scope.New(scope.Options{Device: "sim:4GiB", Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.Exec("steps.star", src+drop); err != nil {
+			t.Fatal(err)
+		}
+		return s.Manager().Stats(), s.Manager().GPU(0).Stats()
+	}
+	with, withGPU := run("")
+	without, withoutGPU := run("0")
+	if with.ReusedWalks == 0 || without.ReusedWalks != 0 {
+		t.Fatalf("reused walks: %d with the memo, %d without; want some, none", with.ReusedWalks, without.ReusedWalks)
+	}
+	if with.Reclaims != without.Reclaims || with.ReclaimedBytes != without.ReclaimedBytes || with.WalkReclaims != without.WalkReclaims {
+		t.Errorf("with the memo %+v, without %+v: the same reclaims expected", with, without)
+	}
+	for _, k := range []string{"allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.all.current", "num_alloc_retries", "allocation.all.allocated"} {
+		if withGPU[k] != withoutGPU[k] {
+			t.Errorf("%s: %d with the memo, %d without", k, withGPU[k], withoutGPU[k])
+		}
+	}
+	t.Logf("%d of %d reclaims reused a walk's frames and globals", with.ReusedWalks, with.Reclaims)
+}

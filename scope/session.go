@@ -69,6 +69,8 @@ type Session struct {
 	// walker is the reach walk's, reused from walk to walk.
 	walker  *env.Walker
 	frames  frameCache // what the last walk found in the frames it walked (reach.go)
+	memo    *walkMemo  // what a walk during backward() found in the frames and globals (reach_memo.go)
+	memoOff bool       // MEMSH_REACH_MEMO=0: no memo
 	env     *env.Env
 	tctx    *tensor.Context // the tensor Context (its interrupt flag is set by Interrupt)
 	mgr     *backend.Manager
@@ -142,6 +144,12 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 		user:    map[string]bool{},
 	}
 	mgr.SetReach(s.reach)
+	mgr.SetForget(func() { // a collection must not see what the memo holds
+		if s.memo != nil {
+			s.memo.weaken()
+		}
+	})
+	s.memoOff = os.Getenv("MEMSH_REACH_MEMO") == "0"
 	s.env = env.New(mgr, opts.Out)
 	s.env.Err = opts.Err
 	s.env.Session = s

@@ -34,12 +34,16 @@ type GradNode interface {
 func (t *Tensor) Autograd() *AutogradMeta { return t.ag }
 
 // SetAutograd replaces t's autograd state.
-func (t *Tensor) SetAutograd(m *AutogradMeta) { t.ag = m }
+func (t *Tensor) SetAutograd(m *AutogradMeta) {
+	t.ag = m
+	t.reshaped()
+}
 
 // EnsureAutograd returns t's autograd state, creating it if needed.
 func (t *Tensor) EnsureAutograd() *AutogradMeta {
 	if t.ag == nil {
 		t.ag = &AutogradMeta{}
+		t.reshaped()
 	}
 	return t.ag
 }

@@ -329,6 +329,7 @@ func Alias(t *Tensor) *Tensor {
 // param.data = src assignment Module.to uses), keeping t's identity.
 func (t *Tensor) SetData(src *Tensor) {
 	t.st, t.mem = src.st, src.mem
+	t.reshaped()
 	t.dtype = src.dtype
 	t.shape, t.strides, t.offset = slices.Clone(src.shape), slices.Clone(src.strides), src.offset
 }

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"slices"
+	"sync/atomic"
 
 	"github.com/memsh/memsh/backend"
 )
@@ -31,6 +32,52 @@ type Reacher struct {
 	incomplete bool // a value could not be walked (Value)
 
 	pending []GradNode
+
+	// Frontier, while set (SetFrontier), keeps the walk out of autograd
+	// state: Tensor reports a tensor's memory and, instead of walking its
+	// gradient, grad_fn and accumulator, appends the tensor to
+	// FrontierTensors; Node appends the node to FrontierNodes. What such a
+	// walk reaches cannot change while no Starlark code runs and
+	// ReachShape does not move (scope's walks during backward reuse it);
+	// Autograd and Node walk the frontier later.
+	frontier        bool
+	FrontierTensors []*Tensor
+	FrontierNodes   []GradNode
+}
+
+// reachShape moves whenever a tensor a Frontier walk reached gains or
+// replaces its autograd state or its storage (reshaped).
+var reachShape atomic.Uint64
+
+// ReachShape returns a counter that moves whenever a tensor a Frontier
+// walk reached gains or replaces its autograd state, or is made to refer
+// to other storage: what a Frontier walk reached from values that did not
+// change is what it was while the counter stands still.
+func ReachShape() uint64 { return reachShape.Load() }
+
+// reshaped notes that t's autograd state or storage changed (SetAutograd,
+// EnsureAutograd, SetData).
+func (t *Tensor) reshaped() {
+	if t.memoed {
+		reachShape.Add(1)
+	}
+}
+
+// SetFrontier turns frontier mode on or off (Frontier).
+func (r *Reacher) SetFrontier(on bool) { r.frontier = on }
+
+// Autograd walks what t's autograd state holds (its gradient, grad_fn and
+// accumulator), t itself counting as met: for a tensor a Frontier walk
+// set aside.
+func (r *Reacher) Autograd(t *Tensor) {
+	t.reached = r.Epoch
+	ag := t.ag
+	if ag == nil {
+		return
+	}
+	r.node(ag.GradFn, nil)
+	r.node(ag.Accumulator, t)
+	r.Tensor(ag.Grad)
 }
 
 // ReachNode is implemented by autograd nodes (package tensor/autograd):
@@ -56,8 +103,15 @@ func (r *Reacher) Tensor(t *Tensor) {
 		if t.mem != nil {
 			r.Memory(t.mem)
 		}
+		if r.frontier {
+			t.memoed = true
+		}
 		ag := t.ag
 		if ag == nil {
+			return
+		}
+		if r.frontier {
+			r.FrontierTensors = append(r.FrontierTensors, t)
 			return
 		}
 		r.node(ag.GradFn, nil)
@@ -82,7 +136,15 @@ func (r *Reacher) Complete() bool { return !r.incomplete }
 
 // Node queues an autograd node for Drain, unless the walk has met it
 // already.
-func (r *Reacher) Node(n GradNode) { r.node(n, nil) }
+func (r *Reacher) Node(n GradNode) {
+	if r.frontier {
+		if n != nil {
+			r.FrontierNodes = append(r.FrontierNodes, n)
+		}
+		return
+	}
+	r.node(n, nil)
+}
 
 func (r *Reacher) node(n GradNode, from *Tensor) {
 	if n != nil && n.Mark(r.Epoch, from) {

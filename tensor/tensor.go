@@ -38,6 +38,9 @@ type Tensor struct {
 	// tensor (Reacher.Tensor), so that a parameter met through its
 	// module, its optimizer and its AccumulateGrad node is walked once.
 	reached uint64
+	// memoed: a Frontier walk reached it (tensor.Reacher.Frontier); a
+	// change of its autograd state or storage then moves ReachShape
+	memoed bool
 }
 
 // newTensorOn makes a tensor over mem with a new Storage.
