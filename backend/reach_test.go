@@ -158,15 +158,9 @@ func TestWalkFrees(t *testing.T) {
 			if tc.stamped {
 				m.SetStampClock(func() uint64 { return clock })
 			}
-			kept, err := m.Alloc("cuda:0", 4096)
-			if err != nil {
-				t.Fatal(err)
-			}
+			kept := mustAlloc(t, m, 4096)
 			clock = 2
-			held, err := m.Alloc("cuda:0", 512)
-			if err != nil {
-				t.Fatal(err)
-			}
+			held := mustAlloc(t, m, 512)
 			m.SetReach(func(_ uint64, _ time.Time, visit func(*backend.Memory), _ *backend.Frames) backend.Walk {
 				visit(kept)
 				return backend.Walk{Done: true, Complete: tc.complete, Horizon: tc.horizon}
@@ -197,6 +191,16 @@ func TestWalkFrees(t *testing.T) {
 	}
 }
 
+// mustAlloc allocates n bytes on cuda:0 or fails the test.
+func mustAlloc(t *testing.T, m *backend.Manager, n uint64) *backend.Memory {
+	t.Helper()
+	h, err := m.Alloc("cuda:0", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // An empty allocation that running Go code may hold (made at the horizon)
 // and the walk did not reach leaves the reclaim to the walk: it counts in
 // no statistic, so the walk frees the garbage it found without a
@@ -206,19 +210,9 @@ func TestWalkLeavesHeldEmpty(t *testing.T) {
 	m := newManager(t, "1GiB", backend.PeakLazy)
 	clock := uint64(1)
 	m.SetStampClock(func() uint64 { return clock })
-	kept, err := m.Alloc("cuda:0", 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	garbage, err := m.Alloc("cuda:0", 512)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kept, garbage := mustAlloc(t, m, 4096), mustAlloc(t, m, 512)
 	clock = 2
-	empty, err := m.Alloc("cuda:0", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	empty := mustAlloc(t, m, 0)
 	horizon := uint64(2)
 	m.SetReach(func(_ uint64, _ time.Time, visit func(*backend.Memory), _ *backend.Frames) backend.Walk {
 		visit(kept)

@@ -108,19 +108,25 @@ func TestInteractiveEcho(t *testing.T) {
 // Interrupt stops a running statement; the session reclaims and stays usable.
 func TestInterrupt(t *testing.T) {
 	s, _ := newSession(t, "sim:1GiB")
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		s.Interrupt()
-	}()
-	err := s.Exec("loop.star", "x = tensor.zeros([1024], device=\"cuda\")\nwhile True:\n    y = x + 1\n")
-	if err == nil || !strings.Contains(err.Error(), "interrupted") {
-		t.Fatalf("err = %v", err)
-	}
+	execInterrupted(t, s, 100*time.Millisecond, "x = tensor.zeros([1024], device=\"cuda\")\nwhile True:\n    y = x + 1\n")
 	if err := s.Exec("after.star", "y = None\nassert_ok = cuda.memory_allocated() == 4096"); err != nil {
 		t.Fatal(err)
 	}
 	if v := s.Get("assert_ok"); v != starlark.True {
 		t.Errorf("memory after interrupt: assert_ok = %v", v)
+	}
+}
+
+// execInterrupted runs src, which must run until Interrupt, which it
+// calls after d, and checks that it failed as interrupted.
+func execInterrupted(t *testing.T, s *scope.Session, d time.Duration, src string) {
+	t.Helper()
+	go func() {
+		time.Sleep(d)
+		s.Interrupt()
+	}()
+	if err := s.Exec("loop.star", src); err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Fatalf("err = %v", err)
 	}
 }
 
@@ -143,14 +149,7 @@ func TestInterruptDefersReclaim(t *testing.T) {
 	}
 	interrupted := func() {
 		t.Helper()
-		go func() {
-			time.Sleep(50 * time.Millisecond)
-			s.Interrupt()
-		}()
-		err := s.Exec("loop.star", "def f():\n    t = tensor.zeros([1024], device=\"cuda\")\n    while True:\n        pass\nf()\n")
-		if err == nil || !strings.Contains(err.Error(), "interrupted") {
-			t.Fatalf("err = %v", err)
-		}
+		execInterrupted(t, s, 50*time.Millisecond, "def f():\n    t = tensor.zeros([1024], device=\"cuda\")\n    while True:\n        pass\nf()\n")
 		if got := gpu.Allocated(); got != 4096 {
 			t.Errorf("just after the interrupt: %d bytes allocated, want f's 4096 (its reclaim is due)", got)
 		}
