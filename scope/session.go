@@ -325,8 +325,8 @@ func (s *Session) Interrupt() {
 // Settle reclaims what a statement stopped by Ctrl-C (Interrupt) left
 // behind. Exec does that itself before it runs anything, and the REPL
 // before a colon command; a Go program that reads the Session's figures
-// after an interrupted Exec calls it first (a statement that failed for
-// any other reason was reclaimed after before Exec returned).
+// after an interrupted Exec calls it first (after a statement that failed
+// for any other reason, Exec reclaimed before it returned).
 func (s *Session) Settle() {
 	if s.reclaimDue && !s.running {
 		s.reclaimDue = false
@@ -343,6 +343,7 @@ func (s *Session) Close() {
 	}
 	s.live = nil
 	s.user = nil
+	s.memo = nil
 	s.mgr.Close()
 }
 
