@@ -591,3 +591,50 @@ loss.backward()
 	}
 	t.Logf("%d of %d reclaims reused a walk's frames and globals", with.ReusedWalks, with.Reclaims)
 }
+
+// While a backward pass without retain_graph runs, the walk stops at the
+// nodes it ran and released, and the engine reports what is below them
+// (graphRun in tensor/autograd): the nodes not run yet, below the ready
+// and running ones, and the AccumulateGrad nodes run. A leaf that only
+// the graph holds (w, dropped before backward) stays allocated with its
+// gradient after its AccumulateGrad ran, through a later walk of the same
+// pass, as in PyTorch, where loss.grad_fn still holds it; and the relu's
+// output, which only its node (below a ready one) saved, stays until that
+// node ran. Every proof and every freed allocation is checked by a
+// collection.
+func TestBackwardStopsAtRunNodes(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	s, err := scope.New(scope.Options{Device: "sim:1GiB", Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const mib2 = 2 << 20
+	if err := s.Exec("leaf.star", `
+y = tensor.randn([1024, 512], device="cuda")
+v = tensor.randn([512, 512], device="cuda", requires_grad=True)
+x = tensor.randn([1024, 512], device="cuda")
+w = tensor.randn([1024, 512], device="cuda", requires_grad=True)
+loss = y.matmul(v).relu().sum() + (x * w).sum()
+w = None
+loss.backward()
+after = cuda.memory_allocated()
+loss = None
+dropped = cuda.memory_allocated()
+`); err != nil {
+		t.Fatal(err)
+	}
+	after, dropped := s.Get("after"), s.Get("dropped")
+	// y, x (2 MiB each), v and its gradient (1 MiB each), w and its
+	// gradient (2 MiB each) while loss holds the graph; w and its gradient
+	// go with it
+	if want := 4*mib2 + 2*(1<<20) + 512; after.String() != fmt.Sprint(want) {
+		t.Errorf("memory_allocated after backward: %s, want %d (w and its gradient kept by the graph)", after, want)
+	}
+	if want := 2*mib2 + 2*(1<<20); dropped.String() != fmt.Sprint(want) {
+		t.Errorf("memory_allocated after loss = None: %s, want %d", dropped, want)
+	}
+	if st := s.Manager().Stats(); st.Reclaims == 0 {
+		t.Errorf("no reclaims")
+	}
+}

@@ -71,6 +71,10 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 	prev := SetGradEnabled(ctx, false)
 	defer SetGradEnabled(ctx, prev)
 
+	if !retainGraph {
+		e.run = &graphRun{active: true}
+		defer func() { e.run.active = false }()
+	}
 	e.countDependencies(rootEdges)
 	for i, edge := range rootEdges {
 		if err := e.add(edge, rootGrads[i]); err != nil {
@@ -127,7 +131,22 @@ type engine struct {
 	// outs are the running node's gradients on their way to the input
 	// buffers (validated, then added).
 	outs []*tensor.Tensor
+	// run marks the nodes this backward ran and released (Node.doneIn);
+	// cur is the node running, doneAccs the AccumulateGrad nodes run.
+	run      *graphRun
+	cur      *Node
+	doneAccs []*Node
 }
+
+// graphRun is one backward pass without retain_graph, active while it
+// runs. Its task is every node reachable from its roots
+// (countDependencies), and it runs each of them once, so while it is
+// active a node it ran has nothing below it that the walk must reach
+// through it: the nodes not run yet are below the ready ones or the
+// running one, and the variables of the AccumulateGrad nodes run are in
+// doneAccs. engine.Reach reports those, and Node.Reach stops at a node
+// the active run released (its saved tensors are gone too).
+type graphRun struct{ active bool }
 
 // Reach reports what the engine holds to the reclaim's reach walk
 // (tensor.ReachRoot): every gradient it tracks (input buffers, the
@@ -136,6 +155,16 @@ type engine struct {
 func (e *engine) Reach(r *tensor.Reacher) {
 	for t := range e.refs {
 		r.Tensor(t)
+	}
+	// the nodes not run yet are below these (graphRun)
+	for _, it := range e.ready {
+		r.Node(it.n)
+	}
+	if e.cur != nil {
+		r.Node(e.cur)
+	}
+	for _, n := range e.doneAccs {
+		r.Node(n)
 	}
 	for _, t := range e.outs {
 		if t != nil {
@@ -282,6 +311,8 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 	// reachable. Kept on the node, not in a global: Sessions in one
 	// process run backward independently.
 	n.running = e
+	e.cur = n
+	defer func() { e.cur = nil }()
 	// Tensors the node unpacks through saved-tensor hooks are held in
 	// flight until it returns (SavedTensor.Unpack).
 	releaseUnpacked := func() {}
@@ -325,6 +356,10 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 	clear(grads)
 	if !retainGraph {
 		n.release()
+		n.doneIn = e.run
+		if n.variable != nil {
+			e.doneAccs = append(e.doneAccs, n)
+		}
 	}
 	// The node's incoming gradients and (unless retained) its saved
 	// tensors may have become garbage: exact-peak mode must see them go.

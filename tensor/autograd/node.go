@@ -29,6 +29,10 @@ type Node struct {
 
 	nOutputs int
 	released bool // saved tensors freed by a backward without retain_graph
+	// doneIn is the backward run that ran and released the node, if any:
+	// while that run goes on, the reach walk leaves the node's edges to
+	// the run (reach.go)
+	doneIn *graphRun
 
 	// retained holds the outputs that asked for retain_grad(), by output
 	// number; held weakly as PyTorch's retains_grad hook does.

@@ -22,6 +22,14 @@ func (n *Node) Reach(r *tensor.Reacher) {
 	if n == nil {
 		return
 	}
+	if n.doneIn != nil && n.doneIn.active {
+		// ran and released by the backward that is running: what is
+		// below it, that run reports (graphRun)
+		if n.variable != nil {
+			r.Tensor(n.variable)
+		}
+		return
+	}
 	for _, s := range n.saved {
 		if s == nil {
 			continue
