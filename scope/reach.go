@@ -179,10 +179,8 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 			frames.Enter(i)
 		}
 		fr := thread.DebugFrame(depth - 1 - i)
-		if b, by := walkFrame(w, fr, i == depth-1); b < horizon || (b == horizon && who == "" && by != "") {
-			// among equal stamps the outermost names it
-			horizon, who = b, by
-		}
+		b, by := walkFrame(w, fr, i == depth-1)
+		horizon, who = lowerBound(horizon, who, b, by)
 		w.Settle()
 		if w.Exhausted() {
 			// cut short: the frame's credits are partial (the walk is not
@@ -199,6 +197,22 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 	}
 	c.thread, c.mutations, c.usable = thread, starlark.Mutations(), keep && frames != nil && depth > 0 && pure(thread.DebugFrame(0).Callable())
 	thread.ResetLowWater()
+	return clampHorizon(horizon, who, now)
+}
+
+// lowerBound returns the lower of the frames' bound so far (horizon, given
+// by who) and a frame's (b, by), walking bottom-up: among equal stamps
+// the outermost frame that names a built-in names it.
+func lowerBound(horizon uint64, who string, b uint64, by string) (uint64, string) {
+	if b < horizon || (b == horizon && who == "" && by != "") {
+		return b, by
+	}
+	return horizon, who
+}
+
+// clampHorizon turns the frames' bound into the walk's horizon: now, the
+// stamp clock's value, when no frame gives a lower one.
+func clampHorizon(horizon uint64, who string, now uint64) (uint64, string) {
 	if horizon > now || (horizon == now && who == "") {
 		return now, ""
 	}

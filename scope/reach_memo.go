@@ -117,10 +117,8 @@ func (s *Session) reachMemo(w *env.Walker, key memoKey, visit func(*backend.Memo
 	horizon, who := uint64(math.MaxUint64), ""
 	depth := s.thread.CallStackDepth()
 	for i := range depth {
-		fr := s.thread.DebugFrame(depth - 1 - i)
-		if b, by := walkFrame(w, fr, i == depth-1); b < horizon || (b == horizon && who == "" && by != "") {
-			horizon, who = b, by // among equal stamps the outermost names it
-		}
+		b, by := walkFrame(w, s.thread.DebugFrame(depth-1-i), i == depth-1)
+		horizon, who = lowerBound(horizon, who, b, by)
 	}
 	s.reachGlobals(w)
 	why := w.Why()
@@ -186,14 +184,9 @@ func (m *walkMemo) cleared() bool {
 	return false
 }
 
-// framesHorizon turns the frames' bound on the horizon into the walk's,
-// as frameCache.walk does: the stamp clock's now when no frame gives a
-// lower one.
+// framesHorizon turns the frames' bound on the horizon into the walk's
+// (clampHorizon) and names who gives it.
 func (s *Session) framesHorizon(w *env.Walker, horizon uint64, who string) uint64 {
-	if now := s.stamp(); horizon > now || (horizon == now && who == "") {
-		w.Outermost = ""
-		return now
-	}
-	w.Outermost = who
+	horizon, w.Outermost = clampHorizon(horizon, who, s.stamp())
 	return horizon
 }

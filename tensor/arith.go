@@ -165,11 +165,17 @@ func UnaryInPlace(op UnaryOp, t *Tensor) (*Tensor, error) {
 	if op.floatOnly() && !t.dtype.IsFloat() {
 		return nil, errorf(fname, "result type Float can't be cast to the desired output type %s", dtypes[t.dtype].torch)
 	}
+	return writeInPlace(fname, t, func(x *Tensor) error { return unaryInto(fname, op, x) })
+}
+
+// writeInPlace runs write on t — on a GPU, on its host staging shadow,
+// copied back after — and bumps t's version: an in-place op's host path.
+func writeInPlace(fname string, t *Tensor, write func(*Tensor) error) (*Tensor, error) {
 	var err error
 	if onGPU(t) != nil {
-		err = staged(t.ctx, fname, []*Tensor{t}, func(s *staging) error { return unaryInto(fname, op, s.shadowOf(t)) })
+		err = staged(t.ctx, fname, []*Tensor{t}, func(s *staging) error { return write(s.shadowOf(t)) })
 	} else {
-		err = unaryInto(fname, op, t)
+		err = write(t)
 	}
 	if err != nil {
 		return nil, err
@@ -214,23 +220,16 @@ func (t *Tensor) Zero_() (*Tensor, error) { return fill("tensor.zero_", t, Int(0
 
 func fill(fname string, t *Tensor, v Scalar) (*Tensor, error) {
 	o := v.operand()
-	var err error
 	if onGPU(t) != nil {
-		var ok bool
-		_, ok, err = nativeFill(fname, t, encodeValue(t.dtype, o))
-		if !ok {
-			err = staged(t.ctx, fname, []*Tensor{t}, func(s *staging) error {
-				return fillInto(fname, s.shadowOf(t), o)
-			})
+		if _, ok, err := nativeFill(fname, t, encodeValue(t.dtype, o)); ok {
+			if err != nil {
+				return nil, err
+			}
+			t.st.BumpVersion()
+			return t, nil
 		}
-	} else {
-		err = fillInto(fname, t, o)
 	}
-	if err != nil {
-		return nil, err
-	}
-	t.st.BumpVersion()
-	return t, nil
+	return writeInPlace(fname, t, func(x *Tensor) error { return fillInto(fname, x, o) })
 }
 
 // Copy_ is Tensor.copy_: src (broadcast to t's shape, any dtype, any

@@ -432,19 +432,11 @@ func randomFill(fname string, t *Tensor, normal bool, scale func(float64) float6
 			return true
 		})
 	}
-	if onGPU(t) != nil {
-		err := staged(t.ctx, fname, []*Tensor{t}, func(s *staging) error {
-			fill(s.shadowOf(t))
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	} else {
-		fill(t)
-	}
-	t.st.BumpVersion()
-	return nil
+	_, err := writeInPlace(fname, t, func(x *Tensor) error {
+		fill(x)
+		return nil
+	})
+	return err
 }
 
 // Randint is torch.randint(low, high, shape): integers uniform in [low,

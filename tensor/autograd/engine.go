@@ -124,17 +124,17 @@ type engine struct {
 	refs  map[*tensor.Tensor]int
 	srefs map[*tensor.Storage]int
 	// region is the stamp (tensor.Context.Tick) at which the running
-	// node began: what was allocated since, its Go code may hold.
-	region  uint64
-	running string          // the running node's name
-	ctx     *tensor.Context // the roots' Context
+	// node, cur (the last one run, between nodes), began: what was
+	// allocated since, its Go code may hold.
+	region uint64
+	cur    *Node
+	ctx    *tensor.Context // the roots' Context
 	// outs are the running node's gradients on their way to the input
 	// buffers (validated, then added).
 	outs []*tensor.Tensor
 	// run marks the nodes this backward ran and released (Node.doneIn);
-	// cur is the node running, doneAccs the AccumulateGrad nodes run.
+	// doneAccs are the AccumulateGrad nodes run.
 	run      *graphRun
-	cur      *Node
 	doneAccs []*Node
 }
 
@@ -161,7 +161,7 @@ func (e *engine) Reach(r *tensor.Reacher) {
 		r.Node(it.n)
 	}
 	if e.cur != nil {
-		r.Node(e.cur)
+		r.Node(e.cur) // running, or (between nodes) run and released
 	}
 	for _, n := range e.doneAccs {
 		r.Node(n)
@@ -176,14 +176,23 @@ func (e *engine) Reach(r *tensor.Reacher) {
 	from := e.region
 	if e.ctx != nil {
 		for _, g := range e.ctx.Gaps(e.region) {
-			r.Protect(from, g.From, e.running)
+			r.Protect(from, g.From, e.runningName())
 			if g.To == 0 {
 				return
 			}
 			from = g.To
 		}
 	}
-	r.Bound(from, e.running)
+	r.Bound(from, e.runningName())
+}
+
+// runningName names the node the horizon comes from (cur), for
+// MEMSH_DEBUG_REACH.
+func (e *engine) runningName() string {
+	if e.cur == nil {
+		return ""
+	}
+	return e.cur.name
 }
 
 func (e *engine) hold(t *tensor.Tensor) {
@@ -283,7 +292,7 @@ func (e *engine) push(n *Node) {
 
 // evaluate runs node n (Engine::evaluate_function).
 func (e *engine) evaluate(n *Node, retainGraph bool) error {
-	e.region, e.running = ctxOf(n).Tick(), n.name
+	e.region, e.cur = ctxOf(n).Tick(), n
 	grads := e.buffers[n]
 	delete(e.buffers, n)
 	if grads == nil {
@@ -311,8 +320,6 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 	// reachable. Kept on the node, not in a global: Sessions in one
 	// process run backward independently.
 	n.running = e
-	e.cur = n
-	defer func() { e.cur = nil }()
 	// Tensors the node unpacks through saved-tensor hooks are held in
 	// flight until it returns (SavedTensor.Unpack).
 	releaseUnpacked := func() {}
