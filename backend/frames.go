@@ -15,9 +15,13 @@ package backend
 // credited to the lowest frame that reached it; the allocations credited
 // to kept frames count as reached without a visit. The credit of a frame
 // lasts until the frame is walked again, until an allocation credited to
-// it (or to a frame below) is freed, or until Go code notes garbage
-// (NoteGarbage, NoteDropped): then the frames from there up are walked
-// again at the next reclaim.
+// it (or to a frame below) is freed, or until Go code notes that a value
+// let go of memory (NoteGarbage, NoteDropped; not NoteHeldGarbage or
+// Dropped, for memory no value held): then the frames from there up are
+// walked again at the next reclaim. The values many paths lead to
+// (autograd nodes, tensors, modules) carry a Mark of the frame a walk met
+// them in, and a walk that keeps that frame does not look into them
+// again (Visit).
 type Frames struct {
 	gens []uint64 // gens[i]: the generation of frame i's credits (0: none)
 	cum  []int    // cum[i]: the live allocations credited to frames 0..i
@@ -27,8 +31,9 @@ type Frames struct {
 	next uint64   // the last generation handed out
 	// Walked counts the frames walked (Enter with i >= 0) over the
 	// Manager's life; Kept, the frames a walk did not walk because it
-	// kept their credits.
-	Walked, Kept int
+	// kept their credits; Skipped, the values a walk did not look into
+	// because a kept frame's credits hold what they reach (Visit).
+	Walked, Kept, Skipped int
 }
 
 // Keep keeps the credits of the n bottom frames (or of as many as Frames
@@ -120,3 +125,49 @@ func (f *Frames) freed(r *record) {
 		f.truncate(int(r.frame))
 	}
 }
+
+// Mark is where reach walks met a value that many paths lead to and that
+// holds allocations in turn (an autograd node, a tensor, a module): the
+// walk that last met it, and the frame it was credited to then (Visit).
+// Its zero value is a value no walk has met.
+type Mark struct {
+	epoch uint64 // the walk that last met it
+	gen   uint64 // the generation of the frame it was met in, 0 for none
+	frame int32
+}
+
+// Visit reports whether the walk numbered epoch must look into the value
+// that m marks, and marks it met: false when the walk has met it already,
+// or when an earlier walk met it in a frame whose credits this walk keeps.
+//
+// A value met while walking frame k was reachable from frame k's values,
+// and whatever it reached was credited to frame k or to a frame below
+// (the allocations the walk had met before) — or, for what it skipped by
+// this rule, to a frame below k that was kept then, and so is kept while k
+// is. While k's credits are kept nothing that frame reaches has changed
+// (Keep), so the value still reaches only allocations those frames hold:
+// looking into it again would find nothing new. f may be nil (a walk that
+// credits no frame): then only the walk's own marks count.
+func (f *Frames) Visit(m *Mark, epoch uint64) bool {
+	if m.epoch == epoch {
+		return false
+	}
+	if f == nil {
+		m.epoch, m.gen = epoch, 0
+		return true
+	}
+	if m.gen != 0 && int(m.frame) < f.kept && f.gens[m.frame] == m.gen {
+		f.Skipped++
+		return false
+	}
+	m.epoch = epoch
+	if f.cur >= 0 {
+		m.frame, m.gen = int32(f.cur), f.gens[f.cur]
+	} else {
+		m.gen = 0
+	}
+	return true
+}
+
+// Epoch returns the walk that last met the value (0 for none).
+func (m *Mark) Epoch() uint64 { return m.epoch }

@@ -49,12 +49,25 @@ func caching(a Allocator) bool {
 // unreachable (an autograd node released its saved tensors, the backward
 // engine dropped a gradient): the PeakWindow wait after a fruitless
 // reclaim ends, so the next allocation that would raise a peak reclaims
-// first and the freed bytes do not count toward it.
+// first and the freed bytes do not count toward it. What earlier walks
+// credited to the frames (Frames) is forgotten: a value those frames
+// reach may no longer hold that memory.
 func (m *Manager) NoteGarbage() {
 	m.mu.Lock()
 	clear(m.quiet)
 	m.layout.noted = true
 	m.reach.frames.Reset()
+	m.mu.Unlock()
+}
+
+// NoteHeldGarbage is NoteGarbage for memory that only the calling Go code
+// held (Context.Hold, its own variables), which no value changed to let
+// go of: autocast's casts when the op that made them returns. What the
+// frames reach is what it was, so their credits stand.
+func (m *Manager) NoteHeldGarbage() {
+	m.mu.Lock()
+	clear(m.quiet)
+	m.layout.noted = true
 	m.mu.Unlock()
 }
 
@@ -75,11 +88,11 @@ func (m *Manager) NoteDropped() {
 // though h was made after the walk's Horizon (which otherwise leaves h to
 // the collector). The caller must hold no other handle to h's memory
 // that the walk cannot see. Layout mode looks for garbage before its next
-// allocation, as after NoteDropped.
+// allocation, as after NoteDropped; no value changed, so the frames'
+// credits stand (NoteHeldGarbage).
 func (m *Manager) Dropped(h *Memory) {
 	m.mu.Lock()
 	h.rec.dropped = true
 	m.layout.noted = true
-	m.reach.frames.Reset()
 	m.mu.Unlock()
 }

@@ -182,6 +182,10 @@ type ManagerStats struct {
 	// walks walked; FramesKept, those they did not walk because nothing
 	// they reach can have changed since an earlier walk (Frames).
 	FramesWalked, FramesKept int
+	// ValuesKept counts the autograd nodes, tensors and modules that
+	// walks did not look into because what they reach is credited to a
+	// kept frame (Frames.Visit).
+	ValuesKept int
 	// ReusedWalks counts the walks that reported what an earlier one
 	// found in part of the roots instead of walking it (Walk.Reused).
 	ReusedWalks int
@@ -206,6 +210,7 @@ func (s ManagerStats) Since(before ManagerStats) ManagerStats {
 		OOMRetries:     s.OOMRetries - before.OOMRetries,
 		FramesWalked:   s.FramesWalked - before.FramesWalked,
 		FramesKept:     s.FramesKept - before.FramesKept,
+		ValuesKept:     s.ValuesKept - before.ValuesKept,
 		ReusedWalks:    s.ReusedWalks - before.ReusedWalks,
 	}
 }
@@ -569,7 +574,7 @@ func (m *Manager) Stats() ManagerStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := m.stats
-	st.FramesWalked, st.FramesKept = m.reach.frames.Walked, m.reach.frames.Kept
+	st.FramesWalked, st.FramesKept, st.ValuesKept = m.reach.frames.Walked, m.reach.frames.Kept, m.reach.frames.Skipped
 	return st
 }
 

@@ -140,6 +140,15 @@ func (w *Walker) SetMemory(visit func(*backend.Memory)) { w.r.Memory = visit }
 // themselves visited instead of using Seen.
 func (w *Walker) Epoch() uint64 { return w.r.Epoch }
 
+// SetFrames gives the walk the credits of the frames it keeps
+// (tensor.Reacher.Frames).
+func (w *Walker) SetFrames(f *backend.Frames) { w.r.Frames = f }
+
+// Visit reports whether the walk must look into the value m marks (a
+// module), and marks it met (backend.Frames.Visit): for values that many
+// paths lead to, instead of Seen.
+func (w *Walker) Visit(m *backend.Mark) bool { return w.r.Visit(m) }
+
 // minWalkValues: a walk that has visited fewer values than this is never
 // past its deadline. Its own work is a fraction of a millisecond; when
 // the clock says more, the time went elsewhere — the Go collector

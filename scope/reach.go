@@ -35,6 +35,7 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		w.Restart(epoch, deadline, visit)
 	}
 	defer w.Done()
+	w.SetFrames(frames)
 	var horizon uint64
 	reused := false
 	if key, ok := s.memoKey(); ok {
@@ -47,7 +48,7 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		// what it reaches (backend.Frames); those that cannot have
 		// changed since the last walk are not walked again.
 		var who string
-		horizon, who = s.frames.walk(w, s.thread, s.stamp(), frames, len(s.loading) == 0)
+		horizon, who = s.frames.walk(w, s.thread, s.stamp(), frames, len(s.loading) == 0 && !s.keepOff)
 		w.Outermost = who
 		frames.Enter(-1)
 		s.reachGlobals(w)
@@ -133,13 +134,17 @@ func (s *Session) layoutClock() uint64 {
 // last walk). What those values refer to can change only through code
 // that changes an existing value — a list, dict or set that a walk met
 // mutated (env.Walker watches them: starlark.List.Watch), a field or
-// element assigned, a built-in that is not declared pure run (its entry
-// and every return into it) — which moves starlark.Mutations; and
-// Go code that drops memory notes it (backend.Manager.NoteGarbage), which
-// makes the Manager forget the credits. So while Mutations has not moved,
-// a walk keeps the frames below the low-water mark but one. A walk made
-// while a built-in that is not pure runs (the reclaim was called from its
-// Go code, which goes on after it) is not kept from.
+// element assigned, a callable that is not pure run (starlark.IsPure:
+// its entry and every return into it; modules, nn.functional and the
+// tensor ops that make new tensors are pure) — which moves
+// starlark.Mutations; and Go code that makes a value let go of memory
+// notes it (backend.Manager.NoteGarbage), which makes the Manager forget
+// the credits. So while Mutations has not moved, a walk keeps the frames
+// below the low-water mark but one, and does not look again into the
+// autograd nodes, tensors and modules an earlier walk met in a kept frame
+// (backend.Frames.Visit). A walk made while a callable that is not pure
+// runs (the reclaim was called from its Go code, which goes on after it)
+// is not kept from. MEMSH_REACH_KEEP=0 keeps nothing (to compare).
 type frameCache struct {
 	thread    *starlark.Thread
 	mutations uint64 // starlark.Mutations() after the last walk
@@ -195,7 +200,7 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 		}
 		c.horizon, c.who, c.why = append(c.horizon, horizon), append(c.who, who), append(c.why, why)
 	}
-	c.thread, c.mutations, c.usable = thread, starlark.Mutations(), keep && frames != nil && depth > 0 && pure(thread.DebugFrame(0).Callable())
+	c.thread, c.mutations, c.usable = thread, starlark.Mutations(), keep && frames != nil && depth > 0 && starlark.IsPure(thread.DebugFrame(0).Callable())
 	thread.ResetLowWater()
 	return clampHorizon(horizon, who, now)
 }
@@ -217,20 +222,6 @@ func clampHorizon(horizon uint64, who string, now uint64) (uint64, string) {
 		return now, ""
 	}
 	return horizon, who
-}
-
-// pure reports whether c, a running frame's callable, changes no value
-// that existed before it was called: a Starlark function (its own
-// instructions that do are counted by starlark.Mutations) or a built-in
-// declared pure.
-func pure(c starlark.Callable) bool {
-	switch c := c.(type) {
-	case *starlark.Function:
-		return true
-	case *starlark.Builtin:
-		return c.Pure()
-	}
-	return false
 }
 
 // walkFrame walks one frame of a call stack: its callable (a function's

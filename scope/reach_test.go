@@ -638,3 +638,99 @@ dropped = cuda.memory_allocated()
 		t.Errorf("no reclaims")
 	}
 }
+
+// TestForwardKeepsFrames: in a model's training step (modules with
+// Starlark forwards calling built-in layers, nn.functional and tensor
+// methods, under bf16 autocast, with and without checkpointing, the model
+// held by the step function's frame), layout mode's reclaims keep the
+// credits of the frames below the running one — module calls, the
+// functional forms and the tensor methods that make new tensors are
+// pure, and autocast's casts are noted as held garbage — and do not look
+// again into the graph, tensors and modules that a kept frame reached
+// (backend.Frames.Visit). The reclaims and every allocator figure are
+// those of walks that keep nothing (MEMSH_REACH_KEEP=0), and every proof
+// and walk-freed allocation is checked by a collection.
+func TestForwardKeepsFrames(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	const src = `
+def attention(self, x):
+    B, T, C = x.shape
+    q, k, v = self.qkv(x).split(C, dim = 2)
+    q = q.view(B, T, 4, C // 4).transpose(1, 2)
+    k = k.view(B, T, 4, C // 4).transpose(1, 2)
+    v = v.view(B, T, 4, C // 4).transpose(1, 2)
+    att = q.matmul(k.transpose(-2, -1)) * 0.25
+    att = att.masked_fill(self.mask.eq(0), float("-inf")).softmax(-1)
+    y = att.matmul(v).transpose(1, 2).contiguous().view(B, T, C)
+    return self.proj(y)
+
+def mlp(self, x):
+    return self.down(nn.functional.gelu(self.up(x)))
+
+def block(self, x):
+    x = x + self.attn(self.ln1(x))
+    return x + self.mlp(self.ln2(x))
+
+def gpt(self, x):
+    for b in self.h:
+        x = nn.checkpoint(b, x) if self.ckpt else b(x)
+    return self.head(self.ln(x))
+
+def model(ckpt):
+    C, T = 128, 64
+    blocks = [nn.Module(block,
+        ln1 = nn.LayerNorm(C, device = "cuda"),
+        attn = nn.Module(attention, qkv = nn.Linear(C, 3 * C, device = "cuda"), proj = nn.Linear(C, C, device = "cuda"),
+                         mask = tensor.ones(T, T, device = "cuda").tril()),
+        ln2 = nn.LayerNorm(C, device = "cuda"),
+        mlp = nn.Module(mlp, up = nn.Linear(C, 4 * C, device = "cuda"), down = nn.Linear(4 * C, C, device = "cuda")),
+    ) for _ in range(4)]
+    return nn.Module(gpt, h = nn.ModuleList(blocks), ln = nn.LayerNorm(C, device = "cuda"), head = nn.Linear(C, 256, device = "cuda"), ckpt = ckpt)
+
+def train(ckpt):
+    m = model(ckpt)
+    opt = optim.AdamW(m.parameters())
+    x = tensor.randn([8, 64, 128], device = "cuda")
+    y = tensor.randint(0, 256, [8 * 64], device = "cuda")
+    for _ in range(2):
+        loss = nn.autocast(lambda: nn.functional.cross_entropy(m(x).view(-1, 256), y))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return cuda.max_memory_allocated()
+
+peaks = [train(False), train(True)]
+`
+	run := func(keep string) (backend.ManagerStats, map[string]int64) {
+		t.Setenv("MEMSH_REACH_KEEP", keep)
+		s, err := scope.New(scope.Options{Device: "sim:4GiB", Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.Exec("train.star", src); err != nil {
+			t.Fatal(err)
+		}
+		return s.Manager().Stats(), s.Manager().GPU(0).Stats()
+	}
+	with, withGPU := run("")
+	without, withoutGPU := run("0")
+	if without.FramesKept != 0 || without.ValuesKept != 0 {
+		t.Fatalf("MEMSH_REACH_KEEP=0 kept %d frames, %d values", without.FramesKept, without.ValuesKept)
+	}
+	// most frames of a walk are kept, and the graph, tensors and
+	// modules below them are not looked into again
+	if with.FramesKept < 2*with.FramesWalked || with.ValuesKept < 10*with.Reclaims {
+		t.Errorf("%d frames walked, %d kept, %d values kept over %d reclaims: want at least twice as many frames kept as walked and ten values kept per reclaim",
+			with.FramesWalked, with.FramesKept, with.ValuesKept, with.Reclaims)
+	}
+	if with.Reclaims != without.Reclaims || with.ReclaimedBytes != without.ReclaimedBytes || with.WalkReclaims != without.WalkReclaims {
+		t.Errorf("keeping %+v, not keeping %+v: the same reclaims expected", with, without)
+	}
+	for _, k := range []string{"allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.all.current", "num_alloc_retries", "allocation.all.allocated"} {
+		if withGPU[k] != withoutGPU[k] {
+			t.Errorf("%s: %d keeping frames, %d not", k, withGPU[k], withoutGPU[k])
+		}
+	}
+	t.Logf("%d reclaims: %d frames walked, %d kept, %d values kept", with.Reclaims, with.FramesWalked, with.FramesKept, with.ValuesKept)
+}

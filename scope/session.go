@@ -71,6 +71,7 @@ type Session struct {
 	frames  frameCache // what the last walk found in the frames it walked (reach.go)
 	memo    *walkMemo  // what a walk during backward() found in the frames and globals (reach_memo.go)
 	memoOff bool       // MEMSH_REACH_MEMO=0: no memo
+	keepOff bool       // MEMSH_REACH_KEEP=0: walks keep no frame's credits (reach.go)
 	env     *env.Env
 	tctx    *tensor.Context // the tensor Context (its interrupt flag is set by Interrupt)
 	mgr     *backend.Manager
@@ -150,6 +151,7 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 		}
 	})
 	s.memoOff = os.Getenv("MEMSH_REACH_MEMO") == "0"
+	s.keepOff = os.Getenv("MEMSH_REACH_KEEP") == "0"
 	s.env = env.New(mgr, opts.Out)
 	s.env.Err = opts.Err
 	s.env.Session = s

@@ -14,10 +14,14 @@ import (
 // into it skips, which leaves that memory unreached and sends the reclaim
 // to the collector.
 type Reacher struct {
-	// Epoch identifies this walk: autograd nodes remember the epoch they
-	// were walked in, so a graph is walked once however many tensors
-	// share it.
+	// Epoch identifies this walk: autograd nodes and tensors remember the
+	// epoch they were walked in (Visit), so a graph is walked once however
+	// many tensors share it.
 	Epoch uint64
+	// Frames, if not nil, are the credits of the frames the walk keeps
+	// (backend.Frames.Visit): a node or tensor an earlier walk met in a
+	// frame whose credits this walk keeps is not looked into again.
+	Frames *backend.Frames
 	// Memory is called for every allocation reached.
 	Memory func(*backend.Memory)
 	// Other, if not nil, is called for values the engine keeps for the
@@ -63,6 +67,10 @@ func (t *Tensor) reshaped() {
 	}
 }
 
+// Visit reports whether the walk must look into the value m marks, and
+// marks it met (backend.Frames.Visit).
+func (r *Reacher) Visit(m *backend.Mark) bool { return r.Frames.Visit(m, r.Epoch) }
+
 // SetFrontier turns frontier mode on or off (Frontier).
 func (r *Reacher) SetFrontier(on bool) { r.frontier = on }
 
@@ -70,7 +78,7 @@ func (r *Reacher) SetFrontier(on bool) { r.frontier = on }
 // accumulator), t itself counting as met: for a tensor a Frontier walk
 // set aside.
 func (r *Reacher) Autograd(t *Tensor) {
-	t.reached = r.Epoch
+	r.Visit(&t.mark)
 	ag := t.ag
 	if ag == nil {
 		return
@@ -84,22 +92,21 @@ func (r *Reacher) Autograd(t *Tensor) {
 // Reach calls r.Tensor for each tensor the node keeps alive (saved
 // tensors, an AccumulateGrad node's variable) and r.Node for the nodes its
 // edges lead to. Mark marks the node as walked in epoch and reports
-// whether Reach has anything left to report: false when the walk has met
-// it already, or when all it holds is from, the tensor whose gradient
-// accumulator it is (which the walk is visiting).
+// whether Reach has anything left to report: false when the walk need not
+// look into it (Reacher.Visit), or when all it holds is from, the tensor
+// whose gradient accumulator it is (which the walk is visiting).
 type ReachNode interface {
 	Reach(r *Reacher)
-	Mark(epoch uint64, from *Tensor) bool
+	Mark(r *Reacher, from *Tensor) bool
 }
 
 // Tensor walks t: its memory, and its gradient, grad_fn and gradient
 // accumulator when it has autograd state (nodes are walked by Drain).
 func (r *Reacher) Tensor(t *Tensor) {
 	for t != nil {
-		if t.reached == r.Epoch {
+		if !r.Visit(&t.mark) {
 			return
 		}
-		t.reached = r.Epoch
 		if t.mem != nil {
 			r.Memory(t.mem)
 		}
@@ -147,7 +154,7 @@ func (r *Reacher) Node(n GradNode) {
 }
 
 func (r *Reacher) node(n GradNode, from *Tensor) {
-	if n != nil && n.Mark(r.Epoch, from) {
+	if n != nil && n.Mark(r, from) {
 		r.pending = append(r.pending, n)
 	}
 }

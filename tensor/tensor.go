@@ -34,10 +34,10 @@ type Tensor struct {
 
 	ag *AutogradMeta // autograd state (autograd_meta.go), nil if none
 
-	// reached is the number of the last reach walk that visited the
-	// tensor (Reacher.Tensor), so that a parameter met through its
-	// module, its optimizer and its AccumulateGrad node is walked once.
-	reached uint64
+	// mark is where reach walks met the tensor (Reacher.Visit), so that
+	// a parameter met through its module, its optimizer and its
+	// AccumulateGrad node is walked once.
+	mark backend.Mark
 	// memoed: a Frontier walk reached it (tensor.Reacher.Frontier); a
 	// change of its autograd state or storage then moves ReachShape
 	memoed bool

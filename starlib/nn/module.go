@@ -7,6 +7,7 @@ import (
 
 	"go.starlark.net/starlark"
 
+	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/env/refpath"
 	startensor "github.com/memsh/memsh/starlib/tensor"
 	"github.com/memsh/memsh/tensor"
@@ -32,8 +33,12 @@ type Layer struct {
 	extra       func(m *Layer) string // the repr's arguments ("in_features=4, ...")
 	// indexed: Sequential and ModuleList entries are named "0", "1", ...
 	indexed bool
-	// reached is the number of the last reach walk that visited it.
-	reached uint64
+	// inPlace: the built-in forward rewrites its input in place
+	// (nn.ReLU(inplace=True)), which can change the input's autograd
+	// state: calling the module is not pure (Pure).
+	inPlace bool
+	// mark is where reach walks met it (env.Walker.Visit).
+	mark backend.Mark
 }
 
 type entryKind int
@@ -46,12 +51,13 @@ const (
 )
 
 var (
-	_ starlark.HasAttrs    = (*Layer)(nil)
-	_ starlark.HasSetField = (*Layer)(nil)
-	_ starlark.Callable    = (*Layer)(nil)
-	_ starlark.Indexable   = (*Layer)(nil)
-	_ starlark.Iterable    = (*Layer)(nil)
-	_ refpath.Referrer     = (*Layer)(nil)
+	_ starlark.HasAttrs     = (*Layer)(nil)
+	_ starlark.HasSetField  = (*Layer)(nil)
+	_ starlark.Callable     = (*Layer)(nil)
+	_ starlark.PureCallable = (*Layer)(nil)
+	_ starlark.Indexable    = (*Layer)(nil)
+	_ starlark.Iterable     = (*Layer)(nil)
+	_ refpath.Referrer      = (*Layer)(nil)
 )
 
 func newModule(typ string) *Layer {
@@ -218,6 +224,16 @@ func (m *Layer) CallInternal(thread *starlark.Thread, args starlark.Tuple, kwarg
 	}
 	return m.forward(thread, m, args, kwargs)
 }
+
+// Pure reports whether calling the module changes no value that existed
+// before the call, but through code that says so itself
+// (starlark.PureCallable): a user's forward is Starlark code, whose
+// mutations move starlark.Mutations; every built-in forward makes new
+// tensors, updating buffers only in their data (batch norm's running
+// statistics), except one that rewrites its input (inPlace). Calls of a
+// pure module let a reclaim keep what it found in the frames below
+// (scope/reach.go).
+func (m *Layer) Pure() bool { return !m.inPlace }
 
 // Index, Len and Iterate serve Sequential and ModuleList.
 func (m *Layer) Len() int {

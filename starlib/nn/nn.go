@@ -56,7 +56,19 @@ type builtinFn = func(thread *starlark.Thread, b *starlark.Builtin, args starlar
 // register adds nn.<name>.
 func register(name string, fn builtinFn) { Module.Members[name] = starlark.NewBuiltin("nn."+name, fn) }
 
-// registerF adds nn.functional.<name>.
+// registerF adds nn.functional.<name>, declared pure
+// (starlark.Builtin.DeclarePure): the functional forms make new tensors
+// and change existing ones only in their data (batch_norm's running
+// statistics); one that rewrites its input (relu's inplace=True) moves
+// starlark.Mutations itself (inPlaceCall).
 func registerF(name string, fn builtinFn) {
-	Functional.Members[name] = starlark.NewBuiltin("nn.functional."+name, fn)
+	Functional.Members[name] = starlark.NewBuiltin("nn.functional."+name, fn).DeclarePure()
+}
+
+// inPlaceCall moves starlark.Mutations before an op rewrites its input in
+// place (its autograd state can change) and returns what moves it again
+// after: what a built-in declared pure does instead of being impure.
+func inPlaceCall() (done func()) {
+	starlark.Mutated()
+	return starlark.Mutated
 }

@@ -10,10 +10,9 @@ import (
 // Children and tensors, most of what a model's modules hold, are walked
 // directly rather than through Walker.Value's dispatch.
 func (m *Layer) Reach(w *env.Walker) {
-	if m.reached == w.Epoch() || w.Exhausted() {
+	if w.Exhausted() || !w.Visit(&m.mark) {
 		return
 	}
-	m.reached = w.Epoch()
 	for _, v := range m.vals {
 		switch v := v.(type) {
 		case *Layer:

@@ -80,6 +80,13 @@ var pureOps = map[string]bool{
 	"clone": true, "reshape": true, "transpose": true, "t": true, "permute": true,
 	"flatten": true, "squeeze": true, "unsqueeze": true, "numel": true, "narrow": true,
 	"select": true, "pow": true, "rsqrt": true,
+	"element_size": true, "dim": true, "is_contiguous": true, "data_ptr": true, "size": true,
+	"to": true, "cpu": true, "cuda": true, "float": true, "double": true, "half": true,
+	"bfloat16": true, "long": true, "int": true, "bool": true, "contiguous": true, "view": true,
+	"expand": true, "item": true, "tolist": true, "detach": true, "softmax": true,
+	"log_softmax": true, "split": true, "chunk": true, "masked_fill": true, "triu": true,
+	"tril": true, "where": true, "index_select": true, "randint": true, "is_tensor": true,
+	"get_default_device": true, "initial_seed": true, "is_grad_enabled": true,
 }
 
 // autogradAttr returns the autograd attributes.

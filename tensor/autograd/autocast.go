@@ -130,8 +130,8 @@ func castArgs(policy castPolicy, args ...**tensor.Tensor) (release func(), err e
 		if ctx != nil {
 			// The casts not saved by the graph become garbage when the
 			// op returns: end the Manager's PeakWindow wait so that they
-			// do not count toward a later peak.
-			ctx.Manager.NoteGarbage()
+			// do not count toward a later peak. Only this op held them.
+			ctx.Manager.NoteHeldGarbage()
 		}
 	}, nil
 }

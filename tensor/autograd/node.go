@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"weak"
 
+	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/tensor"
 )
 
@@ -47,9 +48,8 @@ type Node struct {
 	// scope is the Observer's scope when the node was made (Scope).
 	scope any
 
-	// reached is the epoch of the last reach walk that visited the node
-	// (reach.go).
-	reached uint64
+	// mark is where reach walks met the node (tensor.Reacher.Visit).
+	mark backend.Mark
 }
 
 // Edge is a graph edge: the gradient of an input flows to input number

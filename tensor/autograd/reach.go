@@ -2,14 +2,13 @@ package autograd
 
 import "github.com/memsh/memsh/tensor"
 
-// Mark marks n as met by the walk of epoch (tensor.ReachNode): false when
-// it was already, or when it is from's AccumulateGrad node and holds
-// nothing else.
-func (n *Node) Mark(epoch uint64, from *tensor.Tensor) bool {
-	if n == nil || n.reached == epoch {
+// Mark marks n as met by the walk (tensor.ReachNode): false when the
+// walk need not look into it (tensor.Reacher.Visit), or when it is from's
+// AccumulateGrad node and holds nothing else.
+func (n *Node) Mark(r *tensor.Reacher, from *tensor.Tensor) bool {
+	if n == nil || !r.Visit(&n.mark) {
 		return false
 	}
-	n.reached = epoch
 	return from == nil || n.variable != from || len(n.saved) > 0 || len(n.next) > 0
 }
 

@@ -198,15 +198,35 @@ func Mutations() uint64 { return mutations.Load() }
 // unless it is a Starlark function (whose instructions that do move it
 // themselves) or a built-in declared pure.
 func mutating(c Callable) {
-	switch c := c.(type) {
-	case *Function:
-	case *Builtin:
-		if !c.pure {
-			mutations.Add(1)
-		}
-	default:
+	if !IsPure(c) {
 		mutations.Add(1)
 	}
+}
+
+// memsh: PureCallable is implemented by callables other than functions
+// and built-ins (an application's callable values) that can say whether
+// calling them changes no value that existed before the call, other than
+// through code that moves the Mutations counter itself (the Starlark
+// functions and the built-ins they call, Mutated).
+type PureCallable interface {
+	Callable
+	Pure() bool
+}
+
+// memsh: IsPure reports whether calling c changes no existing value but
+// through code that moves the Mutations counter itself: c is a Starlark
+// function (whose instructions that do move it), a built-in declared pure
+// (Builtin.DeclarePure) or a PureCallable that says so.
+func IsPure(c Callable) bool {
+	switch c := c.(type) {
+	case *Function:
+		return true
+	case *Builtin:
+		return c.pure
+	case PureCallable:
+		return c.Pure()
+	}
+	return false
 }
 
 // memsh: Mutated moves the Mutations counter, for host code that changes
