@@ -169,5 +169,18 @@ func (f *Frames) Visit(m *Mark, epoch uint64) bool {
 	return true
 }
 
+// changed forgets the credits of the frame a walk met the value m marks
+// in, and of the frames above it: that value may now reach other memory.
+// nil forgets every frame's.
+func (f *Frames) changed(m *Mark) {
+	if m == nil {
+		f.Reset()
+		return
+	}
+	if m.gen != 0 && int(m.frame) < len(f.gens) && f.gens[m.frame] == m.gen {
+		f.truncate(int(m.frame))
+	}
+}
+
 // Epoch returns the walk that last met the value (0 for none).
 func (m *Mark) Epoch() uint64 { return m.epoch }

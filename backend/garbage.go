@@ -60,6 +60,19 @@ func (m *Manager) NoteGarbage() {
 	m.mu.Unlock()
 }
 
+// NoteChanged tells the Manager that the value mk marks (an autograd
+// node) may reach other memory than when a walk last met it, though no
+// callable that is not pure ran (starlark.Mutations): a checkpoint's
+// holder was given its recomputed tensor, or let go of it. What earlier
+// walks credited to the frame that met it, and to those above, is
+// forgotten (a frame below that reaches it met it first, so none does);
+// nil forgets every frame's credits.
+func (m *Manager) NoteChanged(mk *Mark) {
+	m.mu.Lock()
+	m.reach.frames.changed(mk)
+	m.mu.Unlock()
+}
+
 // NoteHeldGarbage is NoteGarbage for memory that only the calling Go code
 // held (Context.Hold, its own variables), which no value changed to let
 // go of: autocast's casts when the op that made them returns. What the

@@ -184,8 +184,9 @@ type ManagerStats struct {
 	FramesWalked, FramesKept int
 	// ValuesKept counts the autograd nodes, tensors and modules that
 	// walks did not look into because what they reach is credited to a
-	// kept frame (Frames.Visit).
-	ValuesKept int
+	// kept frame (Frames.Visit); ValuesWalked, the values (Starlark
+	// values, tensors) that complete walks looked into (Walk.Visited).
+	ValuesKept, ValuesWalked int
 	// ReusedWalks counts the walks that reported what an earlier one
 	// found in part of the roots instead of walking it (Walk.Reused).
 	ReusedWalks int
@@ -211,6 +212,7 @@ func (s ManagerStats) Since(before ManagerStats) ManagerStats {
 		FramesWalked:   s.FramesWalked - before.FramesWalked,
 		FramesKept:     s.FramesKept - before.FramesKept,
 		ValuesKept:     s.ValuesKept - before.ValuesKept,
+		ValuesWalked:   s.ValuesWalked - before.ValuesWalked,
 		ReusedWalks:    s.ReusedWalks - before.ReusedWalks,
 	}
 }

@@ -72,6 +72,9 @@ type Walk struct {
 	// roots instead of walking it (scope's walks during backward), for
 	// ManagerStats.ReusedWalks.
 	Reused bool
+	// Visited counts the values the walk looked into (Starlark values,
+	// tensors), for ManagerStats.ValuesWalked.
+	Visited int
 }
 
 var debugReach = os.Getenv("MEMSH_DEBUG_REACH") == "1"
@@ -183,6 +186,7 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		return res, false
 	}
 	m.reach.backoff = 0
+	m.stats.ValuesWalked += w.Visited
 	if w.Reused {
 		m.stats.ReusedWalks++
 	}

@@ -172,6 +172,10 @@ func (w *Walker) tick() {
 	}
 }
 
+// Visited returns the values the walk looked into (Value, Tensor,
+// Autograd and Engine calls).
+func (w *Walker) Visited() int { return w.visited + w.count }
+
 // Stopped reports that Stop ended the walk.
 func (w *Walker) Stopped() bool { return w.stopped }
 

@@ -167,6 +167,7 @@ func (s *Session) nextStmt(thread *starlark.Thread) error {
 
 // beginStmt is what the executor does before a top-level statement runs.
 func (s *Session) beginStmt(pos, end syntax.Position, first, last bool) {
+	s.globalsGen++ // the Session may have changed its globals in between
 	s.statementEvent(env.StatementEvent{Start: true, Pos: pos, End: end, First: first, Last: last})
 	s.resetSteps()
 }
@@ -187,6 +188,7 @@ func (s *Session) resetSteps() {
 // and reclaims the statement's temporaries. It returns err as Exec does.
 func (s *Session) endStmt(pos, end syntax.Position, first, last bool, err error) error {
 	interrupted := s.tctx.Interrupted() // the statement event clears the flag
+	s.globalsGen++                      // pending restores, experiments' ends
 	s.applyPending()
 	s.statementEvent(env.StatementEvent{Pos: pos, End: end, Err: err, First: first, Last: last || err != nil})
 	if err == nil {
@@ -236,6 +238,7 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[strin
 	s.reopen = nil
 	if v, ok := s.live[echoName]; ok {
 		delete(s.live, echoName)
+		s.globalsGen++
 		if err == nil && v != starlark.None {
 			fmt.Fprintln(s.out, v.String())
 		}
@@ -397,6 +400,7 @@ func boundNames(stmt syntax.Stmt) []string {
 // statement (Thread.OnSetGlobal), which stored the value in the live map:
 // the name is the user's from then on. Not for memsh's synthetic names.
 func (s *Session) setGlobal(name string, _ starlark.Value) {
+	s.globalsGen++
 	if strings.HasPrefix(name, "·") {
 		return
 	}

@@ -156,6 +156,7 @@ func (s *Session) open(thread *starlark.Thread, name string, keep []string, quie
 	e.meter = s.startMeter()
 	e.seqStart = s.mgr.Seq()
 	s.stack = append(s.stack, e)
+	s.globalsGen++
 	if !e.quiet {
 		fmt.Fprintf(s.out, "*** Experiment %q started\n", name)
 	}
@@ -354,6 +355,7 @@ func (e *Experiment) finish(thread *starlark.Thread, extra []refpath.Root) (*env
 	s.stack = s.stack[:len(s.stack)-1]
 	s.prunePending()
 	s.pending = append(s.pending, ops...)
+	s.globalsGen++
 	if !e.quiet {
 		s.printReport(e)
 	}

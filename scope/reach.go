@@ -44,14 +44,13 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		horizon, reused = s.reachMemo(w, key, visit, frames)
 	} else {
 		s.memo = nil
-		// The main thread's frames first, bottom-up, each credited with
-		// what it reaches (backend.Frames); those that cannot have
-		// changed since the last walk are not walked again.
+		// The globals, then the main thread's frames bottom-up, each
+		// credited with what it reaches (backend.Frames); those that
+		// cannot have changed since the last walk are not walked again.
 		var who string
-		horizon, who = s.frames.walk(w, s.thread, s.stamp(), frames, len(s.loading) == 0 && !s.keepOff)
+		horizon, who = s.frames.walk(w, s.thread, s.stamp(), frames, len(s.loading) == 0 && !s.keepOff, s.reachGlobals, s.globalsKey())
 		w.Outermost = who
 		frames.Enter(-1)
-		s.reachGlobals(w)
 	}
 	for _, r := range s.roots {
 		(*r).Reach(w)
@@ -59,7 +58,7 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 	w.Engine(func(r *tensor.Reacher) { r.Context(s.tctx) })
 	for _, t := range s.loading {
 		var none frameCache
-		none.walk(w, t, 0, nil, false)
+		none.walk(w, t, 0, nil, false, nil, globalsKey{})
 	}
 	if b, who, ok := w.Bound(); ok && b <= horizon {
 		// the autograd engine: its running node began at b
@@ -77,11 +76,14 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		Why:      w.Why(),
 		Holder:   w.Outermost,
 		Reused:   reused,
+		Visited:  w.Visited(),
 	}
 }
 
 // reachGlobals walks the roots that are not frames: the globals the user
 // bound, loaded modules, the open experiments and the pending restores.
+// Walks credit what it reaches to a frame of its own below the call
+// stack's (frameCache.walk), kept while globalsKey stands.
 func (s *Session) reachGlobals(w *env.Walker) {
 	for name := range s.user {
 		w.Value(s.live[name])
@@ -98,6 +100,20 @@ func (s *Session) reachGlobals(w *env.Walker) {
 		w.Value(p.seen)
 		w.Value(p.restore)
 	}
+}
+
+// globalsKey is what must not move for a walk to keep what the last one
+// found in the globals (reachGlobals): the Session's count of changes to
+// them (a global assigned, a statement begun or ended, an experiment
+// opened or finished, Set) and their sizes. What the values they hold
+// refer to is watched as the frames' is (starlark.Mutations).
+type globalsKey struct {
+	gen                                uint64
+	live, user, loaded, stack, pending int
+}
+
+func (s *Session) globalsKey() globalsKey {
+	return globalsKey{s.globalsGen, len(s.live), len(s.user), len(s.loaded), len(s.stack), len(s.pending)}
 }
 
 // stamp is the stamp clock of the Session's allocations and built-in
@@ -151,37 +167,70 @@ type frameCache struct {
 	usable    bool   // the next walk may keep frames of the last one
 	horizon   []uint64
 	who, why  []string
+	// the globals' key at the last walk (globalsKey), and why their walk
+	// was incomplete, if it was
+	globals    globalsKey
+	globalsWhy string
 }
 
-// walk walks the call stack of thread bottom-up, each frame as walkFrame
-// does, keeping what it can of the last walk when keep is set and frames
-// is not nil, and returns the horizon and the built-in that gave it.
-func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, frames *backend.Frames, keep bool) (uint64, string) {
-	if thread == nil {
-		return now, ""
+// walk walks globals (the roots that are not frames; nil for none), then
+// the call stack of thread bottom-up, each frame as walkFrame does,
+// keeping what it can of the last walk when keep is set and frames is not
+// nil, and returns the horizon and the built-in that gave it. The globals
+// are a frame of their own for backend.Frames, below the call stack's:
+// kept while their key (gk) stands and the frames' rules allow keeping
+// any frame; the stack's frame i is Frames' i+1 then.
+func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, frames *backend.Frames, keep bool, globals func(*env.Walker), gk globalsKey) (uint64, string) {
+	depth := 0
+	if thread != nil {
+		depth = thread.CallStackDepth()
 	}
-	depth := thread.CallStackDepth()
-	kept := 0
+	base := 0 // the Frames number of the stack's frame 0
+	if globals != nil {
+		base = 1
+	}
+	kept := 0 // Frames kept, the globals' included
 	if frames != nil {
 		n := 0
-		if keep && c.usable && c.thread == thread && starlark.Mutations() == c.mutations {
-			n = min(thread.LowWater()-1, len(c.horizon))
+		if keep && c.usable && c.thread == thread && starlark.Mutations() == c.mutations && (globals == nil || gk == c.globals) {
+			n = base + min(thread.LowWater()-1, len(c.horizon))
 		}
 		kept = frames.Keep(n)
 	}
-	c.horizon, c.who, c.why = c.horizon[:kept], c.who[:kept], c.why[:kept]
+	if globals != nil {
+		if kept > 0 {
+			if c.globalsWhy != "" {
+				w.Incomplete(c.globalsWhy)
+			}
+		} else {
+			if frames != nil {
+				frames.Enter(0)
+			}
+			globals(w)
+			w.Settle()
+			if w.Exhausted() {
+				if frames != nil {
+					frames.Drop(0)
+				}
+				return now, ""
+			}
+			c.globals, c.globalsWhy = gk, w.Why()
+		}
+	}
+	stackKept := max(0, kept-base)
+	c.horizon, c.who, c.why = c.horizon[:stackKept], c.who[:stackKept], c.why[:stackKept]
 	// the frames' own bounds (the walk's now is not one: a kept frame's
 	// bound must not be an earlier walk's now)
 	horizon, who, why := uint64(math.MaxUint64), "", ""
-	if kept > 0 {
-		horizon, who, why = c.horizon[kept-1], c.who[kept-1], c.why[kept-1]
+	if stackKept > 0 {
+		horizon, who, why = c.horizon[stackKept-1], c.who[stackKept-1], c.why[stackKept-1]
 		if why != "" {
 			w.Incomplete(why)
 		}
 	}
-	for i := kept; i < depth && !w.Exhausted(); i++ {
+	for i := stackKept; i < depth && !w.Exhausted(); i++ {
 		if frames != nil {
-			frames.Enter(i)
+			frames.Enter(base + i)
 		}
 		fr := thread.DebugFrame(depth - 1 - i)
 		b, by := walkFrame(w, fr, i == depth-1)
@@ -191,7 +240,7 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 			// cut short: the frame's credits are partial (the walk is not
 			// Done; the frames below it can be kept next time)
 			if frames != nil {
-				frames.Drop(i)
+				frames.Drop(base + i)
 			}
 			break
 		}
@@ -201,7 +250,9 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 		c.horizon, c.who, c.why = append(c.horizon, horizon), append(c.who, who), append(c.why, why)
 	}
 	c.thread, c.mutations, c.usable = thread, starlark.Mutations(), keep && frames != nil && depth > 0 && starlark.IsPure(thread.DebugFrame(0).Callable())
-	thread.ResetLowWater()
+	if thread != nil {
+		thread.ResetLowWater()
+	}
 	return clampHorizon(horizon, who, now)
 }
 

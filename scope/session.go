@@ -72,11 +72,14 @@ type Session struct {
 	memo    *walkMemo  // what a walk during backward() found in the frames and globals (reach_memo.go)
 	memoOff bool       // MEMSH_REACH_MEMO=0: no memo
 	keepOff bool       // MEMSH_REACH_KEEP=0: walks keep no frame's credits (reach.go)
-	env     *env.Env
-	tctx    *tensor.Context // the tensor Context (its interrupt flag is set by Interrupt)
-	mgr     *backend.Manager
-	rss     *host.PeakRSS
-	devices []backend.Device
+	// globalsGen moves whenever the roots that are not frames may change
+	// (globalsKey, reach.go).
+	globalsGen uint64
+	env        *env.Env
+	tctx       *tensor.Context // the tensor Context (its interrupt flag is set by Interrupt)
+	mgr        *backend.Manager
+	rss        *host.PeakRSS
+	devices    []backend.Device
 
 	builtins starlark.StringDict // predeclared names memsh provides
 	live     starlark.StringDict // builtins overlaid with user globals: every program's predeclared map and module globals
@@ -253,6 +256,7 @@ func (s *Session) Get(name string) starlark.Value {
 // Set binds a user global from Go; a nil v deletes it. It must not be
 // called while a statement runs.
 func (s *Session) Set(name string, v starlark.Value) {
+	s.globalsGen++
 	if v == nil {
 		if s.user[name] {
 			delete(s.live, name)

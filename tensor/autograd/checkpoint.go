@@ -116,6 +116,10 @@ type ckptFrame struct {
 // it has been unpacked.
 type ckptHolder struct {
 	handles map[uint64]*tensor.Tensor
+	// owner is the node whose saved tensor the holder is (Node.save):
+	// giving the holder its tensor or taking it changes what the node
+	// reaches (changed).
+	owner *Node
 	// frame is the call the holder belongs to (the reclaim proof walks
 	// its saved inputs through it; the unpack hook holds the frame as
 	// long as the holder anyway).
@@ -181,9 +185,24 @@ func (f *ckptFrame) checkpointHooks() *SavedTensorHooks {
 				return nil, &CheckpointError{"torch.utils.checkpoint: Unpack is being triggered for a tensor that was already unpacked once. If you are calling ctx.saved_tensors in backward, make sure to do so only once. Otherwise please open an issue with details on your use case."}
 			}
 			h.handles[gid] = nil // the holder lets go: the caller's reference is the last
+			f.changed(h)
 			return t, nil
 		},
 	}
+}
+
+// changed tells the Manager that h's owner reaches other memory now
+// (backend.Manager.NoteChanged): a walk that kept the frame that met the
+// owner would not see the holder's new tensor.
+func (f *ckptFrame) changed(h *ckptHolder) {
+	if f.ctx == nil || f.ctx.Manager == nil {
+		return
+	}
+	if h.owner == nil {
+		f.ctx.Manager.NoteChanged(nil)
+		return
+	}
+	f.ctx.Manager.NoteChanged(&h.owner.mark)
 }
 
 // recomputationHooks are the rerun's hooks (_recomputation_hook).
@@ -204,6 +223,7 @@ func (f *ckptFrame) recomputationHooks(gid uint64) *SavedTensorHooks {
 			}
 			if h := f.holders[idx].Value(); h != nil {
 				h.handles[gid] = x
+				f.changed(h)
 			}
 			if f.counter[gid] == len(f.holders) {
 				panic(stopRecomputation{f: f})

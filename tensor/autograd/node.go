@@ -135,6 +135,9 @@ func (n *Node) save(t *tensor.Tensor) *SavedTensor {
 	s := &SavedTensor{version: t.Version(), node: n}
 	if h := currentHooks(t.Context()); h != nil {
 		s.hooked = packSaved(h, t)
+		if ch, ok := s.hooked.packed.(*ckptHolder); ok {
+			ch.owner = n
+		}
 	} else {
 		s.t = t
 	}
