@@ -142,9 +142,11 @@ type Mark struct {
 //
 // A value met while walking frame k was reachable from frame k's values,
 // and whatever it reached was credited to frame k or to a frame below
-// (the allocations the walk had met before) — or, for what it skipped by
-// this rule, to a frame below k that was kept then, and so is kept while k
-// is. While k's credits are kept nothing that frame reaches has changed
+// (the allocations the walk had met before: a walk walks its frames
+// before any root that is not one, and a part of it that credits
+// nothing must leave the marks alone or run apart) — or, for what it
+// skipped by this rule, to a frame below k that was kept then, and so is
+// kept while k is. While k's credits are kept nothing that frame reaches has changed
 // (Keep), so the value still reaches only allocations those frames hold:
 // looking into it again would find nothing new. f may be nil (a walk that
 // credits no frame): then only the walk's own marks count.
@@ -152,19 +154,17 @@ func (f *Frames) Visit(m *Mark, epoch uint64) bool {
 	if m.epoch == epoch {
 		return false
 	}
-	if f == nil {
-		m.epoch, m.gen = epoch, 0
-		return true
-	}
-	if m.gen != 0 && int(m.frame) < f.kept && f.gens[m.frame] == m.gen {
+	if f != nil && m.gen != 0 && int(m.frame) < f.kept && f.gens[m.frame] == m.gen {
 		f.Skipped++
 		return false
 	}
 	m.epoch = epoch
-	if f.cur >= 0 {
+	// A part of the walk that credits no frame (the roots that are not
+	// frames, after them; f nil: a walk of its own, Walker.Apart) leaves
+	// the mark's frame as it is: while that frame is kept, it is still
+	// the lowest that reaches the value (NoteChanged relies on it).
+	if f != nil && f.cur >= 0 {
 		m.frame, m.gen = int32(f.cur), f.gens[f.cur]
-	} else {
-		m.gen = 0
 	}
 	return true
 }

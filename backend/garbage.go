@@ -73,6 +73,30 @@ func (m *Manager) NoteChanged(mk *Mark) {
 	m.mu.Unlock()
 }
 
+// NoteGarbageAt is NoteGarbage for memory that the value mk marks let go
+// of (an autograd node that released its saved tensors): only the credits
+// of the frame a walk met it in and of those above are forgotten
+// (NoteChanged), and those from frame from up (from < 0: none), for a
+// frame that is gone.
+func (m *Manager) NoteGarbageAt(mk *Mark, from int) {
+	m.mu.Lock()
+	clear(m.quiet)
+	m.layout.noted = true
+	m.reach.frames.changed(mk)
+	if from >= 0 {
+		m.reach.frames.truncate(from)
+	}
+	m.mu.Unlock()
+}
+
+// NoteHeldDropped is NoteDropped for memory that only the calling Go code
+// held (as NoteHeldGarbage): the frames' credits stand.
+func (m *Manager) NoteHeldDropped() {
+	m.mu.Lock()
+	m.layout.noted = true
+	m.mu.Unlock()
+}
+
 // NoteHeldGarbage is NoteGarbage for memory that only the calling Go code
 // held (Context.Hold, its own variables), which no value changed to let
 // go of: autocast's casts when the op that made them returns. What the

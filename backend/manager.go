@@ -185,7 +185,8 @@ type ManagerStats struct {
 	// ValuesKept counts the autograd nodes, tensors and modules that
 	// walks did not look into because what they reach is credited to a
 	// kept frame (Frames.Visit); ValuesWalked, the values (Starlark
-	// values, tensors) that complete walks looked into (Walk.Visited).
+	// values, tensors, autograd nodes) that walks looked into
+	// (Walk.Visited).
 	ValuesKept, ValuesWalked int
 	// ReusedWalks counts the walks that reported what an earlier one
 	// found in part of the roots instead of walking it (Walk.Reused).

@@ -277,6 +277,17 @@ func (m *Manager) verifyGarbage(garbage []*record) {
 	}
 	for _, r := range garbage {
 		if !dead[r] {
+			if r.pcs != nil { // MEMSH_DEBUG_REACH=1: where it was allocated
+				fmt.Fprintf(os.Stderr, "reach: the allocation the walk missed was made at\n")
+				fr := runtime.CallersFrames(r.pcs)
+				for k := 0; k < 16; k++ {
+					f, more := fr.Next()
+					fmt.Fprintf(os.Stderr, "   %s:%d\n", f.Function, f.Line)
+					if !more {
+						break
+					}
+				}
+			}
 			panic(fmt.Sprintf("memsh: reach walk would free the allocation of %d bytes on %s (sequence number %d, stamp %d), which is still reachable", r.nbytes, r.device, r.seq, r.stamp))
 		}
 	}

@@ -140,6 +140,18 @@ func (w *Walker) SetMemory(visit func(*backend.Memory)) { w.r.Memory = visit }
 // themselves visited instead of using Seen.
 func (w *Walker) Epoch() uint64 { return w.r.Epoch }
 
+// Apart runs f as a walk of its own inside this one: numbered epoch,
+// crediting no frame (Visit leaves the marks' frames as they are) and
+// with a seen-set of its own, so that it finds nothing met that the rest
+// of the walk met (a memo's frontier walk, which must meet everything its
+// roots hold). What it reports goes where the walk's reports go.
+func (w *Walker) Apart(epoch uint64, f func()) {
+	oldEpoch, oldFrames, oldSeen, oldLast := w.r.Epoch, w.r.Frames, w.seen, w.lastFunc
+	w.r.Epoch, w.r.Frames, w.seen, w.lastFunc = epoch, nil, map[unsafe.Pointer]struct{}{}, nil
+	defer func() { w.r.Epoch, w.r.Frames, w.seen, w.lastFunc = oldEpoch, oldFrames, oldSeen, oldLast }()
+	f()
+}
+
 // SetFrames gives the walk the credits of the frames it keeps
 // (tensor.Reacher.Frames).
 func (w *Walker) SetFrames(f *backend.Frames) { w.r.Frames = f }
@@ -172,9 +184,10 @@ func (w *Walker) tick() {
 	}
 }
 
-// Visited returns the values the walk looked into (Value, Tensor,
-// Autograd and Engine calls).
-func (w *Walker) Visited() int { return w.visited + w.count }
+// Visited returns the values the walk looked into: Starlark values and
+// the engine's (Value, Tensor, Autograd and Engine calls), and the
+// tensors, autograd nodes and modules below them (Visit).
+func (w *Walker) Visited() int { return w.visited + w.count + w.r.Looked }
 
 // Stopped reports that Stop ended the walk.
 func (w *Walker) Stopped() bool { return w.stopped }

@@ -48,7 +48,7 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		// credited with what it reaches (backend.Frames); those that
 		// cannot have changed since the last walk are not walked again.
 		var who string
-		horizon, who = s.frames.walk(w, s.thread, s.stamp(), frames, len(s.loading) == 0 && !s.keepOff, s.reachGlobals, s.globalsKey())
+		horizon, who = s.frames.walk(w, s.thread, s.stamp(), frames, len(s.loading) == 0 && !s.keepOff, s.engineFrames(w, frames), s.reachGlobals, s.globalsKey())
 		w.Outermost = who
 		frames.Enter(-1)
 	}
@@ -58,7 +58,7 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 	w.Engine(func(r *tensor.Reacher) { r.Context(s.tctx) })
 	for _, t := range s.loading {
 		var none frameCache
-		none.walk(w, t, 0, nil, false, nil, globalsKey{})
+		none.walk(w, t, 0, nil, false, belowFrames{}, nil, globalsKey{})
 	}
 	if b, who, ok := w.Bound(); ok && b <= horizon {
 		// the autograd engine: its running node began at b
@@ -173,44 +173,63 @@ type frameCache struct {
 	globalsWhy string
 }
 
-// walk walks globals (the roots that are not frames; nil for none), then
-// the call stack of thread bottom-up, each frame as walkFrame does,
-// keeping what it can of the last walk when keep is set and frames is not
-// nil, and returns the horizon and the built-in that gave it. The globals
-// are a frame of their own for backend.Frames, below the call stack's:
+// belowFrames are frames a walk puts below the globals and the call
+// stack: the autograd engine's while backward() runs (engineFrames). n
+// is how many; keepable, whether their credits may be kept (then the
+// ones above may be too); walk walks those from kept up, and reports
+// false when the walk ran out of time.
+type belowFrames struct {
+	n        int
+	keepable bool
+	walk     func(kept int) bool
+}
+
+// walk walks the frames below (below.walk), the globals (the roots that
+// are not frames; nil for none), then the call stack of thread bottom-up,
+// each frame as walkFrame does, keeping what it can of the last walk when
+// keep is set and frames is not nil, and returns the horizon and the
+// built-in that gave it. The globals are a frame of their own for
+// backend.Frames, above the frames below and below the call stack's:
 // kept while their key (gk) stands and the frames' rules allow keeping
-// any frame; the stack's frame i is Frames' i+1 then.
-func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, frames *backend.Frames, keep bool, globals func(*env.Walker), gk globalsKey) (uint64, string) {
+// any frame; the stack's frame i is Frames' below.n+1+i then.
+func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, frames *backend.Frames, keep bool, below belowFrames, globals func(*env.Walker), gk globalsKey) (uint64, string) {
 	depth := 0
 	if thread != nil {
 		depth = thread.CallStackDepth()
 	}
-	base := 0 // the Frames number of the stack's frame 0
+	nb := below.n
+	base := nb // the Frames number of the stack's frame 0
 	if globals != nil {
-		base = 1
+		base++
 	}
-	kept := 0 // Frames kept, the globals' included
+	kept := 0 // Frames kept, the frames below and the globals' included
 	if frames != nil {
 		n := 0
-		if keep && c.usable && c.thread == thread && starlark.Mutations() == c.mutations && (globals == nil || gk == c.globals) {
-			n = base + min(thread.LowWater()-1, len(c.horizon))
+		if below.keepable {
+			n = nb
+			if keep && c.usable && c.thread == thread && starlark.Mutations() == c.mutations && (globals == nil || gk == c.globals) {
+				n = base + min(thread.LowWater()-1, len(c.horizon))
+			}
 		}
 		kept = frames.Keep(n)
 	}
+	if nb > 0 && !below.walk(min(kept, nb)) {
+		return now, ""
+	}
 	if globals != nil {
-		if kept > 0 {
+		if kept > nb {
 			if c.globalsWhy != "" {
 				w.Incomplete(c.globalsWhy)
 			}
 		} else {
 			if frames != nil {
-				frames.Enter(0)
+				frames.Enter(nb)
 			}
 			globals(w)
 			w.Settle()
 			if w.Exhausted() {
 				if frames != nil {
-					frames.Drop(0)
+					frames.Drop(nb)
 				}
 				return now, ""
 			}

@@ -91,10 +91,27 @@ func (s *Session) memoKey() (memoKey, bool) {
 // backward(): from the memo when it holds (reused), else in frontier mode,
 // keeping a new memo. It returns the horizon the frames give.
 func (s *Session) reachMemo(w *env.Walker, key memoKey, visit func(*backend.Memory), frames *backend.Frames) (horizon uint64, reused bool) {
-	// the frames are not credited (backend.Frames): the memo stands for
-	// them while backward runs
-	frames.Keep(0)
+	// the engine's frames first (nothing a walk met before a frame may
+	// be credited to none: a kept frame would then stand for what it
+	// does not hold); the call stack's frames are not credited
+	// (backend.Frames): the memo stands for them while backward runs
+	s.frames.usable = false // Frames' numbers above the engine's are the memo's walk's
+	below := s.engineFrames(w, frames)
+	n := 0
+	if below.keepable {
+		n = below.n
+	}
+	kept := frames.Keep(n)
+	if below.n > 0 {
+		below.walk(kept)
+	}
 	frames.Enter(-1)
+	return s.reachMemoRoots(w, key, visit)
+}
+
+// reachMemoRoots walks the frames and globals from the memo when it
+// holds (reused), else in frontier mode, keeping a new memo.
+func (s *Session) reachMemoRoots(w *env.Walker, key memoKey, visit func(*backend.Memory)) (horizon uint64, reused bool) {
 	if m := s.memo; m != nil && m.key == key && m.strengthen() {
 		for _, h := range m.mems {
 			visit(h)
@@ -114,15 +131,23 @@ func (s *Session) reachMemo(w *env.Walker, key memoKey, visit func(*backend.Memo
 		visit(h)
 	})
 	w.SetFrontier(true)
+	// the memo must hold every tensor the frames and globals reach: none
+	// is passed over because the engine's frames met it in this walk or
+	// a kept one stands for it
 	horizon, who := uint64(math.MaxUint64), ""
-	depth := s.thread.CallStackDepth()
-	for i := range depth {
-		b, by := walkFrame(w, s.thread.DebugFrame(depth-1-i), i == depth-1)
-		horizon, who = lowerBound(horizon, who, b, by)
-	}
-	s.reachGlobals(w)
-	why := w.Why()
-	ts, nodes := w.Frontier()
+	var why string
+	var ts []*tensor.Tensor
+	var nodes []tensor.GradNode
+	w.Apart(w.Epoch()|frontierEpoch, func() {
+		depth := s.thread.CallStackDepth()
+		for i := range depth {
+			b, by := walkFrame(w, s.thread.DebugFrame(depth-1-i), i == depth-1)
+			horizon, who = lowerBound(horizon, who, b, by)
+		}
+		s.reachGlobals(w)
+		why = w.Why()
+		ts, nodes = w.Frontier()
+	})
 	w.SetFrontier(false)
 	w.SetMemory(visit)
 	if !w.Exhausted() && len(nodes) == 0 {
@@ -136,6 +161,78 @@ func (s *Session) reachMemo(w *env.Walker, key memoKey, visit func(*backend.Memo
 	}
 	return s.framesHorizon(w, horizon, who), false
 }
+
+// engineKey is what must not have moved since the last walk for a walk
+// to keep the credits of the autograd engine's frames (walkEngineFrames):
+// the same engine walked them, and no existing Starlark value changed
+// (starlark.Mutations: the frames reach a checkpoint's function and
+// arguments) and no tensor the memo met gained or replaced its autograd
+// state or storage (tensor.ReachShape). What the engine changes in them
+// (a node run, a checkpoint holder given its tensor, a gradient replaced)
+// it tells the Manager itself, which forgets those frames' credits.
+type engineKey struct {
+	root                  tensor.FramedRoot
+	mutations, reachShape uint64
+}
+
+// engineFrames returns the running autograd engine's frames
+// (tensor.FramedRoot: the nodes of its graph not run yet) as the frames
+// below a walk's (belowFrames), and tells the engine the walk walks them.
+// Their credits may be kept if the last walk walked them too and nothing
+// they reach moved (engineKey); none when no engine runs.
+func (s *Session) engineFrames(w *env.Walker, frames *backend.Frames) belowFrames {
+	fr := s.tctx.Framed()
+	if fr == nil {
+		// after a backward, the last walk's frames were numbered above
+		// its engine's: none is kept
+		keepable := s.engine == engineKey{}
+		s.engine = engineKey{}
+		return belowFrames{keepable: keepable}
+	}
+	fr.BeginFrames(w.Epoch())
+	key := engineKey{fr, starlark.Mutations(), tensor.ReachShape()}
+	keepable := key == s.engine && !s.keepOff
+	s.engine = key
+	return belowFrames{n: fr.Frames(), keepable: keepable, walk: func(kept int) bool {
+		return s.walkEngineFrames(w, frames, fr, kept)
+	}}
+}
+
+// walkEngineFrames walks the engine's frames from kept up, each credited
+// to its frame of backend.Frames (what made the walk of the kept ones
+// incomplete applies again), and reports false if the walk ran out of
+// time.
+func (s *Session) walkEngineFrames(w *env.Walker, frames *backend.Frames, fr tensor.FramedRoot, kept int) bool {
+	s.engineWhy = s.engineWhy[:min(kept, len(s.engineWhy))]
+	// what made the walk incomplete before the frames (the memo's roots)
+	// is charged to them too: a kept frame must not hide an incomplete
+	// walk of its own
+	why := w.Why()
+	if kept > 0 && why == "" {
+		if why = s.engineWhy[kept-1]; why != "" {
+			w.Incomplete(why)
+		}
+	}
+	for i := kept; i < fr.Frames(); i++ {
+		frames.Enter(i)
+		w.Engine(func(r *tensor.Reacher) { fr.ReachFrame(r, i) })
+		w.Settle()
+		if w.Exhausted() {
+			frames.Drop(i)
+			s.engine = engineKey{}
+			return false
+		}
+		if why == "" {
+			why = w.Why()
+		}
+		s.engineWhy = append(s.engineWhy, why)
+	}
+	return true
+}
+
+// frontierEpoch marks the epoch of a memo's frontier walk, a walk of its
+// own inside another (reachMemoRoots): no other walk has its number.
+const frontierEpoch = 1 << 63
 
 // weaken makes the memo's pointers weak, for a collection.
 func (m *walkMemo) weaken() {

@@ -67,11 +67,15 @@ type Session struct {
 	// roots are what Go code asked the reach walk to visit (Root).
 	roots []*env.Reacher
 	// walker is the reach walk's, reused from walk to walk.
-	walker  *env.Walker
-	frames  frameCache // what the last walk found in the frames it walked (reach.go)
-	memo    *walkMemo  // what a walk during backward() found in the frames and globals (reach_memo.go)
-	memoOff bool       // MEMSH_REACH_MEMO=0: no memo
-	keepOff bool       // MEMSH_REACH_KEEP=0: walks keep no frame's credits (reach.go)
+	walker *env.Walker
+	frames frameCache // what the last walk found in the frames it walked (reach.go)
+	memo   *walkMemo  // what a walk during backward() found in the frames and globals (reach_memo.go)
+	// engine: the autograd engine whose frames the last walk walked, and
+	// why those frames' walks were incomplete (reach_memo.go)
+	engine    engineKey
+	engineWhy []string
+	memoOff   bool // MEMSH_REACH_MEMO=0: no memo
+	keepOff   bool // MEMSH_REACH_KEEP=0: walks keep no frame's credits (reach.go)
 	// globalsGen moves whenever the roots that are not frames may change
 	// (globalsKey, reach.go).
 	globalsGen uint64

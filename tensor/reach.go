@@ -22,6 +22,8 @@ type Reacher struct {
 	// (backend.Frames.Visit): a node or tensor an earlier walk met in a
 	// frame whose credits this walk keeps is not looked into again.
 	Frames *backend.Frames
+	// Looked counts the nodes and tensors the walk looked into (Visit).
+	Looked int
 	// Memory is called for every allocation reached.
 	Memory func(*backend.Memory)
 	// Other, if not nil, is called for values the engine keeps for the
@@ -69,7 +71,13 @@ func (t *Tensor) reshaped() {
 
 // Visit reports whether the walk must look into the value m marks, and
 // marks it met (backend.Frames.Visit).
-func (r *Reacher) Visit(m *backend.Mark) bool { return r.Frames.Visit(m, r.Epoch) }
+func (r *Reacher) Visit(m *backend.Mark) bool {
+	if r.Frames.Visit(m, r.Epoch) {
+		r.Looked++
+		return true
+	}
+	return false
+}
 
 // SetFrontier turns frontier mode on or off (Frontier).
 func (r *Reacher) SetFrontier(on bool) { r.frontier = on }
@@ -217,6 +225,43 @@ func (c *Context) Hold(ts ...*Tensor) (release func()) {
 // bounds the walk's horizon (Bound) below what it may hold unreported.
 type ReachRoot interface {
 	Reach(r *Reacher)
+}
+
+// FramedRoot is a ReachRoot that reports part of what it holds as frames
+// of their own (backend.Frames), each kept until what it reaches changes:
+// the autograd engine, whose frames are the nodes of its graph not run
+// yet, which change only when one runs. A walk that walks them calls
+// BeginFrames with its epoch, then ReachFrame for each frame not kept,
+// before any other root; Reach reports the rest, and the frames' values
+// met on other paths are not looked into again (the frame does it).
+type FramedRoot interface {
+	ReachRoot
+	Frames() int
+	BeginFrames(epoch uint64)
+	ReachFrame(r *Reacher, i int)
+}
+
+// Framed returns the innermost of the Context's roots that is a
+// FramedRoot, or nil.
+func (c *Context) Framed() FramedRoot {
+	if c == nil || c.roots == nil {
+		return nil
+	}
+	for i := len(c.roots.roots) - 1; i >= 0; i-- {
+		if f, ok := (*c.roots.roots[i]).(FramedRoot); ok {
+			return f
+		}
+	}
+	return nil
+}
+
+// ReachChanged tells t's Manager that t may reach other memory than when
+// a walk last met it, its gradient having been replaced
+// (backend.Manager.NoteChanged): the credits of the frame that met it go.
+func (t *Tensor) ReachChanged() {
+	if t.ctx != nil && t.ctx.Manager != nil {
+		t.ctx.Manager.NoteChanged(&t.mark)
+	}
 }
 
 // goRoots are the Context's ReachRoots and its tick count, shared with

@@ -1,9 +1,11 @@
 package autograd
 
 import (
+	"cmp"
 	"container/heap"
 	"errors"
 	"fmt"
+	"slices"
 	"weak"
 
 	"github.com/memsh/memsh/tensor"
@@ -76,6 +78,7 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 		defer func() { e.run.active = false }()
 	}
 	e.countDependencies(rootEdges)
+	defer e.endFrames()
 	for i, edge := range rootEdges {
 		if err := e.add(edge, rootGrads[i]); err != nil {
 			return err
@@ -136,6 +139,14 @@ type engine struct {
 	// doneAccs are the AccumulateGrad nodes run.
 	run      *graphRun
 	doneAccs []*Node
+	// pending are the task's nodes not run yet, but AccumulateGrad's, by
+	// ascending sequence number (a backward without retain_graph): the
+	// reach walk's frames (FramedRoot, reach.go). The ready queue runs
+	// the highest sequence number first, and a node is ready once the
+	// nodes made after it that lead to it ran, so the one run next is the
+	// last.
+	pending []*Node
+	framed  uint64 // the walk that walks the frames (BeginFrames)
 }
 
 // graphRun is one backward pass without retain_graph, active while it
@@ -238,6 +249,9 @@ func (e *engine) countDependencies(roots []Edge) {
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
+		if e.run != nil && n.variable == nil && n.pendingOf == nil {
+			e.pending = append(e.pending, n)
+		}
 		for _, next := range n.next {
 			if next.Node == nil {
 				continue
@@ -248,6 +262,57 @@ func (e *engine) countDependencies(roots []Edge) {
 				stack = append(stack, next.Node)
 			}
 		}
+	}
+	slices.SortFunc(e.pending, func(a, b *Node) int { return cmp.Compare(a.seq, b.seq) })
+	for i, n := range e.pending {
+		n.pendingOf, n.pendingAt = e, i
+	}
+}
+
+// leavePending takes n, about to run, out of the pending frames; the
+// credits of its frame and of those above go (their numbers change).
+func (e *engine) leavePending(n *Node) {
+	if n.pendingOf != e {
+		return
+	}
+	i := n.pendingAt
+	e.pending = slices.Delete(e.pending, i, i+1)
+	for j := i; j < len(e.pending); j++ {
+		e.pending[j].pendingAt = j
+	}
+	n.pendingOf = nil
+	if m := ctxOf(n).Manager; m != nil {
+		m.NoteGarbageAt(&n.mark, i)
+	}
+}
+
+// endFrames forgets the frames when the backward ends (run or not: an
+// error leaves nodes pending).
+func (e *engine) endFrames() {
+	for _, n := range e.pending {
+		n.pendingOf = nil
+	}
+	e.pending = nil
+}
+
+// Frames, BeginFrames and ReachFrame make the engine a tensor.FramedRoot:
+// frame i is pending[i] — its saved tensors (or what hooks packed for
+// them), and the nodes its edges lead to but those pending, which are
+// frames of their own. What a node reaches changes only when it runs
+// (leavePending, then its release: NoteGarbageAt), when a checkpoint's
+// holder of its is given or lets go of a tensor (NoteChanged), or when a
+// gradient it reaches through a leaf is replaced (Tensor.ReachChanged).
+func (e *engine) Frames() int { return len(e.pending) }
+
+// BeginFrames notes that the walk numbered epoch walks the frames: until
+// the next, a pending node met on another path is not walked (Node.Mark).
+func (e *engine) BeginFrames(epoch uint64) { e.framed = epoch }
+
+// ReachFrame walks frame i.
+func (e *engine) ReachFrame(r *tensor.Reacher, i int) {
+	n := e.pending[i]
+	if r.Visit(&n.mark) {
+		n.Reach(r)
 	}
 }
 
@@ -292,6 +357,7 @@ func (e *engine) push(n *Node) {
 
 // evaluate runs node n (Engine::evaluate_function).
 func (e *engine) evaluate(n *Node, retainGraph bool) error {
+	e.leavePending(n)
 	e.region, e.cur = ctxOf(n).Tick(), n
 	grads := e.buffers[n]
 	delete(e.buffers, n)
@@ -345,7 +411,7 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 	// before the outputs are reduced to their inputs' shapes (PyTorch's
 	// apply returns, its locals go, then validate_outputs runs).
 	if n.variable == nil {
-		ctxOf(n).Manager.NoteDropped()
+		ctxOf(n).Manager.NoteHeldDropped()
 	}
 	// The node's gradients are the engine's until they reach the input
 	// buffers (Reach walks them).
@@ -371,7 +437,7 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 	// The node's incoming gradients and (unless retained) its saved
 	// tensors may have become garbage: exact-peak mode must see them go.
 	if n.variable == nil {
-		ctxOf(n).Manager.NoteGarbage()
+		ctxOf(n).Manager.NoteGarbageAt(&n.mark, -1)
 	}
 	for i, edge := range n.next {
 		if edge.Node == nil {
@@ -500,6 +566,7 @@ func accumulateGrad(n *Node, grads []*tensor.Tensor) ([]*tensor.Tensor, error) {
 			}
 			m.Grad = c
 		}
+		v.ReachChanged()
 		return nil, nil
 	}
 	return nil, addInPlace(m.Grad, g)
@@ -534,6 +601,7 @@ func retainGradHook(t, g *tensor.Tensor) error {
 			return err
 		}
 		m.Grad = c
+		t.ReachChanged()
 		return nil
 	}
 	s, err := add(m.Grad, g)
@@ -541,6 +609,7 @@ func retainGradHook(t, g *tensor.Tensor) error {
 		return err
 	}
 	m.Grad = s
+	t.ReachChanged()
 	return nil
 }
 

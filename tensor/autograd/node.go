@@ -50,6 +50,11 @@ type Node struct {
 
 	// mark is where reach walks met the node (tensor.Reacher.Visit).
 	mark backend.Mark
+	// pendingOf is the engine whose task holds the node, not run yet, as
+	// a frame of the reach walk (engine.pending, at pendingAt); nil when
+	// none.
+	pendingOf *engine
+	pendingAt int
 }
 
 // Edge is a graph edge: the gradient of an input flows to input number

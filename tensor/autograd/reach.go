@@ -6,7 +6,13 @@ import "github.com/memsh/memsh/tensor"
 // walk need not look into it (tensor.Reacher.Visit), or when it is from's
 // AccumulateGrad node and holds nothing else.
 func (n *Node) Mark(r *tensor.Reacher, from *tensor.Tensor) bool {
-	if n == nil || !r.Visit(&n.mark) {
+	if n == nil {
+		return false
+	}
+	if e := n.pendingOf; e != nil && e.framed == r.Epoch {
+		return false // a frame of its own in this walk (engine.ReachFrame)
+	}
+	if !r.Visit(&n.mark) {
 		return false
 	}
 	return from == nil || n.variable != from || len(n.saved) > 0 || len(n.next) > 0
