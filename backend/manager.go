@@ -350,8 +350,7 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 		m.reclaimLocked()
 	} else if m.peak == PeakLayout && nbytes > layoutMin && caching(a) && m.mayHaveGarbage() {
 		m.reclaimLocked()
-		m.layout.seen, m.layout.noted = m.layout.clock(), false
-	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && a.Allocated()+a.RoundSize(nbytes) >= m.quiet[a] {
+	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && a.Allocated()+a.RoundSize(nbytes) >= m.quiet[a] && !m.layoutQuiet() {
 		m.stats.PeakReclaims++
 		if r := m.reclaimLocked(); r.Freed == 0 {
 			m.quiet[a] = a.Allocated() + PeakWindow
@@ -388,6 +387,14 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 		m.emit(a, Event{Kind: EventAlloc, Addr: b.Ptr, Size: b.Size, Requested: nbytes, Seq: rec.seq})
 	}
 	return h, nil
+}
+
+// layoutQuiet reports that layout mode's clock says nothing may have
+// become garbage since the last reclaim (mayHaveGarbage): a reclaim for a
+// peak would find nothing (an optimizer's first step making its state, a
+// built-in's allocations one after another).
+func (m *Manager) layoutQuiet() bool {
+	return m.peak == PeakLayout && m.layout.clock != nil && !m.mayHaveGarbage()
 }
 
 // wouldRaise reports whether allocating nbytes from a would raise an open
@@ -443,6 +450,11 @@ func (m *Manager) Collect() ReclaimResult {
 
 func (m *Manager) reclaimLocked() ReclaimResult {
 	start := time.Now()
+	// whatever runs it, a reclaim frees all that is garbage: layout
+	// mode's clock counts from here (mayHaveGarbage)
+	if m.layout.clock != nil {
+		m.layout.seen, m.layout.noted = m.layout.clock(), false
+	}
 	if res, ok := m.walkReclaim(); ok {
 		m.dropFreedEntries()
 		m.sinceReclaim = 0

@@ -186,14 +186,18 @@ func (s *Session) engineFrames(w *env.Walker, frames *backend.Frames) belowFrame
 		// after a backward, the last walk's frames were numbered above
 		// its engine's: none is kept
 		keepable := s.engine == engineKey{}
-		s.engine = engineKey{}
+		s.engine, s.engineN = engineKey{}, 0
 		return belowFrames{keepable: keepable}
 	}
 	fr.BeginFrames(w.Epoch())
 	key := engineKey{fr, starlark.Mutations(), tensor.ReachShape()}
-	keepable := key == s.engine && !s.keepOff
-	s.engine = key
-	return belowFrames{n: fr.Frames(), keepable: keepable, walk: func(kept int) bool {
+	// the engine's frames only go, from the top (a node runs); more of
+	// them than at the last walk means that walk numbered others there
+	// (the engine had not counted its graph yet)
+	n := fr.Frames()
+	keepable := key == s.engine && n <= s.engineN && !s.keepOff
+	s.engine, s.engineN = key, n
+	return belowFrames{n: n, keepable: keepable, walk: func(kept int) bool {
 		return s.walkEngineFrames(w, frames, fr, kept)
 	}}
 }

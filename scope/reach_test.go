@@ -834,10 +834,49 @@ def forward(ckpt):
 		// most of the graph's nodes are kept frames at each walk (what is
 		// left to walk each time is mostly the parameters' gradients,
 		// which AccumulateGrad changes)
-		if with.FramesKept < 4*with.FramesWalked || 4*with.ValuesWalked > 3*without.ValuesWalked {
-			t.Errorf("checkpoint=%s: %d frames walked, %d kept; %d values walked, %d without keeping: want four times as many frames kept as walked, and at most three quarters of the values",
+		if with.FramesKept < 3*with.FramesWalked || 4*with.ValuesWalked > 3*without.ValuesWalked {
+			t.Errorf("checkpoint=%s: %d frames walked, %d kept; %d values walked, %d without keeping: want three times as many frames kept as walked, and at most three quarters of the values",
 				ckpt, with.FramesWalked, with.FramesKept, with.ValuesWalked, without.ValuesWalked)
 		}
 		t.Logf("checkpoint=%s: %d reclaims: %d frames walked, %d kept; %d values walked (%d without keeping)", ckpt, with.Reclaims, with.FramesWalked, with.FramesKept, with.ValuesWalked, without.ValuesWalked)
+	}
+}
+
+// TestLayoutSkipsFruitlessPeakReclaims: in layout mode, an allocation
+// that would raise a peak reclaims first only when something may have
+// become garbage since layout mode's last reclaim (its clock moved or Go
+// code noted garbage): AdamW's first step makes its 2 × 96 moments one
+// after another in Go code that drops nothing, and reclaims for none of
+// them (before: one reclaim per moment past the 64 KiB window), with the
+// peak exact.
+func TestLayoutSkipsFruitlessPeakReclaims(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	s, err := scope.New(scope.Options{Device: "sim:4GiB", Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Exec("setup.star", `
+ps = [tensor.randn([128, 256], device = "cuda", requires_grad = True) for _ in range(96)]   # 128 KiB each
+opt = optim.AdamW(ps)
+for p in ps:
+    p.grad = tensor.ones([128, 256], device = "cuda")
+cuda.reset_peak_memory_stats()
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.Manager().Stats()
+	if err := s.Exec("step.star", "opt.step()\npeak = cuda.max_memory_allocated()"); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Manager().Stats().Since(before)
+	if st.PeakReclaims > 4 {
+		t.Errorf("%d reclaims for a peak in the first step (%+v): want at most 4", st.PeakReclaims, st)
+	}
+	// parameters, gradients, both moments and the foreach step's list of
+	// the second moments' roots (torch._foreach_sqrt): 5 × 96 × 128 KiB
+	if got, want := s.Globals()["peak"].String(), fmt.Sprint(5*96*128*1024); got != want {
+		t.Errorf("peak %s, want %s", got, want)
 	}
 }

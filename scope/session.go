@@ -73,6 +73,7 @@ type Session struct {
 	// engine: the autograd engine whose frames the last walk walked, and
 	// why those frames' walks were incomplete (reach_memo.go)
 	engine    engineKey
+	engineN   int // how many frames it had then
 	engineWhy []string
 	memoOff   bool // MEMSH_REACH_MEMO=0: no memo
 	keepOff   bool // MEMSH_REACH_KEEP=0: walks keep no frame's credits (reach.go)

@@ -10,7 +10,7 @@ import (
 )
 
 func init() {
-	register("autocast", autocastFn)
+	registerPure("autocast", autocastFn)
 }
 
 // autocastFn is nn.autocast(fn, *args, dtype="bfloat16", enabled=True,

@@ -10,7 +10,7 @@ import (
 	"github.com/memsh/memsh/tensor/autograd"
 )
 
-func init() { register("checkpoint", nnCheckpoint) }
+func init() { registerPure("checkpoint", nnCheckpoint) }
 
 // nnCheckpoint is nn.checkpoint(fn, *args, use_reentrant=False,
 // preserve_rng_state=True, **kwargs): torch.utils.checkpoint.checkpoint

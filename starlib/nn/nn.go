@@ -56,6 +56,15 @@ type builtinFn = func(thread *starlark.Thread, b *starlark.Builtin, args starlar
 // register adds nn.<name>.
 func register(name string, fn builtinFn) { Module.Members[name] = starlark.NewBuiltin("nn."+name, fn) }
 
+// registerPure adds nn.<name>, declared pure (starlark.Builtin.DeclarePure):
+// for the built-ins that call the function they are given under a mode
+// of the tensor Context (checkpoint, autocast, sdpa_kernel) and change no
+// existing value themselves; what the function changes moves
+// starlark.Mutations itself.
+func registerPure(name string, fn builtinFn) {
+	Module.Members[name] = starlark.NewBuiltin("nn."+name, fn).DeclarePure()
+}
+
 // registerF adds nn.functional.<name>, declared pure
 // (starlark.Builtin.DeclarePure): the functional forms make new tensors
 // and change existing ones only in their data (batch_norm's running

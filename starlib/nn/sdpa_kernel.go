@@ -10,7 +10,7 @@ import (
 )
 
 func init() {
-	register("sdpa_kernel", sdpaKernel)
+	registerPure("sdpa_kernel", sdpaKernel)
 	register("sdpa_backend", sdpaBackend)
 }
 

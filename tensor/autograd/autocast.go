@@ -221,7 +221,7 @@ func Autocast(ctx *tensor.Context, enabled bool, dt tensor.DType, f func() error
 		st.Nesting--
 		if st.Nesting == 0 && len(st.Cache) > 0 {
 			clear(st.Cache)
-			ctx.Manager.NoteGarbage()
+			ctx.Manager.NoteHeldGarbage() // the Context held them
 		}
 		st.Enabled, st.DType, st.Excluded = prevOn, prevDT, prevEx
 	}()
