@@ -146,10 +146,11 @@ type Mark struct {
 // before any root that is not one, and a part of it that credits
 // nothing must leave the marks alone or run apart) — or, for what it
 // skipped by this rule, to a frame below k that was kept then, and so is
-// kept while k is. While k's credits are kept nothing that frame reaches has changed
-// (Keep), so the value still reaches only allocations those frames hold:
-// looking into it again would find nothing new. f may be nil (a walk that
-// credits no frame): then only the walk's own marks count.
+// kept while k is. While k's credits are kept nothing that frame reaches
+// has changed (Keep; Go code that changes what a value reaches says so:
+// Manager.NoteChanged), so the value still reaches only allocations those
+// frames hold: looking into it again would find nothing new. f may be nil
+// (a walk that credits no frame): then only the walk's own marks count.
 func (f *Frames) Visit(m *Mark, epoch uint64) bool {
 	if m.epoch == epoch {
 		return false
@@ -181,6 +182,3 @@ func (f *Frames) changed(m *Mark) {
 		f.truncate(int(m.frame))
 	}
 }
-
-// Epoch returns the walk that last met the value (0 for none).
-func (m *Mark) Epoch() uint64 { return m.epoch }

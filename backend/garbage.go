@@ -61,9 +61,10 @@ func (m *Manager) NoteGarbage() {
 }
 
 // NoteChanged tells the Manager that the value mk marks (an autograd
-// node) may reach other memory than when a walk last met it, though no
-// callable that is not pure ran (starlark.Mutations): a checkpoint's
-// holder was given its recomputed tensor, or let go of it. What earlier
+// node, a tensor) may reach other memory than when a walk last met it,
+// though no callable that is not pure ran (starlark.Mutations): a
+// checkpoint's holder was given its recomputed tensor or let go of it, a
+// gradient was replaced (tensor.Tensor.ReachChanged). What earlier
 // walks credited to the frame that met it, and to those above, is
 // forgotten (a frame below that reaches it met it first, so none does);
 // nil forgets every frame's credits.

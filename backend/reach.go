@@ -223,14 +223,7 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 			}
 			if debugReach {
 				fmt.Fprintf(os.Stderr, "reach: %d bytes (stamp %d, horizon %d) may be held by %s\n", r.nbytes, r.stamp, w.Horizon, w.Holder)
-				fr := runtime.CallersFrames(r.pcs)
-				for k := 0; k < 12; k++ {
-					f, more := fr.Next()
-					fmt.Fprintf(os.Stderr, "   %s:%d\n", f.Function, f.Line)
-					if !more {
-						break
-					}
-				}
+				printSite(r)
 			}
 			return res, false
 		}
@@ -248,6 +241,19 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		res.Count++
 	}
 	return res, true
+}
+
+// printSite prints where r was allocated (MEMSH_DEBUG_REACH=1 records
+// it) to standard error.
+func printSite(r *record) {
+	fr := runtime.CallersFrames(r.pcs)
+	for range 16 {
+		f, more := fr.Next()
+		fmt.Fprintf(os.Stderr, "   %s:%d\n", f.Function, f.Line)
+		if !more {
+			break
+		}
+	}
 }
 
 // verifyProof runs the collector after a proof and panics if it finds
@@ -277,16 +283,9 @@ func (m *Manager) verifyGarbage(garbage []*record) {
 	}
 	for _, r := range garbage {
 		if !dead[r] {
-			if r.pcs != nil { // MEMSH_DEBUG_REACH=1: where it was allocated
+			if debugReach {
 				fmt.Fprintf(os.Stderr, "reach: the allocation the walk missed was made at\n")
-				fr := runtime.CallersFrames(r.pcs)
-				for k := 0; k < 16; k++ {
-					f, more := fr.Next()
-					fmt.Fprintf(os.Stderr, "   %s:%d\n", f.Function, f.Line)
-					if !more {
-						break
-					}
-				}
+				printSite(r)
 			}
 			panic(fmt.Sprintf("memsh: reach walk would free the allocation of %d bytes on %s (sequence number %d, stamp %d), which is still reachable", r.nbytes, r.device, r.seq, r.stamp))
 		}

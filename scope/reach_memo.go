@@ -91,10 +91,10 @@ func (s *Session) memoKey() (memoKey, bool) {
 // backward(): from the memo when it holds (reused), else in frontier mode,
 // keeping a new memo. It returns the horizon the frames give.
 func (s *Session) reachMemo(w *env.Walker, key memoKey, visit func(*backend.Memory), frames *backend.Frames) (horizon uint64, reused bool) {
-	// the engine's frames first (nothing a walk met before a frame may
-	// be credited to none: a kept frame would then stand for what it
-	// does not hold); the call stack's frames are not credited
-	// (backend.Frames): the memo stands for them while backward runs
+	// the engine's frames first: a part of a walk that credits no frame
+	// comes after the frames (backend.Frames.Visit). The call stack's
+	// frames are not credited: the memo stands for them while backward
+	// runs.
 	s.frames.usable = false // Frames' numbers above the engine's are the memo's walk's
 	below := s.engineFrames(w, frames)
 	n := 0

@@ -564,31 +564,15 @@ loss = out.matmul(W1).sum()
 out = None
 loss.backward()
 `
-	run := func(memo string) (backend.ManagerStats, map[string]int64) {
-		t.Setenv("MEMSH_REACH_MEMO", memo)
-		s, err := scope.New(scope.Options{Device: "sim:4GiB", Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		if err := s.Exec("steps.star", src+drop); err != nil {
-			t.Fatal(err)
-		}
-		return s.Manager().Stats(), s.Manager().GPU(0).Stats()
-	}
-	with, withGPU := run("")
-	without, withoutGPU := run("0")
+	with, withGPU := runLayout(t, "MEMSH_REACH_MEMO", "", "", src+drop)
+	without, withoutGPU := runLayout(t, "MEMSH_REACH_MEMO", "0", "", src+drop)
 	if with.ReusedWalks == 0 || without.ReusedWalks != 0 {
 		t.Fatalf("reused walks: %d with the memo, %d without; want some, none", with.ReusedWalks, without.ReusedWalks)
 	}
 	if with.Reclaims != without.Reclaims || with.ReclaimedBytes != without.ReclaimedBytes || with.WalkReclaims != without.WalkReclaims {
 		t.Errorf("with the memo %+v, without %+v: the same reclaims expected", with, without)
 	}
-	for _, k := range []string{"allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.all.current", "num_alloc_retries", "allocation.all.allocated"} {
-		if withGPU[k] != withoutGPU[k] {
-			t.Errorf("%s: %d with the memo, %d without", k, withGPU[k], withoutGPU[k])
-		}
-	}
+	sameFigures(t, "with the memo, without", withGPU, withoutGPU)
 	t.Logf("%d of %d reclaims reused a walk's frames and globals", with.ReusedWalks, with.Reclaims)
 }
 
@@ -752,20 +736,8 @@ for i in range(3):
 // runs' statistics.
 func compareKeeping(t *testing.T, src string) (with, without backend.ManagerStats) {
 	t.Helper()
-	run := func(keep string) (backend.ManagerStats, map[string]int64) {
-		t.Setenv("MEMSH_REACH_KEEP", keep)
-		s, err := scope.New(scope.Options{Device: "sim:4GiB", Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		if err := s.Exec("train.star", src); err != nil {
-			t.Fatal(err)
-		}
-		return s.Manager().Stats(), s.Manager().GPU(0).Stats()
-	}
-	with, withGPU := run("")
-	without, withoutGPU := run("0")
+	with, withGPU := runLayout(t, "MEMSH_REACH_KEEP", "", "", src)
+	without, withoutGPU := runLayout(t, "MEMSH_REACH_KEEP", "0", "", src)
 	if without.FramesKept != 0 || without.ValuesKept != 0 {
 		t.Fatalf("MEMSH_REACH_KEEP=0 kept %d frames, %d values", without.FramesKept, without.ValuesKept)
 	}
@@ -774,11 +746,7 @@ func compareKeeping(t *testing.T, src string) (with, without backend.ManagerStat
 	if with.Reclaims != without.Reclaims || with.ReclaimedBytes != without.ReclaimedBytes {
 		t.Errorf("keeping %+v, not keeping %+v: the same reclaims expected", with, without)
 	}
-	for _, k := range []string{"allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.all.current", "num_alloc_retries", "allocation.all.allocated"} {
-		if withGPU[k] != withoutGPU[k] {
-			t.Errorf("%s: %d keeping frames, %d not", k, withGPU[k], withoutGPU[k])
-		}
-	}
+	sameFigures(t, "keeping frames, not", withGPU, withoutGPU)
 	t.Logf("%d reclaims: %d frames walked, %d kept; %d values kept, %d walked (%d without keeping)",
 		with.Reclaims, with.FramesWalked, with.FramesKept, with.ValuesKept, with.ValuesWalked, without.ValuesWalked)
 	return with, without
@@ -805,32 +773,13 @@ def forward(ckpt):
     return h.pow(2).mean()
 `
 	for _, ckpt := range []string{"False", "True"} {
-		run := func(keep string) (backend.ManagerStats, map[string]int64) {
-			t.Setenv("MEMSH_REACH_KEEP", keep)
-			s, err := scope.New(scope.Options{Device: "sim:4GiB", Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if err := s.Exec("setup.star", setup+"loss = forward("+ckpt+")\n"); err != nil {
-				t.Fatal(err)
-			}
-			before := s.Manager().Stats()
-			if err := s.Exec("backward.star", "loss.backward()"); err != nil {
-				t.Fatal(err)
-			}
-			return s.Manager().Stats().Since(before), s.Manager().GPU(0).Stats()
-		}
-		with, withGPU := run("")
-		without, withoutGPU := run("0")
+		prelude := setup + "loss = forward(" + ckpt + ")\n"
+		with, withGPU := runLayout(t, "MEMSH_REACH_KEEP", "", prelude, "loss.backward()")
+		without, withoutGPU := runLayout(t, "MEMSH_REACH_KEEP", "0", prelude, "loss.backward()")
 		if with.Reclaims != without.Reclaims || with.ReclaimedBytes != without.ReclaimedBytes {
 			t.Errorf("checkpoint=%s: keeping %+v, not keeping %+v: the same reclaims expected", ckpt, with, without)
 		}
-		for _, k := range []string{"allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.all.current", "num_alloc_retries", "allocation.all.allocated"} {
-			if withGPU[k] != withoutGPU[k] {
-				t.Errorf("checkpoint=%s: %s: %d keeping frames, %d not", ckpt, k, withGPU[k], withoutGPU[k])
-			}
-		}
+		sameFigures(t, "checkpoint="+ckpt+": keeping frames, not", withGPU, withoutGPU)
 		// most of the graph's nodes are kept frames at each walk (what is
 		// left to walk each time is mostly the parameters' gradients,
 		// which AccumulateGrad changes)
@@ -878,5 +827,41 @@ cuda.reset_peak_memory_stats()
 	// the second moments' roots (torch._foreach_sqrt): 5 × 96 × 128 KiB
 	if got, want := s.Globals()["peak"].String(), fmt.Sprint(5*96*128*1024); got != want {
 		t.Errorf("peak %s, want %s", got, want)
+	}
+}
+
+// runLayout runs prelude, then src, in a Session on sim:4GiB in layout
+// mode with the environment variable env set to value, and returns the
+// Manager's statistics of src's run and the GPU's allocator statistics
+// at the end.
+func runLayout(t *testing.T, env, value, prelude, src string) (backend.ManagerStats, map[string]int64) {
+	t.Helper()
+	t.Setenv(env, value)
+	s, err := scope.New(scope.Options{Device: "sim:4GiB", Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if prelude != "" {
+		if err := s.Exec("prelude.star", prelude); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := s.Manager().Stats()
+	if err := s.Exec("run.star", src); err != nil {
+		t.Fatal(err)
+	}
+	return s.Manager().Stats().Since(before), s.Manager().GPU(0).Stats()
+}
+
+// sameFigures checks that two runs' allocator statistics agree on the
+// figures a reclaim decides (peaks, what is left, retries, the count of
+// allocations); runs names them, "first, second".
+func sameFigures(t *testing.T, runs string, a, b map[string]int64) {
+	t.Helper()
+	for _, k := range []string{"allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.all.current", "num_alloc_retries", "allocation.all.allocated"} {
+		if a[k] != b[k] {
+			t.Errorf("%s: %d, %d (%s)", k, a[k], b[k], runs)
+		}
 	}
 }
