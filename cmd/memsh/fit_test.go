@@ -74,3 +74,44 @@ func TestFitStarSequenceSearch(t *testing.T) {
 		t.Errorf("sequence %s should be an ok trial and %s an oom trial:\n%s", r[1], r[2], o)
 	}
 }
+
+// TestFitStarTable runs the main job, the whole scripts/fit.star table on
+// the simulated H100, and compares its output — every trial's status and
+// peak, each search's boundary, the table — with testdata/fit_star.txt,
+// less the trials' times (go test ./cmd/memsh -run FitStarTable -update
+// rewrites it). The table runs in seconds (bench/README.md); its figures
+// change only with a reviewed golden file.
+func TestFitStarTable(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "") // as TestFitStarSequenceSearch
+	var out, errb bytes.Buffer
+	if rc := run([]string{"--device", "sim:H100,meta", "../../scripts/fit.star"}, strings.NewReader(""), &out, &errb); rc != 0 {
+		t.Fatalf("fit.star: exit %d\n%s\n%s", rc, out.String(), errb.String())
+	}
+	got := regexp.MustCompile(`(?m) +[0-9.]+ s$`).ReplaceAllString(out.String(), "")
+	const golden = "testdata/fit_star.txt"
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if got != string(want) {
+		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
+		for i := 0; i < max(len(gl), len(wl)); i++ {
+			var g, w string
+			if i < len(gl) {
+				g = gl[i]
+			}
+			if i < len(wl) {
+				w = wl[i]
+			}
+			if g != w {
+				t.Fatalf("fit.star's output differs from %s at line %d:\n got: %q\nwant: %q", golden, i+1, g, w)
+			}
+		}
+	}
+}
