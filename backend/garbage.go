@@ -13,7 +13,7 @@ package backend
 const layoutMin = 1 << 20
 
 // mayHaveGarbage reports, for layout mode, whether something may have
-// become garbage since the last reclaim: the layout clock moved
+// become garbage since the last layout reclaim: the layout clock moved
 // (Starlark code ran, or a call began or ended) or Go code noted garbage
 // (NoteGarbage). Without a clock, always.
 func (m *Manager) mayHaveGarbage() bool {
@@ -34,7 +34,7 @@ func (m *Manager) SetLayoutClock(clock func() uint64) {
 // layoutState is layout mode's memory of its last reclaim.
 type layoutState struct {
 	clock func() uint64
-	seen  uint64 // the clock at the last reclaim
+	seen  uint64 // the clock at the last layout reclaim
 	noted bool   // NoteGarbage since then
 }
 

@@ -350,7 +350,8 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 		m.reclaimLocked()
 	} else if m.peak == PeakLayout && nbytes > layoutMin && caching(a) && m.mayHaveGarbage() {
 		m.reclaimLocked()
-	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && a.Allocated()+a.RoundSize(nbytes) >= m.quiet[a] && !m.layoutQuiet() {
+		m.layout.seen, m.layout.noted = m.layout.clock(), false
+	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && a.Allocated()+a.RoundSize(nbytes) >= m.quiet[a] && !m.layoutQuiet(a, nbytes) {
 		m.stats.PeakReclaims++
 		if r := m.reclaimLocked(); r.Freed == 0 {
 			m.quiet[a] = a.Allocated() + PeakWindow
@@ -390,11 +391,15 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 }
 
 // layoutQuiet reports that layout mode's clock says nothing may have
-// become garbage since the last reclaim (mayHaveGarbage): a reclaim for a
-// peak would find nothing (an optimizer's first step making its state, a
-// built-in's allocations one after another).
-func (m *Manager) layoutQuiet() bool {
-	return m.peak == PeakLayout && m.layout.clock != nil && !m.mayHaveGarbage()
+// become garbage since its last reclaim (mayHaveGarbage), for an
+// allocation of nbytes from a that the clock decides layout mode's
+// reclaims for (over layoutMin, from the caching allocator): a reclaim
+// for a peak would find nothing either (an optimizer's first step making
+// its state). Smaller allocations still reclaim for a peak: Go code that
+// drops a small temporary without a note (where's scalar_tensor(0) in its
+// backward) leaves it to them.
+func (m *Manager) layoutQuiet(a Allocator, nbytes uint64) bool {
+	return m.peak == PeakLayout && nbytes > layoutMin && caching(a) && m.layout.clock != nil && !m.mayHaveGarbage()
 }
 
 // wouldRaise reports whether allocating nbytes from a would raise an open
@@ -450,11 +455,6 @@ func (m *Manager) Collect() ReclaimResult {
 
 func (m *Manager) reclaimLocked() ReclaimResult {
 	start := time.Now()
-	// whatever runs it, a reclaim frees all that is garbage: layout
-	// mode's clock counts from here (mayHaveGarbage)
-	if m.layout.clock != nil {
-		m.layout.seen, m.layout.noted = m.layout.clock(), false
-	}
 	if res, ok := m.walkReclaim(); ok {
 		m.dropFreedEntries()
 		m.sinceReclaim = 0
