@@ -88,30 +88,5 @@ func TestFitStarTable(t *testing.T) {
 		t.Fatalf("fit.star: exit %d\n%s\n%s", rc, out.String(), errb.String())
 	}
 	got := regexp.MustCompile(`(?m) +[0-9.]+ s$`).ReplaceAllString(out.String(), "")
-	const golden = "testdata/fit_star.txt"
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got != string(want) {
-		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-		for i := 0; i < max(len(gl), len(wl)); i++ {
-			var g, w string
-			if i < len(gl) {
-				g = gl[i]
-			}
-			if i < len(wl) {
-				w = wl[i]
-			}
-			if g != w {
-				t.Fatalf("fit.star's output differs from %s at line %d:\n got: %q\nwant: %q", golden, i+1, g, w)
-			}
-		}
-	}
+	checkGolden(t, "testdata/fit_star.txt", got)
 }

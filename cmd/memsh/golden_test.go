@@ -41,20 +41,40 @@ func TestGolden(t *testing.T) {
 			got = versionLine.ReplaceAllString(got, "memsh VERSION commit COMMIT GOVERSION GOOS/GOARCH")
 			got = regexp.MustCompile(`Time \d+:\d+:\d+\.\d+ \| CPU \d+%/\d+%`).ReplaceAllString(got, "Time T | CPU C")
 			got = regexp.MustCompile(`host: [^|]*\|`).ReplaceAllString(got, "host: H |")
-			path := filepath.Join("testdata", "cli", tc.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("transcript differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
-			}
+			checkGolden(t, filepath.Join("testdata", "cli", tc.name+".golden"), got)
 		})
+	}
+}
+
+// checkGolden compares got with the golden file at path (-update
+// rewrites it) and names the first line that differs.
+func checkGolden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if got == string(want) {
+		return
+	}
+	gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
+	for i := range max(len(gl), len(wl)) {
+		var g, w string
+		if i < len(gl) {
+			g = gl[i]
+		}
+		if i < len(wl) {
+			w = wl[i]
+		}
+		if g != w {
+			t.Errorf("output differs from %s at line %d:\n got: %q\nwant: %q\n--- got\n%s--- want\n%s", path, i+1, g, w, got, want)
+			return
+		}
 	}
 }
