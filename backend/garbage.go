@@ -52,11 +52,20 @@ func caching(a Allocator) bool {
 // first and the freed bytes do not count toward it. What earlier walks
 // credited to the frames (Frames) is forgotten: a value those frames
 // reach may no longer hold that memory.
-func (m *Manager) NoteGarbage() {
+func (m *Manager) NoteGarbage() { m.note(true, (*Frames).Reset) }
+
+// note is what the notes share: layout mode looks for garbage before its
+// next allocation; endWait also ends exact mode's PeakWindow wait; forget,
+// if not nil, drops the frames' credits that no longer hold.
+func (m *Manager) note(endWait bool, forget func(*Frames)) {
 	m.mu.Lock()
-	clear(m.quiet)
+	if endWait {
+		clear(m.quiet)
+	}
 	m.layout.noted = true
-	m.reach.frames.Reset()
+	if forget != nil {
+		forget(&m.reach.frames)
+	}
 	m.mu.Unlock()
 }
 
@@ -80,46 +89,30 @@ func (m *Manager) NoteChanged(mk *Mark) {
 // (NoteChanged), and those from frame from up (from < 0: none), for a
 // frame that is gone.
 func (m *Manager) NoteGarbageAt(mk *Mark, from int) {
-	m.mu.Lock()
-	clear(m.quiet)
-	m.layout.noted = true
-	m.reach.frames.changed(mk)
-	if from >= 0 {
-		m.reach.frames.truncate(from)
-	}
-	m.mu.Unlock()
+	m.note(true, func(f *Frames) {
+		f.changed(mk)
+		if from >= 0 {
+			f.truncate(from)
+		}
+	})
 }
 
 // NoteHeldDropped is NoteDropped for memory that only the calling Go code
 // held (as NoteHeldGarbage): the frames' credits stand.
-func (m *Manager) NoteHeldDropped() {
-	m.mu.Lock()
-	m.layout.noted = true
-	m.mu.Unlock()
-}
+func (m *Manager) NoteHeldDropped() { m.note(false, nil) }
 
 // NoteHeldGarbage is NoteGarbage for memory that only the calling Go code
 // held (Context.Hold, its own variables), which no value changed to let
 // go of: autocast's casts when the op that made them returns. What the
 // frames reach is what it was, so their credits stand.
-func (m *Manager) NoteHeldGarbage() {
-	m.mu.Lock()
-	clear(m.quiet)
-	m.layout.noted = true
-	m.mu.Unlock()
-}
+func (m *Manager) NoteHeldGarbage() { m.note(true, nil) }
 
 // NoteDropped tells the Manager that Go code let go of memory it held
 // (an autograd node's unpacked tensors when it returns, an optimizer
 // step's temporaries): layout mode looks for garbage before the next
 // allocation. Unlike NoteGarbage it leaves exact mode's PeakWindow wait
 // alone.
-func (m *Manager) NoteDropped() {
-	m.mu.Lock()
-	m.layout.noted = true
-	m.reach.frames.Reset()
-	m.mu.Unlock()
-}
+func (m *Manager) NoteDropped() { m.note(false, (*Frames).Reset) }
 
 // Dropped tells the Manager that the running Go code that made h no
 // longer holds it: a reach walk that does not reach h may free it even

@@ -588,11 +588,7 @@ loss.backward()
 // collection.
 func TestBackwardStopsAtRunNodes(t *testing.T) {
 	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
-	s, err := scope.New(scope.Options{Device: "sim:1GiB", Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newLayoutSession(t, "sim:1GiB")
 	const mib2 = 2 << 20
 	if err := s.Exec("leaf.star", `
 y = tensor.randn([1024, 512], device="cuda")
@@ -803,12 +799,8 @@ def forward(ckpt):
 // op_where's peak in exact mode, here in layout mode).
 func TestLayoutSkipsFruitlessPeakReclaims(t *testing.T) {
 	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
-	s, err := scope.New(scope.Options{Device: "sim:4GiB", Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	err = s.Exec("setup.star", `
+	s := newLayoutSession(t, "sim:4GiB")
+	err := s.Exec("setup.star", `
 ps = [tensor.randn([512, 1024], device = "cuda", requires_grad = True) for _ in range(16)]   # 2 MiB each
 opt = optim.AdamW(ps)
 for p in ps:
@@ -858,11 +850,7 @@ rise = cuda.max_memory_allocated() - start
 func runLayout(t *testing.T, env, value, prelude, src string) (backend.ManagerStats, map[string]int64) {
 	t.Helper()
 	t.Setenv(env, value)
-	s, err := scope.New(scope.Options{Device: "sim:4GiB", Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newLayoutSession(t, "sim:4GiB")
 	if prelude != "" {
 		if err := s.Exec("prelude.star", prelude); err != nil {
 			t.Fatal(err)
@@ -885,4 +873,16 @@ func sameFigures(t *testing.T, runs string, a, b map[string]int64) {
 			t.Errorf("%s: %d, %d (%s)", k, a[k], b[k], runs)
 		}
 	}
+}
+
+// newLayoutSession returns a Session on device in layout peak mode with
+// its output discarded, closed when the test ends.
+func newLayoutSession(t *testing.T, device string) *scope.Session {
+	t.Helper()
+	s, err := scope.New(scope.Options{Device: device, Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
 }

@@ -71,7 +71,7 @@ type Session struct {
 	frames frameCache // what the last walk found in the frames it walked (reach.go)
 	memo   *walkMemo  // what a walk during backward() found in the frames and globals (reach_memo.go)
 	// engine: the autograd engine whose frames the last walk walked, and
-	// why those frames' walks were incomplete (reach_memo.go)
+	// why those frames' walks were incomplete (reach_engine.go)
 	engine    engineKey
 	engineN   int // how many frames it had then
 	engineWhy []string

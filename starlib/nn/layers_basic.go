@@ -342,7 +342,6 @@ func activation(name, fname string, f, inPlace func(*tensor.Tensor) (*tensor.Ten
 		}
 		op := pick(inplace)
 		m := newModule(name)
-		m.inPlace = inplace
 		m.forward = func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			var x starlark.Value
 			if err := starlark.UnpackPositionalArgs(name, args, kwargs, 1, &x); err != nil {
@@ -351,6 +350,9 @@ func activation(name, fname string, f, inPlace func(*tensor.Tensor) (*tensor.Ten
 			xt, err := tensorArg(name, "input", x)
 			if err != nil {
 				return nil, err
+			}
+			if inplace {
+				defer inPlaceCall()()
 			}
 			return wrap(op(xt))
 		}

@@ -33,10 +33,6 @@ type Layer struct {
 	extra       func(m *Layer) string // the repr's arguments ("in_features=4, ...")
 	// indexed: Sequential and ModuleList entries are named "0", "1", ...
 	indexed bool
-	// inPlace: the built-in forward rewrites its input in place
-	// (nn.ReLU(inplace=True)), which can change the input's autograd
-	// state: calling the module is not pure (Pure).
-	inPlace bool
 	// mark is where reach walks met it (env.Walker.Visit).
 	mark backend.Mark
 }
@@ -225,15 +221,16 @@ func (m *Layer) CallInternal(thread *starlark.Thread, args starlark.Tuple, kwarg
 	return m.forward(thread, m, args, kwargs)
 }
 
-// Pure reports whether calling the module changes no value that existed
-// before the call, but through code that says so itself
+// Pure reports that calling the module changes no value that existed
+// before the call but through code that says so itself
 // (starlark.PureCallable): a user's forward is Starlark code, whose
 // mutations move starlark.Mutations; every built-in forward makes new
 // tensors, updating buffers only in their data (batch norm's running
-// statistics), except one that rewrites its input (inPlace). Calls of a
-// pure module let a reclaim keep what it found in the frames below
-// (scope/reach.go).
-func (m *Layer) Pure() bool { return !m.inPlace }
+// statistics), and one that rewrites its input (nn.ReLU(inplace=True))
+// moves the counter itself, as the functional form does (inPlaceCall).
+// Calls of a pure module let a reclaim keep what it found in the frames
+// below (scope/reach.go).
+func (m *Layer) Pure() bool { return true }
 
 // Index, Len and Iterate serve Sequential and ModuleList.
 func (m *Layer) Len() int {

@@ -76,7 +76,8 @@ func registerF(name string, fn builtinFn) {
 
 // inPlaceCall moves starlark.Mutations before an op rewrites its input in
 // place (its autograd state can change) and returns what moves it again
-// after: what a built-in declared pure does instead of being impure.
+// after: what a built-in or module that is pure does instead of being
+// impure when it rewrites its input.
 func inPlaceCall() (done func()) {
 	starlark.Mutated()
 	return starlark.Mutated

@@ -141,10 +141,10 @@ type engine struct {
 	doneAccs []*Node
 	// pending are the task's nodes not run yet, but AccumulateGrad's, by
 	// ascending sequence number (a backward without retain_graph): the
-	// reach walk's frames (FramedRoot, reach.go). The ready queue runs
-	// the highest sequence number first, and a node is ready once the
-	// nodes made after it that lead to it ran, so the one run next is the
-	// last.
+	// reach walk's frames (tensor.FramedRoot: Frames, ReachFrame). The
+	// ready queue runs the highest sequence number first, and a node is
+	// ready once the nodes made after it that lead to it ran, so the one
+	// run next is the last.
 	pending []*Node
 	framed  uint64 // the walk that walks the frames (BeginFrames)
 }
