@@ -348,6 +348,7 @@ func philoxTensors(c *Context, dropout bool, seed, offset uint64) (*Tensor, *Ten
 		if err != nil {
 			return nil, nil, err
 		}
+		defer c.Hold(s)() // reachable while the offset is allocated
 		o, err := Empty(c, []int{}, Int64, "cpu")
 		return s, o, err
 	}
@@ -355,6 +356,7 @@ func philoxTensors(c *Context, dropout bool, seed, offset uint64) (*Tensor, *Ten
 	if err != nil {
 		return nil, nil, err
 	}
+	defer c.Hold(s)() // reachable while the offset is allocated
 	o, err := ScalarTensor(c, Int(int64(offset)), Int64, "cpu")
 	return s, o, err
 }

@@ -182,6 +182,7 @@ func NllLoss(x, target *Tensor, red Reduction, ignoreIndex int64) (out, totalWei
 	if out, err = newTensor(x.ctx, fname, x.mem.Device(), x.dtype, outShape); err != nil {
 		return nil, nil, err
 	}
+	defer x.ctx.Hold(out)() // reachable while total_weight is allocated
 	if totalWeight, err = newTensor(x.ctx, fname, x.mem.Device(), x.dtype, []int{}); err != nil {
 		return nil, nil, err
 	}

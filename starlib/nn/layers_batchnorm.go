@@ -81,16 +81,20 @@ func newBatchNorm2d(thread *starlark.Thread, b *starlark.Builtin, args starlark.
 	if err != nil {
 		return nil, err
 	}
+	// each tensor made is reachable while the next is allocated
+	defer c.Hold()()
 	m := newModule("BatchNorm2d")
 	if affine {
 		w, err := tnn.Filled(c, []int{num}, 1, device, dt, true)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fname, err)
 		}
+		c.Hold(w)
 		bs, err := tnn.Filled(c, []int{num}, 0, device, dt, true)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fname, err)
 		}
+		c.Hold(bs)
 		m.param("weight", w)
 		m.param("bias", bs)
 	} else {
@@ -102,14 +106,17 @@ func newBatchNorm2d(thread *starlark.Thread, b *starlark.Builtin, args starlark.
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fname, err)
 		}
+		c.Hold(rm)
 		rv, err := tnn.Filled(c, []int{num}, 1, device, dt, false)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fname, err)
 		}
+		c.Hold(rv)
 		nbt, err := tensor.Zeros(c, []int{}, tensor.Int64, device)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fname, err)
 		}
+		c.Hold(nbt)
 		m.buffer("running_mean", rm)
 		m.buffer("running_var", rv)
 		m.buffer("num_batches_tracked", nbt)

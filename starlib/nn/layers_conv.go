@@ -214,6 +214,7 @@ func newConv2d(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 		return nil, fmt.Errorf("%s: %w", fname, err)
 	}
 	var bs *tensor.Tensor
+	defer c.Hold(w)() // reachable while the bias is allocated
 	if bias {
 		if bs, err = tnn.Param(c, []int{out}, device, dt); err != nil {
 			return nil, fmt.Errorf("%s: %w", fname, err)

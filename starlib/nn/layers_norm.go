@@ -153,6 +153,7 @@ func normParams(thread *starlark.Thread, fname string, shape []int, affine, bias
 	if w, err = tnn.Filled(c, shape, 1, device, dt, true); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", fname, err)
 	}
+	defer c.Hold(w)() // reachable while the bias is allocated
 	if bias {
 		if b, err = tnn.Filled(c, shape, 0, device, dt, true); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", fname, err)
