@@ -29,6 +29,12 @@ type Frames struct {
 	cur  int      // the frame being walked, -1 when none
 	n    int      // allocations credited to cur so far
 	next uint64   // the last generation handed out
+	// extending: cur is a kept frame being extended (Extend); extended, the allocations extensions credited in the running walk
+	// (counted by the walk as it reaches them, not by keptCount); taken,
+	// the lowest kept frame above ext whose credits or marks the
+	// extension took over (len(gens) when none).
+	extending       bool
+	extended, taken int
 	// Walked counts the frames walked (Enter with i >= 0) over the
 	// Manager's life; Kept, the frames a walk did not walk because it
 	// kept their credits; Skipped, the values a walk did not look into
@@ -47,7 +53,33 @@ func (f *Frames) Keep(n int) int {
 }
 
 // begin readies f for a walk that keeps nothing unless it calls Keep.
-func (f *Frames) begin() { f.kept, f.cur, f.n = 0, -1, 0 }
+func (f *Frames) begin() { f.kept, f.cur, f.n, f.extending, f.extended = 0, -1, 0, false, 0 }
+
+// Extend reopens kept frame i for more credits, before any frame is
+// entered: what frame i reaches has only grown since the last walk (a
+// list it is was appended to), and the walk visits what was added
+// instead of walking the frame again. A value the extension reaches
+// that a kept frame above i holds (an allocation credited to it, a
+// value marked in it) is taken over by frame i — each allocation is
+// credited to the lowest frame that reaches it — and EndExtend then
+// forgets the credits from the lowest such frame up.
+func (f *Frames) Extend(i int) {
+	if i < 0 || i >= f.kept || f.cur >= 0 {
+		panic("backend: Frames.Extend of a frame not kept")
+	}
+	f.cur, f.n, f.extending, f.taken = i, 0, true, len(f.gens)
+}
+
+// EndExtend ends the extension Extend began and returns the frames
+// still kept: fewer when the extension took values over from a kept
+// frame above.
+func (f *Frames) EndExtend() int {
+	f.close()
+	if f.taken < f.kept {
+		f.truncate(f.taken)
+	}
+	return f.kept
+}
 
 // Enter starts frame i (Keep's result, or one more than the frame entered
 // before it), or, with i = -1, the roots that are not frames: the
@@ -69,7 +101,14 @@ func (f *Frames) Enter(i int) {
 
 // close ends the frame being walked: its credits join the running total.
 func (f *Frames) close() {
-	if f.cur >= 0 {
+	switch {
+	case f.extending:
+		for j := f.cur; j < len(f.cum); j++ {
+			f.cum[j] += f.n
+		}
+		f.extended += f.n
+		f.extending = false
+	case f.cur >= 0:
 		f.cum[f.cur] = f.below(f.cur) + f.n
 	}
 	f.cur, f.n = -1, 0
@@ -83,8 +122,9 @@ func (f *Frames) below(i int) int {
 	return f.cum[i-1]
 }
 
-// keptCount returns the live allocations credited to the kept frames.
-func (f *Frames) keptCount() int { return f.below(f.kept) }
+// keptCount returns the live allocations credited to the kept frames
+// before the walk (those extensions credited, the walk counted).
+func (f *Frames) keptCount() int { return f.below(f.kept) - f.extended }
 
 // truncate forgets the credits of frames n and up.
 func (f *Frames) truncate(n int) {
@@ -97,14 +137,21 @@ func (f *Frames) truncate(n int) {
 // Drop forgets the credits of frames i and up: a walk cut short in frame
 // i (past its deadline) calls it, and the next walk may keep the frames
 // below.
-func (f *Frames) Drop(i int) { f.cur, f.n = -1, 0; f.truncate(i) }
+func (f *Frames) Drop(i int) { f.cur, f.n, f.extending = -1, 0, false; f.truncate(i) }
 
 // Reset forgets every frame's credits.
-func (f *Frames) Reset() { f.truncate(0); f.cur, f.n = -1, 0 }
+func (f *Frames) Reset() { f.truncate(0); f.cur, f.n, f.extending, f.extended = -1, 0, false, 0 }
 
 // holds reports whether r is credited to a kept frame.
 func (f *Frames) holds(r *record) bool {
-	return r.gen != 0 && int(r.frame) < f.kept && f.gens[r.frame] == r.gen
+	if r.gen == 0 || int(r.frame) >= f.kept || f.gens[r.frame] != r.gen {
+		return false
+	}
+	if f.extending && int(r.frame) > f.cur {
+		f.taken = min(f.taken, int(r.frame)) // taken over (Extend)
+		return false
+	}
+	return true
 }
 
 // credit credits r, reached for the first time in this walk, to the
@@ -156,8 +203,11 @@ func (f *Frames) Visit(m *Mark, epoch uint64) bool {
 		return false
 	}
 	if f != nil && m.gen != 0 && int(m.frame) < f.kept && f.gens[m.frame] == m.gen {
-		f.Skipped++
-		return false
+		if !f.extending || int(m.frame) <= f.cur {
+			f.Skipped++
+			return false
+		}
+		f.taken = min(f.taken, int(m.frame)) // taken over (Extend)
 	}
 	m.epoch = epoch
 	// A part of the walk that credits no frame (the roots that are not

@@ -191,6 +191,10 @@ type ManagerStats struct {
 	// ReusedWalks counts the walks that reported what an earlier one
 	// found in part of the roots instead of walking it (Walk.Reused).
 	ReusedWalks int
+	// RetriedWalks counts the walks made again, keeping nothing, because
+	// a frame they kept stood for a value no longer reachable
+	// (Walk.Retry).
+	RetriedWalks int
 }
 
 // Collections returns the reclaim passes that a Go collection settled:
@@ -215,6 +219,7 @@ func (s ManagerStats) Since(before ManagerStats) ManagerStats {
 		ValuesKept:     s.ValuesKept - before.ValuesKept,
 		ValuesWalked:   s.ValuesWalked - before.ValuesWalked,
 		ReusedWalks:    s.ReusedWalks - before.ReusedWalks,
+		RetriedWalks:   s.RetriedWalks - before.RetriedWalks,
 	}
 }
 

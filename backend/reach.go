@@ -75,6 +75,11 @@ type Walk struct {
 	// Visited counts the values the walk looked into (Starlark values,
 	// tensors), for ManagerStats.ValuesWalked.
 	Visited int
+	// Retry: the walk credited a frame it kept or walked for a value
+	// the rest of the walk then did not meet (scope's pinned list no
+	// longer reachable), so what it reached says nothing: the reclaim
+	// walks again, keeping no frame.
+	Retry bool
 }
 
 var debugReach = os.Getenv("MEMSH_DEBUG_REACH") == "1"
@@ -162,19 +167,35 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		m.reach.skip--
 		return res, false
 	}
-	m.reach.epoch++
-	epoch := m.reach.epoch
-	reached := 0
+	var (
+		w       Walk
+		epoch   uint64
+		reached int
+	)
 	fr := &m.reach.frames
-	fr.begin()
-	w := m.reach.f(epoch, time.Now().Add(max(2*m.reach.lastCollect, minWalk)), func(h *Memory) {
-		if r := h.rec; r.mark != epoch && r.owner == m && !r.freed && !fr.holds(r) {
-			r.mark = epoch
-			fr.credit(r)
-			reached++
+	deadline := time.Now().Add(max(2*m.reach.lastCollect, minWalk))
+	for try := 0; try < 2; try++ {
+		m.reach.epoch++
+		epoch = m.reach.epoch
+		reached = 0
+		fr.begin()
+		w = m.reach.f(epoch, deadline, func(h *Memory) {
+			if r := h.rec; r.mark != epoch && r.owner == m && !r.freed && !fr.holds(r) {
+				r.mark = epoch
+				fr.credit(r)
+				reached++
+			}
+		}, fr)
+		fr.close()
+		if !w.Retry {
+			break
 		}
-	}, fr)
-	fr.close()
+		fr.Reset()
+		m.stats.RetriedWalks++
+	}
+	if w.Retry {
+		return res, false
+	}
 	if !w.Done {
 		// out of time: the roots hold more than a walk can cover in a
 		// collection's time; try again later, less often each time (an

@@ -44,6 +44,11 @@ type Walker struct {
 	// Outermost names the built-in the horizon comes from (MEMSH_DEBUG_REACH).
 	Outermost string
 	lastFunc  *starlark.Function // the function walked last (Value)
+	// Containers, if set, is asked about each list and dict the walk
+	// meets before it looks into it; true: the walk does not, since a
+	// frame of its own stands for what it reaches (scope's pinned lists
+	// and dicts).
+	Containers func(v starlark.Value) (skip bool)
 }
 
 // Incomplete records that the walk met something it could not look into
@@ -280,25 +285,20 @@ func (w *Walker) Value(v starlark.Value) {
 	case Opaque:
 	case *starlark.List:
 		v.Watch() // a mutation now moves starlark.Mutations (scope/reach.go)
-		if Seen(w, v) {
+		if (w.Containers != nil && w.Containers(v)) || Seen(w, v) {
 			return
 		}
-		for i := 0; i < v.Len(); i++ {
-			w.Value(v.Index(i))
-		}
+		w.Tail(v, 0)
 	case starlark.Tuple:
 		for _, x := range v {
 			w.Value(x)
 		}
 	case *starlark.Dict:
 		v.Watch()
-		if Seen(w, v) {
+		if (w.Containers != nil && w.Containers(v)) || Seen(w, v) {
 			return
 		}
-		for k, x := range v.Entries() {
-			w.Value(k)
-			w.Value(x)
-		}
+		w.Tail(v, 0)
 	case *starlark.Set:
 		v.Watch()
 		if Seen(w, v) {
@@ -348,6 +348,22 @@ func (w *Walker) Value(v starlark.Value) {
 			w.Value(x)
 		} else if v.Type() != "range" { // a range holds integers only
 			w.Incomplete(v.Type())
+		}
+	}
+}
+
+// Tail walks the elements of a list from index i on, or the entries
+// of a dict (keys and values, in insertion order) from the i-th on.
+func (w *Walker) Tail(v starlark.Value, i int) {
+	switch v := v.(type) {
+	case *starlark.List:
+		for ; i < v.Len(); i++ {
+			w.Value(v.Index(i))
+		}
+	case *starlark.Dict:
+		for k, x := range v.EntriesFrom(i) {
+			w.Value(k)
+			w.Value(x)
 		}
 	}
 }

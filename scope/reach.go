@@ -65,7 +65,9 @@ func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Me
 		horizon, w.Outermost = b, who
 	}
 	done := w.Finish()
+	retry := s.frames.pins.end(w, done)
 	return backend.Walk{
+		Retry:   retry,
 		Done:    done,
 		Stopped: w.Stopped(),
 		// A module being loaded runs on a thread of its own, whose steps
@@ -171,6 +173,12 @@ type frameCache struct {
 	// was incomplete, if it was
 	globals    globalsKey
 	globalsWhy string
+	// the long lists and dicts walked as frames of their own (reach_pins.go), and
+	// those the globals and each stack frame met when they were walked
+	// (a kept frame still reaches them)
+	pins        pinSet
+	globalsPins uint64
+	stackPins   []uint64
 }
 
 // belowFrames are frames a walk puts below the globals and the call
@@ -184,36 +192,57 @@ type belowFrames struct {
 	walk     func(kept int) bool
 }
 
-// walk walks the frames below (below.walk), the globals (the roots that
-// are not frames; nil for none), then the call stack of thread bottom-up,
-// each frame as walkFrame does, keeping what it can of the last walk when
-// keep is set and frames is not nil, and returns the horizon and the
-// built-in that gave it. The globals are a frame of their own for
-// backend.Frames, above the frames below and below the call stack's:
-// kept while their key (gk) stands and the frames' rules allow keeping
-// any frame; the stack's frame i is Frames' below.n+1+i then.
+// walk walks the pinned lists and dicts (reach_pins.go: when it keeps what it can
+// and there are no frames below), the frames below (below.walk), the
+// globals (the roots that are not frames; nil for none), then the call
+// stack of thread bottom-up, each frame as walkFrame does, keeping what
+// it can of the last walk when keep is set and frames is not nil, and
+// returns the horizon and the built-in that gave it. The pins are
+// backend.Frames' bottom frames, kept while starlark.Mutations stands;
+// the globals are a frame of their own above them and the frames below,
+// and below the call stack's: kept while their key (gk) stands and the
+// frames' rules allow keeping any frame; the stack's frame i is Frames'
+// pins+below.n+1+i then.
 func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, frames *backend.Frames, keep bool, below belowFrames, globals func(*env.Walker), gk globalsKey) (uint64, string) {
 	depth := 0
 	if thread != nil {
 		depth = thread.CallStackDepth()
 	}
-	nb := below.n
-	base := nb // the Frames number of the stack's frame 0
+	np, valid := 0, 0 // the pins, and those whose frame numbers stand
+	if frames != nil && keep && below.n == 0 {
+		np, valid = c.pins.begin(w)
+	} else {
+		c.pins.unpinAll()
+	}
+	nb := np + below.n // the Frames number of the globals
+	base := nb         // the Frames number of the stack's frame 0
 	if globals != nil {
 		base++
 	}
-	kept := 0 // Frames kept, the frames below and the globals' included
+	kept := 0 // Frames kept, the pins, the frames below and the globals' included
 	if frames != nil {
 		n := 0
 		if below.keepable {
 			n = nb
-			if keep && c.usable && c.thread == thread && starlark.Mutations() == c.mutations && (globals == nil || gk == c.globals) {
+			same := keep && c.usable && c.thread == thread && starlark.Mutations() == c.mutations
+			if !same {
+				n = below.n
+			} else if globals == nil || gk == c.globals {
 				n = base + min(thread.LowWater()-1, len(c.horizon))
+			}
+			if np > 0 && valid < np {
+				n = min(n, valid) // pins added or gone: the frames above were numbered otherwise
 			}
 		}
 		kept = frames.Keep(n)
 	}
-	if nb > 0 && !below.walk(min(kept, nb)) {
+	if np > 0 {
+		var ok bool
+		if kept, ok = c.pins.walk(w, frames, kept); !ok {
+			return now, ""
+		}
+	}
+	if below.n > 0 && !below.walk(min(kept, below.n)) {
 		return now, ""
 	}
 	if globals != nil {
@@ -221,12 +250,15 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 			if c.globalsWhy != "" {
 				w.Incomplete(c.globalsWhy)
 			}
+			c.pins.outside |= c.globalsPins
 		} else {
 			if frames != nil {
 				frames.Enter(nb)
 			}
+			met := c.pins.outside
 			globals(w)
 			w.Settle()
+			c.globalsPins = c.pins.outside &^ met
 			if w.Exhausted() {
 				if frames != nil {
 					frames.Drop(nb)
@@ -238,6 +270,10 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 	}
 	stackKept := max(0, kept-base)
 	c.horizon, c.who, c.why = c.horizon[:stackKept], c.who[:stackKept], c.why[:stackKept]
+	c.stackPins = c.stackPins[:min(stackKept, len(c.stackPins))]
+	for _, m := range c.stackPins {
+		c.pins.outside |= m
+	}
 	// the frames' own bounds (the walk's now is not one: a kept frame's
 	// bound must not be an earlier walk's now)
 	horizon, who, why := uint64(math.MaxUint64), "", ""
@@ -252,6 +288,7 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 			frames.Enter(base + i)
 		}
 		fr := thread.DebugFrame(depth - 1 - i)
+		met := c.pins.outside
 		b, by := walkFrame(w, fr, i == depth-1)
 		horizon, who = lowerBound(horizon, who, b, by)
 		w.Settle()
@@ -267,6 +304,7 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 			why = w.Why()
 		}
 		c.horizon, c.who, c.why = append(c.horizon, horizon), append(c.who, who), append(c.why, why)
+		c.stackPins = append(c.stackPins, c.pins.outside&^met)
 	}
 	c.thread, c.mutations, c.usable = thread, starlark.Mutations(), keep && frames != nil && depth > 0 && starlark.IsPure(thread.DebugFrame(0).Callable())
 	if thread != nil {

@@ -96,6 +96,7 @@ func (s *Session) reachMemo(w *env.Walker, key memoKey, visit func(*backend.Memo
 	// frames are not credited: the memo stands for them while backward
 	// runs.
 	s.frames.usable = false // Frames' numbers above the engine's are the memo's walk's
+	s.frames.pins.unpinAll()
 	below := s.engineFrames(w, frames)
 	n := 0
 	if below.keepable {

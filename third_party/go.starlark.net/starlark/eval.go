@@ -876,8 +876,15 @@ func outOfRange(i, n int, x Value) error {
 
 // setIndex implements x[y] = z.
 func setIndex(x, y, z Value) error {
-	mutations.Add(1) // memsh: before and after, as setField
-	defer mutations.Add(1)
+	switch x := x.(type) {
+	case *Dict: // memsh: its insertion moves the counter when watched
+		return x.SetKey(y, z)
+	case *List:
+		// memsh: SetIndex moves the counter when watched (below)
+	default:
+		mutations.Add(1) // memsh: before and after, as setField
+		defer mutations.Add(1)
+	}
 	switch x := x.(type) {
 	case HasSetKey:
 		if err := x.SetKey(y, z); err != nil {

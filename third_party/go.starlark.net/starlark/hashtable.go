@@ -25,6 +25,11 @@ type hashtable struct {
 	tailLink  **entry // address of nil link at end of list (perhaps &head)
 	frozen    bool
 	watched   bool // memsh: see List.Watch
+	pinned    bool // memsh: see Dict.Pin
+	// memsh: the last entry entriesFrom yielded and its index (last nil:
+	// none; a rehash, deletion or clearing forgets it)
+	last   *entry
+	lastAt int
 
 	_ noCopy // triggers vet copylock check on this type.
 }
@@ -77,7 +82,7 @@ func (ht *hashtable) freeze() {
 }
 
 func (ht *hashtable) insert(k, v Value) error {
-	if err := ht.checkMutable("insert into"); err != nil {
+	if err := ht.checkInsertable("insert into"); err != nil { // memsh: see Dict.Pin
 		return err
 	}
 	if ht.table == nil {
@@ -112,6 +117,9 @@ retry:
 				continue
 			}
 			// Key already present; update value.
+			if ht.pinned {
+				mutations.Add(1) // memsh: a value replaced (Dict.Pin)
+			}
 			e.value = v
 			return nil
 		}
@@ -157,6 +165,7 @@ func overloaded(elems, buckets int) bool {
 }
 
 func (ht *hashtable) grow() {
+	ht.last = nil // memsh: the entries are made again
 	// Double the number of buckets and rehash.
 	//
 	// Even though this makes reentrant calls to ht.insert,
@@ -287,6 +296,7 @@ func (ht *hashtable) delete(k Value) (v Value, found bool, err error) {
 	if err := ht.checkMutable("delete from"); err != nil {
 		return nil, false, err
 	}
+	ht.last = nil // memsh: see entriesFrom
 	if ht.table == nil {
 		return None, false, nil // empty
 	}
@@ -328,6 +338,22 @@ func (ht *hashtable) delete(k Value) (v Value, found bool, err error) {
 	return None, false, nil // not found
 }
 
+// memsh: checkInsertable is checkMutable for an insertion: it does not
+// move the Mutations counter for a pinned dict (Dict.Pin), whose insert
+// moves it only when it replaces a value.
+func (ht *hashtable) checkInsertable(verb string) error {
+	if ht.pinned {
+		if ht.frozen {
+			return fmt.Errorf("cannot %s frozen hash table", verb)
+		}
+		if ht.itercount > 0 {
+			return fmt.Errorf("cannot %s hash table during iteration", verb)
+		}
+		return nil
+	}
+	return ht.checkMutable(verb)
+}
+
 // checkMutable reports an error if the hash table should not be mutated.
 // verb+" dict" should describe the operation.
 func (ht *hashtable) checkMutable(verb string) error {
@@ -347,6 +373,7 @@ func (ht *hashtable) clear() error {
 	if err := ht.checkMutable("clear"); err != nil {
 		return err
 	}
+	ht.last = nil // memsh: see entriesFrom
 	if ht.table != nil {
 		for i := range ht.table {
 			ht.table[i] = bucket{}
@@ -422,6 +449,31 @@ func (it *keyIterator) Done() {
 }
 
 // entries is a go1.23 iterator over the entries of the hash table.
+// memsh: entriesFrom yields the entries from the i-th on, in insertion
+// order: at once from the entry after the last one it yielded before when
+// i is the index after it (memsh's walk of a dict that only grew),
+// else after skipping i entries.
+func (ht *hashtable) entriesFrom(i int, yield func(k, v Value) bool) {
+	if !ht.frozen {
+		ht.itercount++
+		defer func() { ht.itercount-- }()
+	}
+	e, j := ht.head, 0
+	if ht.last != nil && i == ht.lastAt+1 {
+		e, j = ht.last.next, i
+	}
+	for ; e != nil && j < i; e = e.next {
+		j++
+	}
+	for ; e != nil; e = e.next {
+		ht.last, ht.lastAt = e, j
+		if !yield(e.key, e.value) {
+			return
+		}
+		j++
+	}
+}
+
 func (ht *hashtable) entries(yield func(k, v Value) bool) {
 	if !ht.frozen {
 		ht.itercount++

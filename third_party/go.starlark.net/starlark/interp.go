@@ -236,7 +236,7 @@ loop:
 			var z Value
 			if xlist, ok := x.(*List); ok {
 				if yiter, ok := y.(Iterable); ok {
-					if err = xlist.checkMutable("apply += to"); err != nil {
+					if err = xlist.checkAppendable("apply += to"); err != nil { // memsh: see Pin
 						break loop
 					}
 					listExtend(xlist, yiter)

@@ -1352,7 +1352,7 @@ func list_append(_ *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, erro
 		return nil, err
 	}
 	recv := b.Receiver().(*List)
-	if err := recv.checkMutable("append to"); err != nil {
+	if err := recv.checkAppendable("append to"); err != nil { // memsh: see Pin
 		return nil, nameErr(b, err)
 	}
 	recv.elems = append(recv.elems, object)
@@ -1377,7 +1377,7 @@ func list_extend(_ *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, erro
 	if err := unpackPositionalArgsNoEscape(b.Name(), args, kwargs, 1, &iterable); err != nil {
 		return nil, err
 	}
-	if err := recv.checkMutable("extend"); err != nil {
+	if err := recv.checkAppendable("extend"); err != nil { // memsh: see Pin
 		return nil, nameErr(b, err)
 	}
 	listExtend(recv, iterable)

@@ -904,6 +904,21 @@ type Dict struct {
 // memsh: Watch is List.Watch for a dict.
 func (d *Dict) Watch() { d.ht.watched = true }
 
+// memsh: Pin is List.Pin for a dict: inserting a new key does not move
+// the Mutations counter; replacing a key's value, deleting and clearing
+// do. Its entries keep their insertion order, so a walk after
+// insertions looks only at the entries after those it walked.
+func (d *Dict) Pin(on bool) { d.ht.pinned = on }
+
+// memsh: Pinned reports whether d is pinned (Pin).
+func (d *Dict) Pinned() bool { return d.ht.pinned }
+
+// memsh: EntriesFrom is Entries from the i-th entry on; it starts at once
+// where its last call ended (a walk of a pinned dict after insertions).
+func (d *Dict) EntriesFrom(i int) iter.Seq2[Value, Value] {
+	return func(yield func(k, v Value) bool) { d.ht.entriesFrom(i, yield) }
+}
+
 // NewDict returns a set with initial space for
 // at least size insertions before rehashing.
 func NewDict(size int) *Dict {
@@ -975,6 +990,7 @@ type List struct {
 	elems     []Value
 	frozen    bool
 	watched   bool   // memsh: see Watch
+	pinned    bool   // memsh: see Pin
 	itercount uint32 // number of active iterators (ignored if frozen)
 }
 
@@ -983,6 +999,17 @@ type List struct {
 // frames of running functions; a mutation of any other cannot change
 // what those frames reach).
 func (l *List) Watch() { l.watched = true }
+
+// memsh: Pin makes appends to l (append, extend, +=) not move the
+// Mutations counter even when l is watched; its other mutations still
+// do. memsh pins a long list that a reclaim's walk walks as a frame of
+// its own, at every walk, so that a walk after appends looks only at
+// what was appended; Pin(false) ends it (memsh then moves the counter
+// itself).
+func (l *List) Pin(on bool) { l.pinned = on }
+
+// memsh: Pinned reports whether l is pinned (Pin).
+func (l *List) Pinned() bool { return l.pinned }
 
 // NewList returns a list containing the specified elements.
 // Callers should not subsequently modify elems.
@@ -1010,6 +1037,21 @@ func (l *List) checkMutable(verb string) error {
 		return fmt.Errorf("cannot %s list during iteration", verb)
 	}
 	return nil
+}
+
+// memsh: checkAppendable is checkMutable for an append: it does not move
+// the Mutations counter for a pinned list (Pin).
+func (l *List) checkAppendable(verb string) error {
+	if l.pinned {
+		if l.frozen {
+			return fmt.Errorf("cannot %s frozen list", verb)
+		}
+		if l.itercount > 0 {
+			return fmt.Errorf("cannot %s list during iteration", verb)
+		}
+		return nil
+	}
+	return l.checkMutable(verb)
 }
 
 func (l *List) String() string        { return toString(l) }
@@ -1134,7 +1176,7 @@ func (l *List) SetIndex(i int, v Value) error {
 }
 
 func (l *List) Append(v Value) error {
-	if err := l.checkMutable("append to"); err != nil {
+	if err := l.checkAppendable("append to"); err != nil { // memsh: see Pin
 		return err
 	}
 	l.elems = append(l.elems, v)

@@ -1,0 +1,283 @@
+package scope
+
+import (
+	"unsafe"
+	"weak"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/env"
+)
+
+// A list or dict that grows in a loop (results appended, a comprehension
+// being built, d[k] = t) would make every reclaim walk it whole again —
+// the frame that holds it has run, and an append to a watched list moves
+// starlark.Mutations — so that building a list of n tensors, each
+// allocation raising a peak, costs n²/2 visits. A long list or dict a
+// walk meets is therefore pinned (starlark.List.Pin, Dict.Pin): from the
+// next walk on it is a frame of its own (backend.Frames), numbered below
+// every other, walked first; its appends (a dict's new keys) no longer
+// move Mutations, and a walk that keeps its frame visits only the
+// elements appended since (Frames.Extend), while the rest of the walk
+// does not look into it again (env.Walker.Containers).
+//
+// A pinned frame stands for the container's elements only while the
+// container is reachable: a walk that did not meet a pin elsewhere (it
+// was dropped)
+// unpins it and asks the Manager to walk again, keeping no frame
+// (backend.Walk.Retry). A pin met only from another pin's elements
+// stands if that pin does. A pin that a lower pin's elements reach is
+// unpinned after the walk (each allocation must be credited to the
+// lowest frame that reaches it), and so is every pin when a walk cannot
+// keep frames (backward's engine frames, the memo, loading): unpinning
+// moves Mutations, so that no frame kept relies on a pin's frame.
+// Pinned containers are held weakly between walks: a pin does not keep
+// one alive for the Go collector.
+
+const (
+	// pinMin is the length from which a list or dict a walk meets is
+	// pinned.
+	pinMin = 256
+	// maxPins bounds the pins (a bit each in pinSet's masks).
+	maxPins = 64
+)
+
+// pinnable is a container that can be pinned: *starlark.List or
+// *starlark.Dict.
+type pinnable interface {
+	starlark.Value
+	Len() int
+	Pin(on bool)
+	Pinned() bool
+}
+
+// pin is a pinned list or dict, one frame of backend.Frames.
+type pin struct {
+	l   weak.Pointer[starlark.List] // the list, or
+	d   weak.Pointer[starlark.Dict] // the dict
+	n   int                         // the elements the walks have walked
+	why string                      // why the walk up to this pin was incomplete, if it was
+}
+
+func newPin(v pinnable) pin {
+	if l, ok := v.(*starlark.List); ok {
+		return pin{l: weak.Make(l)}
+	}
+	return pin{d: weak.Make(v.(*starlark.Dict))}
+}
+
+// value returns the pinned container, or nil when the collector took it.
+func (pn *pin) value() pinnable {
+	if l := pn.l.Value(); l != nil {
+		return l
+	}
+	if d := pn.d.Value(); d != nil {
+		return d
+	}
+	return nil
+}
+
+// key is the map key of a pinned container.
+func key(v pinnable) unsafe.Pointer {
+	if l, ok := v.(*starlark.List); ok {
+		return unsafe.Pointer(l)
+	}
+	return unsafe.Pointer(v.(*starlark.Dict))
+}
+
+// pinSet is the frameCache's pinned lists and dicts, and the running walk's state.
+type pinSet struct {
+	all []pin
+	// valid: the bottom pins whose frame numbers have not changed since
+	// the last walk (the pins after them were added or dropped)
+	valid int
+	// while a walk runs (active)
+	active bool
+	values []pinnable // all's containers
+	index  map[unsafe.Pointer]int
+	cur    int // the pin being walked, -1 when none
+	// outside: the pins met outside the pins' walks, or by a kept frame
+	// when it was walked (frameCache.walk); met[k]: bit j, pin k was met
+	// from pin j's elements
+	outside uint64
+	met     [maxPins]uint64
+	nested  uint64 // the pins met from a lower pin's elements
+	cand    []pinnable
+}
+
+// begin starts a walk that uses the pins: it resolves them (a list the
+// collector took is dropped) and makes w ask about each list it meets.
+// It returns how many pins there are and how many bottom frames keep
+// their numbers.
+func (p *pinSet) begin(w *env.Walker) (n, valid int) {
+	p.active, p.cur, p.nested, p.met, p.outside = true, -1, 0, [maxPins]uint64{}, 0
+	if p.index == nil {
+		p.index = map[unsafe.Pointer]int{}
+	}
+	kept := p.all[:0]
+	for k, pn := range p.all {
+		v := pn.value()
+		if v == nil {
+			p.valid = min(p.valid, k)
+			continue
+		}
+		p.index[key(v)] = len(kept)
+		p.values = append(p.values, v)
+		kept = append(kept, pn)
+	}
+	clear(p.all[len(kept):])
+	p.all = kept
+	w.Containers = p.meet
+	return len(p.all), p.valid
+}
+
+// meet is env.Walker.Containers: a pin other than the one being walked
+// is not looked into (its frame stands for it).
+func (p *pinSet) meet(v starlark.Value) bool {
+	l, ok := v.(pinnable)
+	if !ok {
+		return false
+	}
+	k, ok := p.index[key(l)]
+	if !ok {
+		if p.cur < 0 && l.Len() >= pinMin && len(p.all)+len(p.cand) < maxPins && !l.Pinned() {
+			for _, c := range p.cand {
+				if c == l {
+					return false
+				}
+			}
+			p.cand = append(p.cand, l)
+		}
+		return false
+	}
+	if k == p.cur {
+		return false
+	}
+	if p.cur < 0 {
+		p.outside |= 1 << k
+	} else {
+		p.met[k] |= 1 << p.cur
+		if k > p.cur {
+			p.nested |= 1 << k
+		}
+	}
+	return true
+}
+
+// walk walks the pins, the bottom frames of backend.Frames: a kept one
+// only for the elements appended since the last walk, the others whole.
+// kept is how many frames the walk keeps; it returns how many it keeps
+// after (fewer when an extension took values over from a frame above),
+// and false when the walk ran out of time.
+func (p *pinSet) walk(w *env.Walker, frames *backend.Frames, kept int) (int, bool) {
+	for k := range p.all {
+		pn, l := &p.all[k], p.values[k]
+		p.cur = k
+		if k < kept && l.Len() < pn.n {
+			kept = k // shorter: mutated, which Mutations should have said
+			frames.Drop(k)
+		}
+		if k < kept {
+			if pn.why != "" {
+				w.Incomplete(pn.why)
+			}
+			if l.Len() > pn.n {
+				frames.Extend(k)
+				w.Tail(l, pn.n)
+				w.Settle()
+				if w.Exhausted() {
+					frames.Drop(k)
+					p.cur = -1
+					return k, false
+				}
+				kept = frames.EndExtend()
+			}
+		} else {
+			frames.Enter(k)
+			w.Value(l)
+			w.Settle()
+			if w.Exhausted() {
+				frames.Drop(k)
+				p.cur = -1
+				return k, false
+			}
+		}
+		pn.n, pn.why = l.Len(), w.Why()
+	}
+	p.cur = -1
+	return kept, true
+}
+
+// end ends the walk: it unpins the pins the walk did not meet (and
+// reports retry: the walk counted their frames) and those a lower pin
+// reaches, and pins the long lists and dicts it met, when the walk was done.
+func (p *pinSet) end(w *env.Walker, done bool) (retry bool) {
+	if !p.active {
+		return false
+	}
+	w.Containers = nil
+	defer func() {
+		p.active = false
+		clear(p.index)
+		clear(p.values)
+		p.values = p.values[:0]
+		clear(p.cand)
+		p.cand = p.cand[:0]
+	}()
+	if !done {
+		return false
+	}
+	// a pin is reachable if met outside the pins, or from a reachable pin
+	live := p.outside
+	for changed := true; changed; {
+		changed = false
+		for k := range p.all {
+			if live&(1<<k) == 0 && p.met[k]&live != 0 {
+				live |= 1 << k
+				changed = true
+			}
+		}
+	}
+	all := uint64(1)<<len(p.all) - 1 // a shift by 64 gives 0
+	drop := (^live | p.nested) & all
+	if drop != 0 {
+		retry = ^live&all != 0
+		kept := p.all[:0]
+		for k, pn := range p.all {
+			if drop&(1<<k) != 0 {
+				p.values[k].Pin(false)
+				continue
+			}
+			kept = append(kept, pn)
+		}
+		clear(p.all[len(kept):])
+		p.all = kept
+		p.valid = 0
+		starlark.Mutated() // no frame kept relies on those pins
+	} else {
+		p.valid = len(p.all)
+	}
+	for _, l := range p.cand {
+		if len(p.all) < maxPins && !l.Pinned() && l.Len() >= pinMin {
+			l.Pin(true)
+			p.all = append(p.all, newPin(l))
+		}
+	}
+	return retry
+}
+
+// unpinAll unpins every list, for a walk that cannot keep frames.
+func (p *pinSet) unpinAll() {
+	if len(p.all) == 0 {
+		return
+	}
+	for _, pn := range p.all {
+		if v := pn.value(); v != nil {
+			v.Pin(false)
+		}
+	}
+	clear(p.all)
+	p.all, p.valid = p.all[:0], 0
+	starlark.Mutated()
+}
