@@ -16,7 +16,7 @@ package backend
 // to kept frames count as reached without a visit. The credit of a frame
 // lasts until the frame is walked again, until an allocation credited to
 // it (or to a frame below) is freed, or until Go code notes that a value
-// let go of memory (NoteGarbage, NoteDropped; not NoteHeldGarbage or
+// let go of memory (NoteGarbage; not NoteHeldGarbage or
 // Dropped, for memory no value held): then the frames from there up are
 // walked again at the next reclaim. The values many paths lead to
 // (autograd nodes, tensors, modules) carry a Mark of the frame a walk met

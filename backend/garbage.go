@@ -47,21 +47,17 @@ func caching(a Allocator) bool {
 
 // NoteGarbage tells the Manager that memory may just have become
 // unreachable (an autograd node released its saved tensors, the backward
-// engine dropped a gradient): the PeakWindow wait after a fruitless
-// reclaim ends, so the next allocation that would raise a peak reclaims
-// first and the freed bytes do not count toward it. What earlier walks
+// engine dropped a gradient, an optimizer step's temporaries): layout
+// mode looks for garbage before the next allocation. What earlier walks
 // credited to the frames (Frames) is forgotten: a value those frames
 // reach may no longer hold that memory.
-func (m *Manager) NoteGarbage() { m.note(true, (*Frames).Reset) }
+func (m *Manager) NoteGarbage() { m.note((*Frames).Reset) }
 
 // note is what the notes share: layout mode looks for garbage before its
-// next allocation; endWait also ends exact mode's PeakWindow wait; forget,
-// if not nil, drops the frames' credits that no longer hold.
-func (m *Manager) note(endWait bool, forget func(*Frames)) {
+// next allocation; forget, if not nil, drops the frames' credits that no
+// longer hold.
+func (m *Manager) note(forget func(*Frames)) {
 	m.mu.Lock()
-	if endWait {
-		clear(m.quiet)
-	}
 	m.layout.noted = true
 	if forget != nil {
 		forget(&m.reach.frames)
@@ -89,7 +85,7 @@ func (m *Manager) NoteChanged(mk *Mark) {
 // (NoteChanged), and those from frame from up (from < 0: none), for a
 // frame that is gone.
 func (m *Manager) NoteGarbageAt(mk *Mark, from int) {
-	m.note(true, func(f *Frames) {
+	m.note(func(f *Frames) {
 		f.changed(mk)
 		if from >= 0 {
 			f.truncate(from)
@@ -97,22 +93,12 @@ func (m *Manager) NoteGarbageAt(mk *Mark, from int) {
 	})
 }
 
-// NoteHeldDropped is NoteDropped for memory that only the calling Go code
-// held (as NoteHeldGarbage): the frames' credits stand.
-func (m *Manager) NoteHeldDropped() { m.note(false, nil) }
-
 // NoteHeldGarbage is NoteGarbage for memory that only the calling Go code
 // held (Context.Hold, its own variables), which no value changed to let
-// go of: autocast's casts when the op that made them returns. What the
-// frames reach is what it was, so their credits stand.
-func (m *Manager) NoteHeldGarbage() { m.note(true, nil) }
-
-// NoteDropped tells the Manager that Go code let go of memory it held
-// (an autograd node's unpacked tensors when it returns, an optimizer
-// step's temporaries): layout mode looks for garbage before the next
-// allocation. Unlike NoteGarbage it leaves exact mode's PeakWindow wait
-// alone.
-func (m *Manager) NoteDropped() { m.note(false, (*Frames).Reset) }
+// go of: autocast's casts when the op that made them returns, an
+// autograd node's unpacked tensors. What the frames reach is what it
+// was, so their credits stand.
+func (m *Manager) NoteHeldGarbage() { m.note(nil) }
 
 // Dropped tells the Manager that the running Go code that made h no
 // longer holds it: a reach walk that does not reach h may free it even

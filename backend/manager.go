@@ -48,10 +48,6 @@ type Manager struct {
 
 	observers []*observer
 
-	// quiet[a] is the allocated level of a below which exact-peak mode does
-	// not reclaim again, after a reclaim that found no garbage (PeakWindow).
-	quiet map[Allocator]uint64
-
 	// reach proves, when it can, that a reclaim would find no garbage
 	// (reach.go).
 	reach reachState
@@ -229,7 +225,7 @@ func NewManager(cfg Config) *Manager {
 	if p == 0 {
 		p = DefaultPacing
 	}
-	m := &Manager{gpus: cfg.GPUs, host: cfg.Host, peak: cfg.Peak, pacing: p, global: map[Allocator]*Peak{}, quiet: map[Allocator]uint64{}}
+	m := &Manager{gpus: cfg.GPUs, host: cfg.Host, peak: cfg.Peak, pacing: p, global: map[Allocator]*Peak{}}
 	for _, a := range append(append([]Allocator(nil), cfg.GPUs...), cfg.Host) {
 		if a == nil {
 			continue
@@ -266,7 +262,6 @@ func (m *Manager) SetPeakMode(p PeakMode) PeakMode {
 	defer m.mu.Unlock()
 	prev := m.peak
 	m.peak = p
-	clear(m.quiet)
 	return prev
 }
 
@@ -356,11 +351,9 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	} else if m.peak == PeakLayout && nbytes > layoutMin && caching(a) && m.mayHaveGarbage() {
 		m.reclaimLocked()
 		m.layout.seen, m.layout.noted = m.layout.clock(), false
-	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && a.Allocated()+a.RoundSize(nbytes) >= m.quiet[a] && !m.layoutQuiet(a, nbytes) {
+	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && !m.layoutQuiet(a, nbytes) {
 		m.stats.PeakReclaims++
-		if r := m.reclaimLocked(); r.Freed == 0 {
-			m.quiet[a] = a.Allocated() + PeakWindow
-		}
+		m.reclaimLocked()
 	}
 	b, err := a.TryMalloc(nbytes)
 	if err != nil && IsOOM(err) {
@@ -466,7 +459,6 @@ func (m *Manager) reclaimLocked() ReclaimResult {
 		res.Time = time.Since(start)
 		res.Proven = res.Count == 0
 		if res.Count > 0 {
-			clear(m.quiet) // as after a collection that freed something
 			m.stats.WalkReclaims++
 		} else {
 			m.stats.ProvenReclaims++
@@ -499,9 +491,6 @@ func (m *Manager) collectLocked(start time.Time) ReclaimResult {
 	}
 	clear(m.entries[len(kept):])
 	m.entries = kept
-	if res.Count > 0 {
-		clear(m.quiet) // garbage appeared: exact-peak mode reclaims before the next raise again
-	}
 	m.sinceReclaim = 0
 	res.Time = time.Since(start)
 	m.reach.lastCollect = time.Since(gcStart)

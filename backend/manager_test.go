@@ -208,29 +208,40 @@ func TestCloseReleasesEverything(t *testing.T) {
 	}
 }
 
-// Exact-peak mode on pure growth: after a reclaim that finds no garbage the
-// next one waits for PeakWindow bytes of growth, so building many small
-// live allocations costs few reclaims; a large allocation still reclaims
-// first, so garbage never counts toward its peak.
-func TestPeakWindow(t *testing.T) {
+// Exact-peak mode reclaims before every allocation that would raise a
+// peak, also right after reclaims that found no garbage (pure growth): a
+// small block dropped then does not count toward the peak, as PyTorch
+// frees it at once (a 64 KiB window after a fruitless reclaim counted
+// it); nor does a large one.
+func TestExactPeakDuringGrowth(t *testing.T) {
 	m := newManager(t, "1GiB", backend.PeakExact)
 	a := m.GPU(0)
+	base := a.Allocated()
 	p := a.Peaks().New(a.Allocated(), a.Reserved())
 	defer p.Close()
 	var live []*backend.Memory
 	before := m.Stats().PeakReclaims
-	for i := 0; i < 2048; i++ { // 2048 × 512 B = 1 MiB of growth
+	for i := 0; i < 256; i++ { // 256 × 512 B of growth, each raising the peak
 		h, err := m.Alloc("cuda", 512)
 		if err != nil {
 			t.Fatal(err)
 		}
 		live = append(live, h)
 	}
-	if n := m.Stats().PeakReclaims - before; n > 1<<20/backend.PeakWindow+2 {
-		t.Errorf("%d peak reclaims for 1 MiB of small growth, want at most %d", n, 1<<20/backend.PeakWindow+2)
+	if n := m.Stats().PeakReclaims - before; n != 256 {
+		t.Errorf("%d peak reclaims for 256 peak-raising allocations, want 256", n)
 	}
-	// Drop a large allocation, then allocate past the window: the garbage
-	// is reclaimed first and does not count toward the peak.
+	live[0] = nil // garbage, after 255 fruitless reclaims
+	h, err := m.Alloc("cuda", 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := base + 256*512; p.MaxAllocated != want {
+		t.Errorf("peak %d after dropping a 512 B block and allocating another, want %d (the garbage counted)", p.MaxAllocated, want)
+	}
+	runtime.KeepAlive(h)
+	// Drop a large allocation, then allocate another: the garbage is
+	// reclaimed first and does not count toward the peak.
 	big, _ := m.Alloc("cuda", 100*mib)
 	peakWithBig := p.MaxAllocated
 	runtime.KeepAlive(big)

@@ -145,15 +145,3 @@ func ParsePeakMode(s string) (PeakMode, error) {
 	}
 	return 0, fmt.Errorf("unknown peak mode %q (want exact, lazy or layout)", s)
 }
-
-// PeakWindow bounds the cost of exact-peak mode when memory only grows. A
-// peak-triggered reclaim that finds no garbage on an allocator means every
-// allocation there was reachable at that moment; the next peak-triggered
-// reclaim on it then waits until allocated bytes have grown PeakWindow past
-// that level (any reclaim that frees something ends the wait). Garbage made
-// meanwhile was counted in the peak already while it was alive, so a peak
-// can be overstated by at most the bytes allocated inside the window: less
-// than PeakWindow, and never by a single large allocation, which always
-// crosses the window and reclaims first. Building a list of 20,000 small
-// tensors then costs one GC per 64 KiB of growth instead of one per tensor.
-const PeakWindow = 64 << 10

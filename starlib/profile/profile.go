@@ -42,10 +42,9 @@
 //
 // In exact peak mode (the default) an allocation during a profiled call
 // that would raise a peak reclaims garbage first, so no line's peak
-// includes memory a reference-counted runtime would already have freed
-// (after a reclaim that finds no garbage, small allocations wait for 64 KiB
-// of growth: backend.PeakWindow bounds the error); that costs a full GC per
-// such allocation (see the benchmarks). --peak lazy skips it and says so.
+// includes memory a reference-counted runtime would already have freed;
+// that costs a reclaim (a reach walk, rarely a full GC) per such
+// allocation (see the benchmarks). --peak lazy skips it and says so.
 //
 // Source lines are read from the script file; for REPL inputs and -c code
 // from the Session, which keeps their text.

@@ -129,8 +129,8 @@ func castArgs(policy castPolicy, args ...**tensor.Tensor) (release func(), err e
 		unhold()
 		if ctx != nil {
 			// The casts not saved by the graph become garbage when the
-			// op returns: end the Manager's PeakWindow wait so that they
-			// do not count toward a later peak. Only this op held them.
+			// op returns: layout mode looks for garbage before the next
+			// allocation. Only this op held them.
 			ctx.Manager.NoteHeldGarbage()
 		}
 	}, nil

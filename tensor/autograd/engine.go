@@ -411,7 +411,7 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 	// before the outputs are reduced to their inputs' shapes (PyTorch's
 	// apply returns, its locals go, then validate_outputs runs).
 	if n.variable == nil {
-		ctxOf(n).Manager.NoteHeldDropped()
+		ctxOf(n).Manager.NoteHeldGarbage()
 	}
 	// The node's gradients are the engine's until they reach the input
 	// buffers (Reach walks them).

@@ -29,8 +29,7 @@
 //
 // In exact-peak mode the Tracker keeps a peak counter open at the lowest
 // of the levels it tracks, so the Manager reclaims garbage before any
-// allocation that would raise one of them (the Manager's PeakWindow bound
-// applies), and it reclaims when a module's forward or backward begins so
+// allocation that would raise one of them, and it reclaims when a module's forward or backward begins so
 // the level it starts from is garbage-free.
 //
 // Differences from MemTracker, which tags storages when they are created:

@@ -124,6 +124,6 @@ func noGrad(params []*tensor.Tensor, f func() error) error {
 // for garbage before the next allocation.
 func dropped(p *tensor.Tensor) {
 	if ctx := p.Context(); ctx != nil && ctx.Manager != nil {
-		ctx.Manager.NoteDropped()
+		ctx.Manager.NoteGarbage()
 	}
 }
