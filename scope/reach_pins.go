@@ -38,7 +38,7 @@ import (
 const (
 	// pinMin is the length from which a list or dict a walk meets is
 	// pinned.
-	pinMin = 256
+	pinMin = 64
 	// maxPins bounds the pins (a bit each in pinSet's masks).
 	maxPins = 64
 )
