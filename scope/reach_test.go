@@ -463,6 +463,13 @@ ln = nn.LayerNorm(256).to("cuda")
 head = nn.Linear(256, 1000).to("cuda")
 idx = tensor.randint(0, 1000, [8, 512], device="cuda")
 `, "nn.functional.cross_entropy(head(ln(emb(idx))).view(-1, 1000), idx.view(-1)).backward()", backend.PeakExact},
+		// each constructor holds the tensors it made while it makes the
+		// next (every one raises the peak)
+		{"constructors on the GPU", `
+def build():
+    return nn.Sequential(nn.Conv2d(3, 16, 3, device="cuda"), nn.BatchNorm2d(16, device="cuda"),
+                         nn.LayerNorm(16, device="cuda"), nn.RMSNorm(16, device="cuda"), nn.Linear(16, 16, device="cuda"))
+`, "blk = build()", backend.PeakExact},
 		{"flash attention", `
 q = tensor.randn([4, 8, 512, 64], device="cuda", dtype="bfloat16", requires_grad=True)
 `, `o = nn.sdpa_kernel("flash", nn.functional.scaled_dot_product_attention, q, q, q)`, backend.PeakLayout},
