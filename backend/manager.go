@@ -187,6 +187,9 @@ type ManagerStats struct {
 	// ReusedWalks counts the walks that reported what an earlier one
 	// found in part of the roots instead of walking it (Walk.Reused).
 	ReusedWalks int
+	// StoppedReclaims counts the reclaims an interrupt stopped (their
+	// walk was told to stop; no collection followed).
+	StoppedReclaims int
 	// RetriedWalks counts the walks made again, keeping nothing, because
 	// a frame they kept stood for a value no longer reachable
 	// (Walk.Retry).
@@ -203,19 +206,20 @@ func (s ManagerStats) Collections() int {
 // snapshot: the work done in between.
 func (s ManagerStats) Since(before ManagerStats) ManagerStats {
 	return ManagerStats{
-		Reclaims:       s.Reclaims - before.Reclaims,
-		ReclaimedBytes: s.ReclaimedBytes - before.ReclaimedBytes,
-		ReclaimTime:    s.ReclaimTime - before.ReclaimTime,
-		PeakReclaims:   s.PeakReclaims - before.PeakReclaims,
-		ProvenReclaims: s.ProvenReclaims - before.ProvenReclaims,
-		WalkReclaims:   s.WalkReclaims - before.WalkReclaims,
-		OOMRetries:     s.OOMRetries - before.OOMRetries,
-		FramesWalked:   s.FramesWalked - before.FramesWalked,
-		FramesKept:     s.FramesKept - before.FramesKept,
-		ValuesKept:     s.ValuesKept - before.ValuesKept,
-		ValuesWalked:   s.ValuesWalked - before.ValuesWalked,
-		ReusedWalks:    s.ReusedWalks - before.ReusedWalks,
-		RetriedWalks:   s.RetriedWalks - before.RetriedWalks,
+		Reclaims:        s.Reclaims - before.Reclaims,
+		ReclaimedBytes:  s.ReclaimedBytes - before.ReclaimedBytes,
+		ReclaimTime:     s.ReclaimTime - before.ReclaimTime,
+		PeakReclaims:    s.PeakReclaims - before.PeakReclaims,
+		ProvenReclaims:  s.ProvenReclaims - before.ProvenReclaims,
+		WalkReclaims:    s.WalkReclaims - before.WalkReclaims,
+		OOMRetries:      s.OOMRetries - before.OOMRetries,
+		FramesWalked:    s.FramesWalked - before.FramesWalked,
+		FramesKept:      s.FramesKept - before.FramesKept,
+		ValuesKept:      s.ValuesKept - before.ValuesKept,
+		ValuesWalked:    s.ValuesWalked - before.ValuesWalked,
+		ReusedWalks:     s.ReusedWalks - before.ReusedWalks,
+		RetriedWalks:    s.RetriedWalks - before.RetriedWalks,
+		StoppedReclaims: s.StoppedReclaims - before.StoppedReclaims,
 	}
 }
 
@@ -467,6 +471,13 @@ func (m *Manager) reclaimLocked() ReclaimResult {
 		m.stats.ReclaimedBytes += res.Freed
 		m.stats.ReclaimTime += res.Time
 		return res
+	}
+	if m.reach.stopped {
+		// Ctrl-C: the statement stops, and what it left is reclaimed
+		// before the next (scope's Session.Settle); a collection would
+		// hold the interrupt up for as long as it takes
+		m.stats.StoppedReclaims++
+		return ReclaimResult{Time: time.Since(start)}
 	}
 	return m.collectLocked(start)
 }

@@ -114,6 +114,8 @@ type reachState struct {
 	// after walks that ran out of time (doubling, up to maxSkip); a
 	// walk that completes sets it back to 0.
 	skip, backoff int
+	// stopped: the last walk was told to stop (an interrupt)
+	stopped bool
 }
 
 const maxSkip = 64
@@ -173,6 +175,7 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		reached int
 	)
 	fr := &m.reach.frames
+	m.reach.stopped = false
 	deadline := time.Now().Add(max(2*m.reach.lastCollect, minWalk))
 	for try := 0; try < 2; try++ {
 		m.reach.epoch++
@@ -204,6 +207,7 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 			m.reach.backoff = min(2*m.reach.backoff+1, maxSkip)
 			m.reach.skip = m.reach.backoff
 		}
+		m.reach.stopped = w.Stopped
 		return res, false
 	}
 	m.reach.backoff = 0

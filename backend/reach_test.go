@@ -269,3 +269,29 @@ func TestWalkFreeVerified(t *testing.T) {
 	dropped = nil
 	m.Reclaim()
 }
+
+// TestStoppedWalkCollectsNothing: a walk told to stop (Ctrl-C) ends its
+// reclaim without a collection, which could hold the interrupt up for as
+// long as it takes; the garbage stays for the next reclaim.
+func TestStoppedWalkCollectsNothing(t *testing.T) {
+	m := newManager(t, "1GiB", backend.PeakLazy)
+	if _, err := m.Alloc("cuda:0", 4096); err != nil { // garbage at once
+		t.Fatal(err)
+	}
+	stop := true
+	m.SetReach(func(_ uint64, _ time.Time, _ func(*backend.Memory), _ *backend.Frames) backend.Walk {
+		return backend.Walk{Done: !stop, Stopped: stop}
+	})
+	before := m.Stats()
+	if r := m.Reclaim(); r.Count != 0 {
+		t.Errorf("a stopped walk's reclaim freed %d allocations, want none", r.Count)
+	}
+	st := m.Stats().Since(before)
+	if st.StoppedReclaims != 1 || st.Collections() != 0 || m.GPU(0).Allocated() != 4096 {
+		t.Errorf("stopped reclaim: %+v, %d bytes allocated; want one stopped, no collection, 4096 bytes", st, m.GPU(0).Allocated())
+	}
+	stop = false
+	if r := m.Reclaim(); r.Count != 1 || m.GPU(0).Allocated() != 0 {
+		t.Errorf("the next reclaim freed %d allocations, %d bytes left; want 1, 0", r.Count, m.GPU(0).Allocated())
+	}
+}

@@ -21,7 +21,7 @@ for k in range(5):
 
     def watch(p=p, seen=seen):
         for line in p.stderr:
-            if line.startswith(b"Error:") and not seen:
+            if line.startswith(b"Error") and not seen:  # "Error:" or "Error in <builtin>:"
                 seen.append(time.monotonic())
 
     th = threading.Thread(target=watch)

@@ -40,26 +40,30 @@ import (
 //	dump_snapshot(path)            write a memory_viz snapshot (pickle) of segments, blocks and the recorded events
 //
 // Every figure is read after a reclaim, so memory no Starlark value can reach
-// never counts, as in a reference-counted runtime.
+// never counts, as in a reference-counted runtime. The functions that
+// read or reset figures (and empty_cache and synchronize) change no
+// Starlark value: they are declared pure (starlark.Builtin.DeclarePure),
+// so that a reclaim made inside one keeps what it found for the next
+// (docs/architecture.md, "How memory is accounted").
 var Module = &starlarkstruct.Module{
 	Name: "cuda",
 	Members: starlark.StringDict{
-		"is_available":            starlark.NewBuiltin("cuda.is_available", isAvailable),
-		"device_count":            starlark.NewBuiltin("cuda.device_count", deviceCount),
-		"current_device":          starlark.NewBuiltin("cuda.current_device", currentDevice),
+		"is_available":            starlark.NewBuiltin("cuda.is_available", isAvailable).DeclarePure(),
+		"device_count":            starlark.NewBuiltin("cuda.device_count", deviceCount).DeclarePure(),
+		"current_device":          starlark.NewBuiltin("cuda.current_device", currentDevice).DeclarePure(),
 		"set_device":              starlark.NewBuiltin("cuda.set_device", setDevice),
-		"get_device_name":         starlark.NewBuiltin("cuda.get_device_name", getDeviceName),
-		"mem_get_info":            starlark.NewBuiltin("cuda.mem_get_info", memGetInfo),
-		"memory_allocated":        starlark.NewBuiltin("cuda.memory_allocated", figure(func(a backend.Allocator) uint64 { return a.Allocated() })),
-		"max_memory_allocated":    starlark.NewBuiltin("cuda.max_memory_allocated", stat("allocated_bytes.all.peak")),
-		"memory_reserved":         starlark.NewBuiltin("cuda.memory_reserved", figure(func(a backend.Allocator) uint64 { return a.Reserved() })),
-		"max_memory_reserved":     starlark.NewBuiltin("cuda.max_memory_reserved", stat("reserved_bytes.all.peak")),
-		"reset_peak_memory_stats": starlark.NewBuiltin("cuda.reset_peak_memory_stats", resetPeak),
-		"memory_stats":            starlark.NewBuiltin("cuda.memory_stats", memoryStats),
-		"memory_summary":          starlark.NewBuiltin("cuda.memory_summary", memorySummary),
-		"empty_cache":             starlark.NewBuiltin("cuda.empty_cache", emptyCache),
+		"get_device_name":         starlark.NewBuiltin("cuda.get_device_name", getDeviceName).DeclarePure(),
+		"mem_get_info":            starlark.NewBuiltin("cuda.mem_get_info", memGetInfo).DeclarePure(),
+		"memory_allocated":        starlark.NewBuiltin("cuda.memory_allocated", figure(func(a backend.Allocator) uint64 { return a.Allocated() })).DeclarePure(),
+		"max_memory_allocated":    starlark.NewBuiltin("cuda.max_memory_allocated", stat("allocated_bytes.all.peak")).DeclarePure(),
+		"memory_reserved":         starlark.NewBuiltin("cuda.memory_reserved", figure(func(a backend.Allocator) uint64 { return a.Reserved() })).DeclarePure(),
+		"max_memory_reserved":     starlark.NewBuiltin("cuda.max_memory_reserved", stat("reserved_bytes.all.peak")).DeclarePure(),
+		"reset_peak_memory_stats": starlark.NewBuiltin("cuda.reset_peak_memory_stats", resetPeak).DeclarePure(),
+		"memory_stats":            starlark.NewBuiltin("cuda.memory_stats", memoryStats).DeclarePure(),
+		"memory_summary":          starlark.NewBuiltin("cuda.memory_summary", memorySummary).DeclarePure(),
+		"empty_cache":             starlark.NewBuiltin("cuda.empty_cache", emptyCache).DeclarePure(),
 		"clear_cublas_workspaces": starlark.NewBuiltin("cuda.clear_cublas_workspaces", clearCublasWorkspaces),
-		"synchronize":             starlark.NewBuiltin("cuda.synchronize", synchronize),
+		"synchronize":             starlark.NewBuiltin("cuda.synchronize", synchronize).DeclarePure(),
 		"malloc":                  starlark.NewBuiltin("cuda.malloc", mallocBuiltin),
 		"record_memory_history":   starlark.NewBuiltin("cuda.record_memory_history", recordMemoryHistory),
 		"dump_snapshot":           starlark.NewBuiltin("cuda.dump_snapshot", dumpSnapshot),
