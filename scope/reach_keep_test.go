@@ -1,0 +1,403 @@
+package scope_test
+
+import (
+	"fmt"
+	"io"
+	"testing"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/scope"
+)
+
+// The tests of the walks that keep what cannot have changed since the
+// last one (backend.Frames; scope/reach.go's frameCache, reach_engine.go,
+// reach_pins.go): each keeps its figures equal to those of walks that
+// keep nothing, and walks less.
+
+// TestDeepRecursionKeepsFrames: in a recursion that keeps tensors per
+// level (and builds a list of its own with append, a go.starlark.net
+// method: pure, and the list is not watched yet), a reclaim does not
+// walk again the frames that have not run since the last walk
+// (backend.Frames), so the frames walked over the whole recursion grow
+// linearly with its depth (issue 13: deep recursion costs linear time in
+// depth), and the peak stays exact: two tensors of 256 bytes per level,
+// each rounded up to the allocator's 512-byte blocks.
+func TestDeepRecursionKeepsFrames(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	for _, depth := range []int{500, 2000} {
+		s, _ := newSession(t, "sim:1GiB")
+		err := s.Exec("deep.star", fmt.Sprintf(`
+def f(n):
+    t = tensor.zeros([64], device="cuda")
+    u = t + 1
+    seen = []          # a list of its own, changed by a built-in method
+    seen.append(len(str(n)))
+    if n == 0:
+        return cuda.max_memory_allocated()
+    return f(n - 1)
+peak = f(%d)
+`, depth))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// each level holds t and u at its peak; the innermost level's u
+		// is the last allocation
+		want := int64(2 * (depth + 1) * 512)
+		if got := s.Globals()["peak"]; got.String() != fmt.Sprint(want) {
+			t.Errorf("depth %d: peak %s, want %d", depth, got, want)
+		}
+		st := s.Manager().Stats()
+		// two peak reclaims per level (t, u), each walking the frames that
+		// ran since the last (the caller, the new frame, the built-in
+		// allocating); walking every frame at each reclaim would be depth²
+		if limit := 6*depth + 64; st.FramesWalked > limit || st.FramesKept == 0 {
+			t.Errorf("depth %d: %d frames walked, %d kept over %d reclaims: want at most %d walked", depth, st.FramesWalked, st.FramesKept, st.Reclaims, limit)
+		}
+		t.Logf("depth %d: %d reclaims, %d frames walked, %d kept", depth, st.Reclaims, st.FramesWalked, st.FramesKept)
+	}
+}
+
+// TestKeptFramesSeeMutations: frames kept from an earlier walk stay
+// right when code above them changes what they reach — a list or dict of
+// waiting frames gains or loses a tensor, built-ins that are not pure
+// (backward, an optimizer step) give parameters gradients and state in
+// the middle of a recursion — every proof and every walk-freed
+// allocation checked by a collection, and the peaks exact. The list and
+// the dict change through their own methods, which are pure built-ins:
+// what moves starlark.Mutations is that a walk watched them (without it
+// the dropped tensor counts toward the peak and the verification panics).
+func TestKeptFramesSeeMutations(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	s, _ := newSession(t, "sim:1GiB")
+	err := s.Exec("mutations.star", `
+KiB = 1024
+def grow(n):
+    # a tensor of n KiB, made in a pure built-in: a reclaim there may keep frames
+    return tensor.zeros([n * KiB // 4], device="cuda")
+
+def deep(n, lst, d, fn):
+    t = grow(16)
+    if n > 0:
+        return deep(n - 1, lst, d, fn)
+    return fn(lst, d)
+
+def swap(lst, d):
+    lst.pop(0)                # 64 KiB dropped, held by a waiting frame's list
+    d.update(k = grow(32))    # 32 KiB kept, only through a waiting frame's dict
+    big = grow(512)           # raises the peak: the 64 KiB must be gone, the 32 KiB kept
+    peak = cuda.max_memory_allocated()
+    big = None
+    return peak
+
+lst = [grow(64)]
+d = {}
+base = cuda.memory_allocated()
+cuda.reset_peak_memory_stats()
+peak = deep(40, lst, d, swap)
+after = cuda.memory_allocated()
+kept_ok = d["k"].numel() == 32 * KiB // 4
+
+m = nn.Linear(64, 64, device="cuda")
+opt = optim.AdamW(m.parameters())
+def train(lst, d):
+    x = tensor.randn([8, 64], device="cuda")
+    m(x).sum().backward()
+    opt.step()
+    big = grow(1024)          # raises the peak after backward and step changed m's parameters
+    n = 0
+    for p in m.parameters():
+        n += p.grad.numel()
+    return n
+ngrad = deep(40, lst, d, train)
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := s.Globals()
+	// at the peak: the 41 tensors of the recursion (16 KiB each), the
+	// 32 KiB tensor and the 512 KiB one, but not the dropped 64 KiB
+	base := g["base"].(starlark.Int)
+	b, _ := base.Int64()
+	if want := b - 64*1024 + 41*16*1024 + 32*1024 + 512*1024; g["peak"].String() != fmt.Sprint(want) {
+		t.Errorf("peak in the recursion %s, want %d (base %d)", g["peak"], want, b)
+	}
+	if want := b - 64*1024 + 32*1024; g["after"].String() != fmt.Sprint(want) {
+		t.Errorf("allocated after the recursion %s, want %d", g["after"], want)
+	}
+	if g["kept_ok"] != starlark.True || g["ngrad"].String() != "4160" {
+		t.Errorf("kept_ok %s, ngrad %s: want True, 4160", g["kept_ok"], g["ngrad"])
+	}
+	if st := s.Manager().Stats(); st.FramesKept == 0 {
+		t.Errorf("no frame kept: %+v", st)
+	}
+}
+
+// TestForwardKeepsFrames: in a model's training step (modules with
+// Starlark forwards calling built-in layers, nn.functional and tensor
+// methods, under bf16 autocast, with and without checkpointing, the model
+// held by the step function's frame), layout mode's reclaims keep the
+// credits of the frames below the running one — module calls, the
+// functional forms and the tensor methods that make new tensors are
+// pure, and autocast's casts are noted as held garbage — and do not look
+// again into the graph, tensors and modules that a kept frame reached
+// (backend.Frames.Visit). The reclaims and every allocator figure are
+// those of walks that keep nothing (MEMSH_REACH_KEEP=0), and every proof
+// and walk-freed allocation is checked by a collection.
+func TestForwardKeepsFrames(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	const src = `
+def attention(self, x):
+    B, T, C = x.shape
+    q, k, v = self.qkv(x).split(C, dim = 2)
+    q = q.view(B, T, 4, C // 4).transpose(1, 2)
+    k = k.view(B, T, 4, C // 4).transpose(1, 2)
+    v = v.view(B, T, 4, C // 4).transpose(1, 2)
+    att = q.matmul(k.transpose(-2, -1)) * 0.25
+    att = att.masked_fill(self.mask.eq(0), float("-inf")).softmax(-1)
+    y = att.matmul(v).transpose(1, 2).contiguous().view(B, T, C)
+    return self.proj(y)
+
+def mlp(self, x):
+    return self.down(nn.functional.gelu(self.up(x)))
+
+def block(self, x):
+    x = x + self.attn(self.ln1(x))
+    return x + self.mlp(self.ln2(x))
+
+def gpt(self, x):
+    for b in self.h:
+        x = nn.checkpoint(b, x) if self.ckpt else b(x)
+    return self.head(self.ln(x))
+
+def model(ckpt):
+    C, T = 128, 64
+    blocks = [nn.Module(block,
+        ln1 = nn.LayerNorm(C, device = "cuda"),
+        attn = nn.Module(attention, qkv = nn.Linear(C, 3 * C, device = "cuda"), proj = nn.Linear(C, C, device = "cuda"),
+                         mask = tensor.ones(T, T, device = "cuda").tril()),
+        ln2 = nn.LayerNorm(C, device = "cuda"),
+        mlp = nn.Module(mlp, up = nn.Linear(C, 4 * C, device = "cuda"), down = nn.Linear(4 * C, C, device = "cuda")),
+    ) for _ in range(4)]
+    return nn.Module(gpt, h = nn.ModuleList(blocks), ln = nn.LayerNorm(C, device = "cuda"), head = nn.Linear(C, 256, device = "cuda"), ckpt = ckpt)
+
+def train(ckpt):
+    m = model(ckpt)
+    opt = optim.AdamW(m.parameters())
+    x = tensor.randn([8, 64, 128], device = "cuda")
+    y = tensor.randint(0, 256, [8 * 64], device = "cuda")
+    for _ in range(2):
+        loss = nn.autocast(lambda: nn.functional.cross_entropy(m(x).view(-1, 256), y))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return cuda.max_memory_allocated()
+
+peaks = [train(False), train(True)]
+`
+	with, _ := compareKeeping(t, src)
+	// most frames of a walk are kept, and the graph, tensors and
+	// modules below them are not looked into again
+	if with.FramesKept < 2*with.FramesWalked || with.ValuesKept < 10*with.Reclaims {
+		t.Errorf("%d frames walked, %d kept, %d values kept over %d reclaims: want at least twice as many frames kept as walked and ten values kept per reclaim",
+			with.FramesWalked, with.FramesKept, with.ValuesKept, with.Reclaims)
+	}
+}
+
+// TestGlobalsKept: walks keep what they found in the globals (a frame of
+// their own below the call stack's) while no global is bound and no value
+// they reach changes: in training steps called from the top level, with
+// the model, the optimizer and 2,000 result records in globals, the walks
+// look into fewer than half the values that walks keeping nothing do (the
+// frames alone would save little: the stack is two frames deep when a
+// layer runs); a top-level loop that re-binds a global tensor drops the
+// old one at the assignment. Figures as in TestForwardKeepsFrames.
+func TestGlobalsKept(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	const src = `
+C = 128
+layers = []
+for _ in range(8):
+    layers += [nn.Linear(C, 4 * C, device = "cuda"), nn.GELU(), nn.Linear(4 * C, C, device = "cuda")]
+m = nn.Sequential(*layers)
+opt = optim.AdamW(m.parameters())
+records = [dict(i = i, name = "trial %d" % i, peak = i * 1024) for i in range(2000)]
+x = tensor.randn([64, 64, C], device = "cuda")
+def step():
+    loss = m(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+big = None
+for i in range(3):
+    step()
+    big = tensor.zeros([1 << 20], device = "cuda")
+    records.append(dict(i = i, peak = cuda.max_memory_allocated()))
+`
+	with, without := compareKeeping(t, src)
+	if 2*with.ValuesWalked >= without.ValuesWalked {
+		t.Errorf("%d values walked over %d reclaims, %d without keeping: want fewer than half", with.ValuesWalked, with.Reclaims, without.ValuesWalked)
+	}
+}
+
+// compareKeeping runs src in layout mode keeping what walks found
+// (backend.Frames) and keeping nothing (MEMSH_REACH_KEEP=0), checks that
+// the reclaims and every allocator figure are the same, and returns the
+// runs' statistics.
+func compareKeeping(t *testing.T, src string) (with, without backend.ManagerStats) {
+	t.Helper()
+	with, withGPU := runLayout(t, "MEMSH_REACH_KEEP", "", "", src)
+	without, withoutGPU := runLayout(t, "MEMSH_REACH_KEEP", "0", "", src)
+	if without.FramesKept != 0 || without.ValuesKept != 0 {
+		t.Fatalf("MEMSH_REACH_KEEP=0 kept %d frames, %d values", without.FramesKept, without.ValuesKept)
+	}
+	// (which reclaims a walk settles and which a collection does may
+	// differ: a walk that keeps nothing can run out of time)
+	if with.Reclaims != without.Reclaims || with.ReclaimedBytes != without.ReclaimedBytes {
+		t.Errorf("keeping %+v, not keeping %+v: the same reclaims expected", with, without)
+	}
+	sameFigures(t, "keeping frames, not", withGPU, withoutGPU)
+	t.Logf("%d reclaims: %d frames walked, %d kept; %d values kept, %d walked (%d without keeping)",
+		with.Reclaims, with.FramesWalked, with.FramesKept, with.ValuesKept, with.ValuesWalked, without.ValuesWalked)
+	return with, without
+}
+
+// TestBackwardKeepsEngineFrames: while backward() runs, the nodes of the
+// graph not run yet are frames of the walk (the engine's, kept until a
+// node runs, a checkpoint holder of theirs changes or a gradient they
+// reach is replaced), so a walk between two nodes looks again only into
+// the node that ran: over a backward pass of 24 blocks, with and without
+// checkpointing, most frames are kept at each walk and the walks look into
+// fewer values than walks keeping nothing do, with the same reclaims and
+// allocator figures.
+func TestBackwardKeepsEngineFrames(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	const setup = `
+C = 256
+blocks = [nn.Sequential(nn.LayerNorm(C), nn.Linear(C, 4 * C), nn.GELU(), nn.Linear(4 * C, C)).to("cuda") for _ in range(24)]
+x = tensor.randn([512, C], device = "cuda")
+def forward(ckpt):
+    h = x
+    for b in blocks:
+        h = h + (nn.checkpoint(b, h) if ckpt else b(h))
+    return h.pow(2).mean()
+`
+	for _, ckpt := range []string{"False", "True"} {
+		prelude := setup + "loss = forward(" + ckpt + ")\n"
+		with, withGPU := runLayout(t, "MEMSH_REACH_KEEP", "", prelude, "loss.backward()")
+		without, withoutGPU := runLayout(t, "MEMSH_REACH_KEEP", "0", prelude, "loss.backward()")
+		if with.Reclaims != without.Reclaims || with.ReclaimedBytes != without.ReclaimedBytes {
+			t.Errorf("checkpoint=%s: keeping %+v, not keeping %+v: the same reclaims expected", ckpt, with, without)
+		}
+		sameFigures(t, "checkpoint="+ckpt+": keeping frames, not", withGPU, withoutGPU)
+		// most of the graph's nodes are kept frames at each walk (what is
+		// left to walk each time is mostly the parameters' gradients,
+		// which AccumulateGrad changes)
+		if with.FramesKept < 3*with.FramesWalked || 4*with.ValuesWalked > 3*without.ValuesWalked {
+			t.Errorf("checkpoint=%s: %d frames walked, %d kept; %d values walked, %d without keeping: want three times as many frames kept as walked, and at most three quarters of the values",
+				ckpt, with.FramesWalked, with.FramesKept, with.ValuesWalked, without.ValuesWalked)
+		}
+		t.Logf("checkpoint=%s: %d reclaims: %d frames walked, %d kept; %d values walked (%d without keeping)", ckpt, with.Reclaims, with.FramesWalked, with.FramesKept, with.ValuesWalked, without.ValuesWalked)
+	}
+}
+
+// TestLayoutSkipsFruitlessPeakReclaims: in layout mode, an allocation
+// over 1 MiB that would raise a peak reclaims first only when something
+// may have become garbage since layout mode's last reclaim (its clock
+// moved or Go code noted garbage): AdamW's first step makes its 2 × 16
+// moments of 2 MiB one after another in Go code that drops nothing, and
+// reclaims for none but the first (before: one reclaim per moment), with
+// the peak exact. A smaller allocation still reclaims for a peak: where's
+// backward drops a 0-dim scalar_tensor(0) without a note, and the second
+// one's allocation frees the first, as PyTorch has (the golden
+// op_where's peak in exact mode, here in layout mode).
+func TestLayoutSkipsFruitlessPeakReclaims(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	s := newLayoutSession(t, "sim:4GiB")
+	err := s.Exec("setup.star", `
+ps = [tensor.randn([512, 1024], device = "cuda", requires_grad = True) for _ in range(16)]   # 2 MiB each
+opt = optim.AdamW(ps)
+for p in ps:
+    p.grad = tensor.ones([512, 1024], device = "cuda")
+cuda.reset_peak_memory_stats()
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.Manager().Stats()
+	if err := s.Exec("step.star", "opt.step()\npeak = cuda.max_memory_allocated()"); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Manager().Stats().Since(before)
+	if st.PeakReclaims > 2 {
+		t.Errorf("%d reclaims for a peak in the first step (%+v): want at most 2", st.PeakReclaims, st)
+	}
+	// parameters, gradients, both moments and the foreach step's list of
+	// the second moments' roots (torch._foreach_sqrt): 5 × 16 × 2 MiB
+	if got, want := s.Globals()["peak"].String(), fmt.Sprint(5*16*2<<20); got != want {
+		t.Errorf("peak %s, want %s", got, want)
+	}
+	err = s.Exec("where.star", `
+c = tensor.randn(64, 1024, device="cuda").gt(0)
+x = tensor.randn(64, 1024, device="cuda", requires_grad=True)
+y = tensor.randn(64, 1024, device="cuda", requires_grad=True)
+out = tensor.where(c, x, y)
+start = cuda.memory_allocated()
+cuda.reset_peak_memory_stats()
+out.backward(tensor.ones(64, 1024, device="cuda"))
+rise = cuda.max_memory_allocated() - start
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the incoming gradient, x's and y's gradients (256 KiB each) and one
+	// 512-byte block for the scalar: never both scalars at once
+	if got, want := s.Globals()["rise"].String(), fmt.Sprint(3*256<<10+512); got != want {
+		t.Errorf("where's backward raised the peak by %s, want %s", got, want)
+	}
+}
+
+// runLayout runs prelude, then src, in a Session on sim:4GiB in layout
+// mode with the environment variable env set to value, and returns the
+// Manager's statistics of src's run and the GPU's allocator statistics
+// at the end.
+func runLayout(t *testing.T, env, value, prelude, src string) (backend.ManagerStats, map[string]int64) {
+	t.Helper()
+	t.Setenv(env, value)
+	s := newLayoutSession(t, "sim:4GiB")
+	if prelude != "" {
+		if err := s.Exec("prelude.star", prelude); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := s.Manager().Stats()
+	if err := s.Exec("run.star", src); err != nil {
+		t.Fatal(err)
+	}
+	return s.Manager().Stats().Since(before), s.Manager().GPU(0).Stats()
+}
+
+// sameFigures checks that two runs' allocator statistics agree on the
+// figures a reclaim decides (peaks, what is left, retries, the count of
+// allocations); runs names them, "first, second".
+func sameFigures(t *testing.T, runs string, a, b map[string]int64) {
+	t.Helper()
+	for _, k := range []string{"allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.all.current", "num_alloc_retries", "allocation.all.allocated"} {
+		if a[k] != b[k] {
+			t.Errorf("%s: %d, %d (%s)", k, a[k], b[k], runs)
+		}
+	}
+}
+
+// newLayoutSession returns a Session on device in layout peak mode with
+// its output discarded, closed when the test ends.
+func newLayoutSession(t *testing.T, device string) *scope.Session {
+	t.Helper()
+	s, err := scope.New(scope.Options{Device: device, Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
