@@ -87,29 +87,12 @@ ts = [tensor.zeros([16], device="cuda") for i in range(1000)]
 // allocating a fresh 4 KiB tensor while the previous one is still bound)
 // inside an experiment, in exact and lazy peak modes. ns/op is per loop.
 func BenchmarkPeakMode(b *testing.B) {
-	for _, mode := range []backend.PeakMode{backend.PeakExact, backend.PeakLazy} {
-		b.Run(mode.String(), func(b *testing.B) {
-			s, err := scope.New(scope.Options{Device: "sim:1GiB", Peak: mode, Out: io.Discard, Err: io.Discard})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			src := `
+	benchPeakModes(b, `
 e = experiment(quiet=True)
 for i in range(1000):
     t = tensor.zeros([1024], device="cuda")
 e.finish()
-`
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := s.Exec("loop.star", src); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(s.Manager().Stats().Reclaims)/float64(b.N), "reclaims/op")
-			b.ReportMetric(float64(s.Manager().Stats().ProvenReclaims)/float64(b.N), "proven/op")
-		})
-	}
+`)
 }
 
 // BenchmarkGrowth builds a list and a dict of 20,000 tensors of 64 bytes
@@ -118,6 +101,20 @@ e.finish()
 // Exact mode reclaims before every allocation; the walks look only at
 // what was appended since the last (pinned containers, reach_pins.go).
 func BenchmarkGrowth(b *testing.B) {
+	benchPeakModes(b, `
+cuda.reset_peak_memory_stats()
+big = [tensor.ones([16], device="cuda") for i in range(20000)]
+d = {}
+for i in range(20000):
+    d[i] = tensor.ones([16], device="cuda")
+big, d = None, None
+`)
+}
+
+// benchPeakModes runs src once per op on a sim:1GiB Session in exact and
+// in lazy peak mode, and reports the reclaims, those proven, and the
+// values the walks looked into, per op.
+func benchPeakModes(b *testing.B, src string) {
 	for _, mode := range []backend.PeakMode{backend.PeakExact, backend.PeakLazy} {
 		b.Run(mode.String(), func(b *testing.B) {
 			s, err := scope.New(scope.Options{Device: "sim:1GiB", Peak: mode, Out: io.Discard, Err: io.Discard})
@@ -125,23 +122,16 @@ func BenchmarkGrowth(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			src := `
-cuda.reset_peak_memory_stats()
-big = [tensor.ones([16], device="cuda") for i in range(20000)]
-d = {}
-for i in range(20000):
-    d[i] = tensor.ones([16], device="cuda")
-big, d = None, None
-`
 			before := s.Manager().Stats()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if err := s.Exec("grow.star", src); err != nil {
+				if err := s.Exec("bench.star", src); err != nil {
 					b.Fatal(err)
 				}
 			}
 			st := s.Manager().Stats().Since(before)
 			b.ReportMetric(float64(st.Reclaims)/float64(b.N), "reclaims/op")
+			b.ReportMetric(float64(st.ProvenReclaims)/float64(b.N), "proven/op")
 			b.ReportMetric(float64(st.ValuesWalked)/float64(b.N), "values-walked/op")
 		})
 	}
