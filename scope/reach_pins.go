@@ -24,14 +24,16 @@ import (
 //
 // A pinned frame stands for the container's elements only while the
 // container is reachable: a walk that did not meet a pin elsewhere (it
-// was dropped)
-// unpins it and asks the Manager to walk again, keeping no frame
-// (backend.Walk.Retry). A pin met only from another pin's elements
-// stands if that pin does. A pin that a lower pin's elements reach is
-// unpinned after the walk (each allocation must be credited to the
-// lowest frame that reaches it), and so is every pin when a walk cannot
-// keep frames (backward's engine frames, the memo, loading): unpinning
-// moves Mutations, so that no frame kept relies on a pin's frame.
+// was dropped) unpins it and asks the Manager to walk again, keeping no
+// frame (backend.Walk.Retry). A pin met only from another pin's elements
+// (a list of long lists) stands if that pin does; what each pin's walks
+// met is kept with it, for when its frame is kept. A pin that another
+// pin's elements reach is not looked into from there either, though the
+// other pin's frame may be lower: each walk walks every pin, kept or
+// not, so what a pin's frame holds is never left to a frame that is not
+// walked again. Every pin is unpinned when a walk cannot keep frames
+// (backward's engine frames, the memo, loading): unpinning moves
+// Mutations, so that no frame kept relies on a pin's frame.
 // Pinned containers are held weakly between walks: a pin does not keep
 // one alive for the Go collector.
 
@@ -58,6 +60,9 @@ type pin struct {
 	d   weak.Pointer[starlark.Dict] // the dict
 	n   int                         // the elements the walks have walked
 	why string                      // why the walk up to this pin was incomplete, if it was
+	// meets: the pins its elements reach (a bit each), since the walk
+	// that last walked it whole
+	meets uint64
 }
 
 func newPin(v pinnable) pin {
@@ -98,11 +103,8 @@ type pinSet struct {
 	index  map[unsafe.Pointer]int
 	cur    int // the pin being walked, -1 when none
 	// outside: the pins met outside the pins' walks, or by a kept frame
-	// when it was walked (frameCache.walk); met[k]: bit j, pin k was met
-	// from pin j's elements
+	// when it was walked (frameCache.walk)
 	outside uint64
-	met     [maxPins]uint64
-	nested  uint64 // the pins met from a lower pin's elements
 	cand    []pinnable
 }
 
@@ -111,7 +113,7 @@ type pinSet struct {
 // It returns how many pins there are and how many bottom frames keep
 // their numbers.
 func (p *pinSet) begin(w *env.Walker) (n, valid int) {
-	p.active, p.cur, p.nested, p.met, p.outside = true, -1, 0, [maxPins]uint64{}, 0
+	p.active, p.cur, p.outside = true, -1, 0
 	if p.index == nil {
 		p.index = map[unsafe.Pointer]int{}
 	}
@@ -141,7 +143,7 @@ func (p *pinSet) meet(v starlark.Value) bool {
 	}
 	k, ok := p.index[key(l)]
 	if !ok {
-		if p.cur < 0 && l.Len() >= pinMin && len(p.all)+len(p.cand) < maxPins && !l.Pinned() {
+		if l.Len() >= pinMin && len(p.all)+len(p.cand) < maxPins && !l.Pinned() {
 			for _, c := range p.cand {
 				if c == l {
 					return false
@@ -157,10 +159,7 @@ func (p *pinSet) meet(v starlark.Value) bool {
 	if p.cur < 0 {
 		p.outside |= 1 << k
 	} else {
-		p.met[k] |= 1 << p.cur
-		if k > p.cur {
-			p.nested |= 1 << k
-		}
+		p.all[p.cur].meets |= 1 << k
 	}
 	return true
 }
@@ -195,6 +194,7 @@ func (p *pinSet) walk(w *env.Walker, frames *backend.Frames, kept int) (int, boo
 			}
 		} else {
 			frames.Enter(k)
+			pn.meets = 0
 			w.Value(l)
 			w.Settle()
 			if w.Exhausted() {
@@ -210,8 +210,8 @@ func (p *pinSet) walk(w *env.Walker, frames *backend.Frames, kept int) (int, boo
 }
 
 // end ends the walk: it unpins the pins the walk did not meet (and
-// reports retry: the walk counted their frames) and those a lower pin
-// reaches, and pins the long lists and dicts it met, when the walk was done.
+// reports retry: the walk counted their frames), and pins the long lists
+// and dicts it met, when the walk was done.
 func (p *pinSet) end(w *env.Walker, done bool) (retry bool) {
 	if !p.active {
 		return false
@@ -232,17 +232,17 @@ func (p *pinSet) end(w *env.Walker, done bool) (retry bool) {
 	live := p.outside
 	for changed := true; changed; {
 		changed = false
-		for k := range p.all {
-			if live&(1<<k) == 0 && p.met[k]&live != 0 {
-				live |= 1 << k
+		for k, pn := range p.all {
+			if live&(1<<k) != 0 && pn.meets&^live != 0 {
+				live |= pn.meets
 				changed = true
 			}
 		}
 	}
 	all := uint64(1)<<len(p.all) - 1 // a shift by 64 gives 0
-	drop := (^live | p.nested) & all
+	drop := ^live & all
 	if drop != 0 {
-		retry = ^live&all != 0
+		retry = true
 		kept := p.all[:0]
 		for k, pn := range p.all {
 			if drop&(1<<k) != 0 {
