@@ -1,6 +1,7 @@
 package scope
 
 import (
+	"math/bits"
 	"unsafe"
 	"weak"
 
@@ -43,6 +44,10 @@ const (
 	pinMin = 64
 	// maxPins bounds the pins (a bit each in pinSet's masks).
 	maxPins = 64
+	// maxCand bounds the containers a walk pins.
+	maxCand = 8
+	// maxLens bounds the lengths pinSet remembers.
+	maxLens = 1 << 16
 )
 
 // pinnable is a container that can be pinned: *starlark.List or
@@ -63,6 +68,7 @@ type pin struct {
 	// meets: the pins its elements reach (a bit each), since the walk
 	// that last walked it whole
 	meets uint64
+	grew  uint64 // the walk (pinSet.walks) that last found it longer
 }
 
 func newPin(v pinnable) pin {
@@ -105,7 +111,16 @@ type pinSet struct {
 	// outside: the pins met outside the pins' walks, or by a kept frame
 	// when it was walked (frameCache.walk)
 	outside uint64
-	cand    []pinnable
+	// cand: the containers to pin after the walk, and which of them
+	// grew since a walk met them (a growing one may take an old pin's
+	// place)
+	cand  []pinnable
+	grown uint64
+	// walks counts the walks; lens is the length of each unpinned list
+	// and dict a walk met when it last met it (by address: an entry may
+	// be stale, which at worst pins a list that did not grow)
+	walks uint64
+	lens  map[uintptr]int
 }
 
 // begin starts a walk that uses the pins: it resolves them (a list the
@@ -113,25 +128,56 @@ type pinSet struct {
 // It returns how many pins there are and how many bottom frames keep
 // their numbers.
 func (p *pinSet) begin(w *env.Walker) (n, valid int) {
-	p.active, p.cur, p.outside = true, -1, 0
+	p.active, p.cur, p.outside, p.grown = true, -1, 0, 0
+	p.walks++
 	if p.index == nil {
-		p.index = map[unsafe.Pointer]int{}
+		p.index, p.lens = map[unsafe.Pointer]int{}, map[uintptr]int{}
 	}
+	var gone uint64
+	for k := range p.all {
+		if p.all[k].value() == nil {
+			gone |= 1 << k
+		}
+	}
+	p.remove(gone)
+	for k := range p.all {
+		v := p.all[k].value()
+		p.index[key(v)] = k
+		p.values = append(p.values, v)
+	}
+	w.Containers = p.meet
+	return len(p.all), p.valid
+}
+
+// remove drops the pins of the set bits (without unpinning them) and
+// renumbers the others' meets; the frames from the lowest one up are
+// numbered otherwise from then on (valid).
+func (p *pinSet) remove(drop uint64) {
+	if drop == 0 {
+		return
+	}
+	var to [maxPins]int // old index -> new, -1 for dropped
 	kept := p.all[:0]
 	for k, pn := range p.all {
-		v := pn.value()
-		if v == nil {
+		if drop&(1<<k) != 0 {
+			to[k] = -1
 			p.valid = min(p.valid, k)
 			continue
 		}
-		p.index[key(v)] = len(kept)
-		p.values = append(p.values, v)
+		to[k] = len(kept)
 		kept = append(kept, pn)
 	}
 	clear(p.all[len(kept):])
 	p.all = kept
-	w.Containers = p.meet
-	return len(p.all), p.valid
+	for i := range p.all {
+		var m uint64
+		for k := range maxPins {
+			if p.all[i].meets&(1<<k) != 0 && to[k] >= 0 {
+				m |= 1 << to[k]
+			}
+		}
+		p.all[i].meets = m
+	}
 }
 
 // meet is env.Walker.Containers: a pin other than the one being walked
@@ -143,11 +189,25 @@ func (p *pinSet) meet(v starlark.Value) bool {
 	}
 	k, ok := p.index[key(l)]
 	if !ok {
-		if l.Len() >= pinMin && len(p.all)+len(p.cand) < maxPins && !l.Pinned() {
-			for _, c := range p.cand {
+		// a long container, or one that grew since a walk met it, is
+		// pinned after the walk
+		n, id := l.Len(), uintptr(key(l))
+		prev, met := p.lens[id]
+		p.lens[id] = n
+		// (a long one only while there is room for it: it must not take
+		// the place of one that grows)
+		grew := met && n > prev
+		if (grew || (n >= pinMin && len(p.all)+len(p.cand) < maxPins)) && len(p.cand) < maxCand && !l.Pinned() {
+			for i, c := range p.cand {
 				if c == l {
+					if grew {
+						p.grown |= 1 << i
+					}
 					return false
 				}
+			}
+			if grew {
+				p.grown |= 1 << len(p.cand)
 			}
 			p.cand = append(p.cand, l)
 		}
@@ -182,6 +242,7 @@ func (p *pinSet) walk(w *env.Walker, frames *backend.Frames, kept int) (int, boo
 				w.Incomplete(pn.why)
 			}
 			if l.Len() > pn.n {
+				pn.grew = p.walks
 				frames.Extend(k)
 				w.Tail(l, pn.n)
 				w.Settle()
@@ -240,29 +301,47 @@ func (p *pinSet) end(w *env.Walker, done bool) (retry bool) {
 		}
 	}
 	all := uint64(1)<<len(p.all) - 1 // a shift by 64 gives 0
+	p.valid = len(p.all)
 	drop := ^live & all
-	if drop != 0 {
-		retry = true
-		kept := p.all[:0]
+	retry = drop != 0
+	// room for the candidates that grew: a pin that another pin reaches
+	// and that did not grow in this walk goes, the one that grew least
+	// recently first (a finished row of a list of rows: the outer
+	// list's frame walks it once more, then keeps it)
+	var nested uint64
+	for _, pn := range p.all {
+		nested |= pn.meets
+	}
+	for need := len(p.all) + bits.OnesCount64(p.grown) - maxPins; need > bits.OnesCount64(drop); {
+		old, at := -1, p.walks
 		for k, pn := range p.all {
+			if drop&(1<<k) == 0 && nested&(1<<k) != 0 && pn.grew < at {
+				old, at = k, pn.grew
+			}
+		}
+		if old < 0 {
+			break
+		}
+		drop |= 1 << old
+	}
+	if drop != 0 {
+		for k := range p.all {
 			if drop&(1<<k) != 0 {
 				p.values[k].Pin(false)
-				continue
 			}
-			kept = append(kept, pn)
 		}
-		clear(p.all[len(kept):])
-		p.all = kept
-		p.valid = 0
+		p.remove(drop)
 		starlark.Mutated() // no frame kept relies on those pins
-	} else {
-		p.valid = len(p.all)
 	}
-	for _, l := range p.cand {
-		if len(p.all) < maxPins && !l.Pinned() && l.Len() >= pinMin {
+	for i, l := range p.cand {
+		if len(p.all) < maxPins && !l.Pinned() && (p.grown&(1<<i) != 0 || len(p.all)+bits.OnesCount64(p.grown>>i) < maxPins) {
 			l.Pin(true)
 			p.all = append(p.all, newPin(l))
+			p.all[len(p.all)-1].grew = p.walks
 		}
+	}
+	if len(p.lens) > maxLens {
+		clear(p.lens)
 	}
 	return retry
 }
