@@ -15,9 +15,10 @@ import (
 // being built, d[k] = t) would make every reclaim walk it whole again —
 // the frame that holds it has run, and an append to a watched list moves
 // starlark.Mutations — so that building a list of n tensors, each
-// allocation raising a peak, costs n²/2 visits. A long list or dict a
-// walk meets is therefore pinned (starlark.List.Pin, Dict.Pin): from the
-// next walk on it is a frame of its own (backend.Frames), numbered below
+// allocation raising a peak, costs n²/2 visits. A list or dict that a
+// walk finds longer than when a walk last met it, or a long one (while
+// there is room), is therefore pinned (starlark.List.Pin, Dict.Pin): from
+// the next walk on it is a frame of its own (backend.Frames), numbered below
 // every other, walked first; its appends (a dict's new keys) no longer
 // move Mutations, and a walk that keeps its frame visits only the
 // elements appended since (Frames.Extend), while the rest of the walk
@@ -32,7 +33,10 @@ import (
 // pin's elements reach is not looked into from there either, though the
 // other pin's frame may be lower: each walk walks every pin, kept or
 // not, so what a pin's frame holds is never left to a frame that is not
-// walked again. Every pin is unpinned when a walk cannot keep frames
+// walked again. When the pins are full, a container that grows takes the
+// place of a pin another pin reaches (a finished row of a list of rows:
+// the other pin's frame then walks it whole once, and keeps it), the one
+// that grew least recently first. Every pin is unpinned when a walk cannot keep frames
 // (backward's engine frames, the memo, loading): unpinning moves
 // Mutations, so that no frame kept relies on a pin's frame.
 // Pinned containers are held weakly between walks: a pin does not keep
