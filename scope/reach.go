@@ -173,9 +173,10 @@ type frameCache struct {
 	// was incomplete, if it was
 	globals    globalsKey
 	globalsWhy string
-	// the long lists and dicts walked as frames of their own (reach_pins.go), and
-	// those the globals and each stack frame met when they were walked
-	// (a kept frame still reaches them)
+	// the long lists and dicts walked as frames of their own
+	// (reach_pins.go), and those the globals met when they were walked
+	// and the stack's frames 0..i when they were (a kept frame still
+	// reaches them)
 	pins        pinSet
 	globalsPins uint64
 	stackPins   []uint64
@@ -271,8 +272,8 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 	stackKept := max(0, kept-base)
 	c.horizon, c.who, c.why = c.horizon[:stackKept], c.who[:stackKept], c.why[:stackKept]
 	c.stackPins = c.stackPins[:min(stackKept, len(c.stackPins))]
-	for _, m := range c.stackPins {
-		c.pins.outside |= m
+	if n := len(c.stackPins); n > 0 {
+		c.pins.outside |= c.stackPins[n-1]
 	}
 	// the frames' own bounds (the walk's now is not one: a kept frame's
 	// bound must not be an earlier walk's now)
@@ -304,7 +305,11 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 			why = w.Why()
 		}
 		c.horizon, c.who, c.why = append(c.horizon, horizon), append(c.who, who), append(c.why, why)
-		c.stackPins = append(c.stackPins, c.pins.outside&^met)
+		below := uint64(0)
+		if n := len(c.stackPins); n > 0 {
+			below = c.stackPins[n-1]
+		}
+		c.stackPins = append(c.stackPins, below|c.pins.outside&^met)
 	}
 	c.thread, c.mutations, c.usable = thread, starlark.Mutations(), keep && frames != nil && depth > 0 && starlark.IsPure(thread.DebugFrame(0).Callable())
 	if thread != nil {
