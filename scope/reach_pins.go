@@ -197,7 +197,9 @@ func (p *pinSet) meet(v starlark.Value) bool {
 		// pinned after the walk
 		n, id := l.Len(), uintptr(key(l))
 		prev, met := p.lens[id]
-		p.lens[id] = n
+		if met || len(p.lens) < maxLens {
+			p.lens[id] = n
+		}
 		// (a long one only while there is room for it: it must not take
 		// the place of one that grows)
 		grew := met && n > prev
@@ -344,8 +346,8 @@ func (p *pinSet) end(w *env.Walker, done bool) (retry bool) {
 			p.all[len(p.all)-1].grew = p.walks
 		}
 	}
-	if len(p.lens) > maxLens {
-		clear(p.lens)
+	if len(p.lens) >= maxLens {
+		clear(p.lens) // (a walk of many containers: remember the next ones)
 	}
 	return retry
 }
