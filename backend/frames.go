@@ -29,10 +29,11 @@ type Frames struct {
 	cur  int      // the frame being walked, -1 when none
 	n    int      // allocations credited to cur so far
 	next uint64   // the last generation handed out
-	// extending: cur is a kept frame being extended (Extend); extended, the allocations extensions credited in the running walk
-	// (counted by the walk as it reaches them, not by keptCount); taken,
-	// the lowest kept frame above ext whose credits or marks the
-	// extension took over (len(gens) when none).
+	// extending: cur is a kept frame being extended (Extend); extended,
+	// the allocations extensions credited in the running walk (counted
+	// by the walk as it reaches them, not by keptCount); taken, the
+	// lowest kept frame above cur whose credits or marks the extension
+	// took over (len(gens) when none).
 	extending       bool
 	extended, taken int
 	// Walked counts the frames walked (Enter with i >= 0) over the
@@ -56,8 +57,8 @@ func (f *Frames) Keep(n int) int {
 func (f *Frames) begin() { f.kept, f.cur, f.n, f.extending, f.extended = 0, -1, 0, false, 0 }
 
 // Extend reopens kept frame i for more credits, before any frame is
-// entered: what frame i reaches has only grown since the last walk (a
-// list it is was appended to), and the walk visits what was added
+// entered: what frame i reaches has only grown since the last walk (the
+// list it stands for was appended to), and the walk visits what was added
 // instead of walking the frame again. A value the extension reaches
 // that a kept frame above i holds (an allocation credited to it, a
 // value marked in it) is taken over by frame i — each allocation is
