@@ -448,7 +448,6 @@ func (it *keyIterator) Done() {
 	}
 }
 
-// entries is a go1.23 iterator over the entries of the hash table.
 // memsh: entriesFrom yields the entries from the i-th on, in insertion
 // order: at once from the entry after the last one it yielded before when
 // i is the index after it (memsh's walk of a dict that only grew),
@@ -474,6 +473,7 @@ func (ht *hashtable) entriesFrom(i int, yield func(k, v Value) bool) {
 	}
 }
 
+// entries is a go1.23 iterator over the entries of the hash table.
 func (ht *hashtable) entries(yield func(k, v Value) bool) {
 	if !ht.frozen {
 		ht.itercount++
