@@ -457,7 +457,8 @@ func (m *Manager) Collect() ReclaimResult {
 
 func (m *Manager) reclaimLocked() ReclaimResult {
 	start := time.Now()
-	if res, ok := m.walkReclaim(); ok {
+	res, ok, stopped := m.walkReclaim()
+	if ok {
 		m.dropFreedEntries()
 		m.sinceReclaim = 0
 		res.Time = time.Since(start)
@@ -472,7 +473,7 @@ func (m *Manager) reclaimLocked() ReclaimResult {
 		m.stats.ReclaimTime += res.Time
 		return res
 	}
-	if m.reach.stopped {
+	if stopped {
 		// Ctrl-C: the statement stops, and what it left is reclaimed
 		// before the next (scope's Session.Settle); a collection would
 		// hold the interrupt up for as long as it takes

@@ -114,8 +114,6 @@ type reachState struct {
 	// after walks that ran out of time (doubling, up to maxSkip); a
 	// walk that completes sets it back to 0.
 	skip, backoff int
-	// stopped: the last walk was told to stop (an interrupt)
-	stopped bool
 }
 
 const maxSkip = 64
@@ -157,47 +155,30 @@ func (m *Manager) SetStampClock(clock func() uint64) {
 // walkReclaim runs the reach walk. It reports done when the walk settled
 // the reclaim without the collector: every live allocation was reached
 // (nothing is garbage), or the walk was Complete and every allocation it
-// did not reach was made before its Horizon; those it frees (res).
-func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
+// did not reach was made before its Horizon; those it frees (res). stopped
+// reports a walk an interrupt stopped (Walk.Stopped).
+func (m *Manager) walkReclaim() (res ReclaimResult, done, stopped bool) {
 	if m.live == 0 {
-		return res, true
+		return res, true, false
 	}
 	if m.reach.f == nil {
-		return res, false
+		return res, false, false
 	}
 	if m.reach.skip > 0 {
 		m.reach.skip--
-		return res, false
+		return res, false, false
 	}
-	var (
-		w       Walk
-		epoch   uint64
-		reached int
-	)
 	fr := &m.reach.frames
-	m.reach.stopped = false
 	deadline := time.Now().Add(max(2*m.reach.lastCollect, minWalk))
-	for try := 0; try < 2; try++ {
-		m.reach.epoch++
-		epoch = m.reach.epoch
-		reached = 0
-		fr.begin()
-		w = m.reach.f(epoch, deadline, func(h *Memory) {
-			if r := h.rec; r.mark != epoch && r.owner == m && !r.freed && !fr.holds(r) {
-				r.mark = epoch
-				fr.credit(r)
-				reached++
-			}
-		}, fr)
-		fr.close()
-		if !w.Retry {
-			break
-		}
-		fr.Reset()
-		m.stats.RetriedWalks++
-	}
+	w, epoch, reached := m.walk(deadline)
 	if w.Retry {
-		return res, false
+		// a frame it counted stood for a value no longer reachable:
+		// once more, keeping nothing
+		m.stats.RetriedWalks++
+		fr.Reset()
+		if w, epoch, reached = m.walk(deadline); w.Retry {
+			return res, false, false
+		}
 	}
 	if !w.Done {
 		// out of time: the roots hold more than a walk can cover in a
@@ -207,8 +188,7 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 			m.reach.backoff = min(2*m.reach.backoff+1, maxSkip)
 			m.reach.skip = m.reach.backoff
 		}
-		m.reach.stopped = w.Stopped
-		return res, false
+		return res, false, w.Stopped
 	}
 	m.reach.backoff = 0
 	m.stats.ValuesWalked += w.Visited
@@ -220,13 +200,13 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		if m.reach.verify {
 			m.verifyProof()
 		}
-		return res, true
+		return res, true, false
 	}
 	if !w.Complete || m.reach.off || m.reach.stamp == nil {
 		if debugReach {
 			fmt.Fprintf(os.Stderr, "reach: incomplete %s\n", w.Why)
 		}
-		return res, false
+		return res, false, false
 	}
 	// What the walk did not reach is garbage unless Go code that is
 	// running may hold it; if any such allocation is unreached, only the
@@ -250,7 +230,7 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 				fmt.Fprintf(os.Stderr, "reach: %d bytes (stamp %d, horizon %d) may be held by %s\n", r.nbytes, r.stamp, w.Horizon, w.Holder)
 				printSite(r)
 			}
-			return res, false
+			return res, false, false
 		}
 		garbage = append(garbage, r)
 	}
@@ -265,7 +245,26 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done bool) {
 		res.Freed += r.nbytes
 		res.Count++
 	}
-	return res, true
+	return res, true, false
+}
+
+// walk runs the reach walk numbered by the next epoch, crediting what it
+// reaches to Frames, and returns it with its epoch and the allocations it
+// reached that no kept frame held.
+func (m *Manager) walk(deadline time.Time) (w Walk, epoch uint64, reached int) {
+	m.reach.epoch++
+	epoch = m.reach.epoch
+	fr := &m.reach.frames
+	fr.begin()
+	w = m.reach.f(epoch, deadline, func(h *Memory) {
+		if r := h.rec; r.mark != epoch && r.owner == m && !r.freed && !fr.holds(r) {
+			r.mark = epoch
+			fr.credit(r)
+			reached++
+		}
+	}, fr)
+	fr.close()
+	return w, epoch, reached
 }
 
 // printSite prints where r was allocated (MEMSH_DEBUG_REACH=1 records
