@@ -342,23 +342,20 @@ func (ht *hashtable) delete(k Value) (v Value, found bool, err error) {
 // move the Mutations counter for a pinned dict (Dict.Pin), whose insert
 // moves it only when it replaces a value.
 func (ht *hashtable) checkInsertable(verb string) error {
-	if ht.pinned {
-		if ht.frozen {
-			return fmt.Errorf("cannot %s frozen hash table", verb)
-		}
-		if ht.itercount > 0 {
-			return fmt.Errorf("cannot %s hash table during iteration", verb)
-		}
-		return nil
-	}
-	return ht.checkMutable(verb)
+	return ht.checkChange(verb, ht.watched && !ht.pinned)
 }
 
 // checkMutable reports an error if the hash table should not be mutated.
 // verb+" dict" should describe the operation.
 func (ht *hashtable) checkMutable(verb string) error {
-	if ht.watched {
-		mutations.Add(1) // memsh: see Mutations and List.Watch
+	return ht.checkChange(verb, ht.watched)
+}
+
+// memsh: checkChange is checkMutable, moving the Mutations counter when
+// moved is set (see Mutations and List.Watch).
+func (ht *hashtable) checkChange(verb string, moved bool) error {
+	if moved {
+		mutations.Add(1)
 	}
 	if ht.frozen {
 		return fmt.Errorf("cannot %s frozen hash table", verb)

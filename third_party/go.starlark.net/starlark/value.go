@@ -1027,8 +1027,20 @@ func (l *List) Freeze() {
 // checkMutable reports an error if the list should not be mutated.
 // verb+" list" should describe the operation.
 func (l *List) checkMutable(verb string) error {
-	if l.watched {
-		mutations.Add(1) // memsh: see Mutations and Watch
+	return l.checkChange(verb, l.watched)
+}
+
+// memsh: checkAppendable is checkMutable for an append: it does not move
+// the Mutations counter for a pinned list (Pin).
+func (l *List) checkAppendable(verb string) error {
+	return l.checkChange(verb, l.watched && !l.pinned)
+}
+
+// memsh: checkChange is checkMutable, moving the Mutations counter when
+// moved is set (see Mutations and Watch).
+func (l *List) checkChange(verb string, moved bool) error {
+	if moved {
+		mutations.Add(1)
 	}
 	if l.frozen {
 		return fmt.Errorf("cannot %s frozen list", verb)
@@ -1037,21 +1049,6 @@ func (l *List) checkMutable(verb string) error {
 		return fmt.Errorf("cannot %s list during iteration", verb)
 	}
 	return nil
-}
-
-// memsh: checkAppendable is checkMutable for an append: it does not move
-// the Mutations counter for a pinned list (Pin).
-func (l *List) checkAppendable(verb string) error {
-	if l.pinned {
-		if l.frozen {
-			return fmt.Errorf("cannot %s frozen list", verb)
-		}
-		if l.itercount > 0 {
-			return fmt.Errorf("cannot %s list during iteration", verb)
-		}
-		return nil
-	}
-	return l.checkMutable(verb)
 }
 
 func (l *List) String() string        { return toString(l) }
