@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/memsh/memsh/internal/textdiff"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden transcripts in testdata/cli")
@@ -63,18 +65,6 @@ func checkGolden(t *testing.T, path, got string) {
 	if got == string(want) {
 		return
 	}
-	gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-	for i := range max(len(gl), len(wl)) {
-		var g, w string
-		if i < len(gl) {
-			g = gl[i]
-		}
-		if i < len(wl) {
-			w = wl[i]
-		}
-		if g != w {
-			t.Errorf("output differs from %s at line %d:\n got: %q\nwant: %q\n--- got\n%s--- want\n%s", path, i+1, g, w, got, want)
-			return
-		}
-	}
+	n, g, w, _ := textdiff.FirstLine(got, string(want))
+	t.Errorf("output differs from %s at line %d:\n got: %q\nwant: %q\n--- got\n%s--- want\n%s", path, n, g, w, got, want)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/backend/sim"
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/internal/textdiff"
 	"github.com/memsh/memsh/starlib/tensor"
 )
 
@@ -259,18 +260,8 @@ func compareWithSim(t *testing.T, g *gpuFixture, programs []string) {
 
 // diffHint shows the first differing line.
 func diffHint(got, want string) string {
-	gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
-	for i := range max(len(gl), len(wl)) {
-		var a, b string
-		if i < len(gl) {
-			a = gl[i]
-		}
-		if i < len(wl) {
-			b = wl[i]
-		}
-		if a != b {
-			return fmt.Sprintf("line %d:\n  stub: %s\n  sim:  %s", i+1, a, b)
-		}
+	if n, a, b, ok := textdiff.FirstLine(got, want); ok {
+		return fmt.Sprintf("line %d:\n  stub: %s\n  sim:  %s", n, a, b)
 	}
 	return want
 }
