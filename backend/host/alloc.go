@@ -6,8 +6,9 @@ import (
 
 // Allocator is the backend.Allocator of "cpu" tensors. Like PyTorch's CPU
 // allocator it does not cache: each Malloc is one Device.Malloc and each Free
-// returns the memory to the C allocator at once (and, for blocks of
-// MmapThreshold bytes or more, to the operating system). Consequently:
+// one Device.Free, which returns the memory to the operating system or, for
+// blocks of RetainMin to RetainMax bytes, retains it below the allocator as
+// glibc does under PyTorch (see RetainMin). Consequently:
 //
 //   - RoundSize(n) is n: allocated_bytes counts the bytes requested, not the
 //     64-byte-aligned size the C allocator may actually use (which is not
@@ -16,10 +17,10 @@ import (
 //     nothing to release;
 //   - Malloc(0) returns a Block with no memory and changes no statistic
 //     (as PyTorch, which does not call its allocator for empty tensors);
-//   - blocks of MmapThreshold bytes or more are unmapped at Free; smaller
-//     ones go back to glibc's arenas, which the Allocator trims every
-//     TrimPacing freed bytes (see TrimPacing), so they too go back to the
-//     operating system, give or take TrimPacing.
+//   - blocks of MmapThreshold bytes or more are unmapped at Free, or
+//     retained until Trim; smaller ones go back to glibc's arenas, which
+//     the Allocator trims every TrimPacing freed bytes (see TrimPacing), so
+//     they too go back to the operating system, give or take TrimPacing.
 //
 // Like the other allocators of package backend, an Allocator is not safe for
 // concurrent use: its owner (the Manager) serialises calls.

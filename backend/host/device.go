@@ -74,17 +74,19 @@ func setupMalloc() {
 	mallocSetup.Do(func() { C.memsh_set_mmap_threshold(C.int(MmapThreshold)) })
 }
 
-// Trim asks the C allocator to return free memory it still holds to the
-// operating system (glibc's malloc_trim(0)); a no-op elsewhere. Blocks of
-// MmapThreshold bytes or more never need it.
+// Trim returns the retained blocks (see RetainMin) to the operating system
+// and asks the C allocator to return the free memory it still holds
+// (glibc's malloc_trim(0); that part is a no-op elsewhere).
 func Trim() {
+	release(retained.drain())
 	C.memsh_trim()
 }
 
 // Device is host RAM as a backend.Device: the memory of "cpu" tensors,
-// allocated on the C heap (outside the Go heap) and returned to the
-// operating system when freed. The zero value is ready to use and Device
-// holds no state, so any number of them may exist.
+// allocated outside the Go heap and returned to the operating system when
+// freed, but for the freed blocks retained for reuse as glibc would retain
+// them under PyTorch (see RetainMin). The zero value is ready to use; the
+// retained blocks are the process's, shared by every Device.
 type Device struct{}
 
 var _ backend.Device = (*Device)(nil)
@@ -114,9 +116,11 @@ func (*Device) MemGetInfo() (free, total uint64, err error) {
 // Malloc allocates size bytes aligned to 64 bytes: blocks of 2 MiB or more
 // are mappings of their own, 2 MiB aligned and advised to use transparent
 // huge pages (backend/internal/pages); smaller ones come from
-// posix_memalign. The bytes are not zeroed (blocks of MmapThreshold bytes or
-// more are fresh pages and read as zero anyway). When the C allocator fails the error wraps
-// backend.ErrDeviceFull.
+// posix_memalign. A block of RetainMin to RetainMax bytes is a retained
+// block of its size class when there is one (see RetainMin), and is
+// allocated with its whole class otherwise. The bytes are not zeroed. When
+// the memory cannot be had even after the retained blocks are released, the
+// error wraps backend.ErrDeviceFull.
 func (*Device) Malloc(size uint64) (backend.DeviceMem, error) {
 	if size == 0 {
 		return backend.DeviceMem{}, errors.New("host: Malloc of 0 bytes")
@@ -124,33 +128,65 @@ func (*Device) Malloc(size uint64) (backend.DeviceMem, error) {
 	if size > uint64(^uint(0)>>1) {
 		return backend.DeviceMem{}, fmt.Errorf("host: cannot allocate %d bytes: %w", size, backend.ErrDeviceFull)
 	}
-	if size >= pages.HugePage {
-		// Large blocks get their own huge-page mapping: a first touch
-		// faults in 2 MiB, not 4 KiB, and Free unmaps at once.
-		b, err := pages.MapReserved(size)
-		if err != nil {
-			return backend.DeviceMem{}, fmt.Errorf("host: cannot allocate %d bytes: %w: %w", size, backend.ErrDeviceFull, err)
+	n := size
+	if class := retainClass(size); class != 0 {
+		if b, ok := retained.take(class); ok {
+			return deviceMem(b, size), nil
 		}
-		return backend.DeviceMem{Ptr: uintptr(unsafe.Pointer(&b[0])), Host: b}, nil
+		n = class
 	}
-	setupMalloc()
-	b := C.memsh_alloc(C.size_t(size))
-	p := b.p
-	if p == nil {
-		return backend.DeviceMem{}, fmt.Errorf("host: cannot allocate %d bytes: %w: %w",
-			size, backend.ErrDeviceFull, syscall.Errno(b.err))
+	b, err := allocMem(n)
+	if err != nil && Retained() > 0 {
+		release(retained.drain())
+		b, err = allocMem(n)
 	}
-	return backend.DeviceMem{Ptr: uintptr(p), Host: unsafe.Slice((*byte)(p), int(size))}, nil
+	if err != nil {
+		return backend.DeviceMem{}, fmt.Errorf("host: cannot allocate %d bytes: %w: %w", size, backend.ErrDeviceFull, err)
+	}
+	return deviceMem(b, size), nil
 }
 
-// Free releases memory returned by Malloc.
+// deviceMem is the DeviceMem of size bytes at the start of block b.
+func deviceMem(b []byte, size uint64) backend.DeviceMem {
+	return backend.DeviceMem{Ptr: uintptr(unsafe.Pointer(&b[0])), Host: b[:size:size]}
+}
+
+// allocMem allocates n bytes: a huge-page mapping of its own from 2 MiB, or
+// posix_memalign's.
+func allocMem(n uint64) ([]byte, error) {
+	if n >= pages.HugePage {
+		// Large blocks get their own huge-page mapping: a first touch
+		// faults in 2 MiB, not 4 KiB, and releasing unmaps at once.
+		return pages.MapReserved(n)
+	}
+	setupMalloc()
+	b := C.memsh_alloc(C.size_t(n))
+	if b.p == nil {
+		return nil, syscall.Errno(b.err)
+	}
+	return unsafe.Slice((*byte)(b.p), int(n)), nil
+}
+
+// freeMem releases a block that allocMem returned (all of it).
+func freeMem(b []byte) error {
+	if len(b) >= pages.HugePage {
+		return pages.Unmap(b)
+	}
+	C.memsh_free(C.uintptr_t(uintptr(unsafe.Pointer(&b[0]))))
+	return nil
+}
+
+// Free releases memory returned by Malloc(size): a block of RetainMin to
+// RetainMax bytes is retained for reuse (see RetainMin), any other goes
+// back to the C allocator and, from MmapThreshold bytes, to the operating
+// system.
 func (*Device) Free(m backend.DeviceMem, size uint64) error {
-	if m.Ptr == 0 {
+	if m.Ptr == 0 || len(m.Host) == 0 {
 		return errors.New("host: Free of a nil pointer")
 	}
-	if size >= pages.HugePage {
-		return pages.Unmap(m.Host[:size:size])
+	if class := retainClass(size); class != 0 {
+		release(retained.keep(unsafe.Slice(&m.Host[0], class), class))
+		return nil
 	}
-	C.memsh_free(C.uintptr_t(m.Ptr))
-	return nil
+	return freeMem(m.Host[:size:size])
 }
