@@ -131,23 +131,26 @@ func TestRandomValuePinned(t *testing.T) {
 
 // TestRandomKernelISAs checks every variant of the bulk generator against
 // the per-element definition (randomValue stored with storeF64), at
-// offsets around a 2^32 counter carry.
+// offsets around a 2^32 counter carry: between two groups of 8 counters
+// and inside one (the AVX2 kernel's vectors).
 func TestRandomKernelISAs(t *testing.T) {
 	const n = 3000
 	for _, isa := range mathISAs() {
 		for _, dt := range []DType{Float32, Float64, Float16, BFloat16} {
 			for _, normal := range []bool{false, true} {
-				seed, offset := uint64(0xdeadbeef12345), uint64(1<<32-1000)
-				got, want := make([]byte, n*dt.Size()), make([]byte, n*dt.Size())
-				if normal && runtime.GOARCH != "amd64" {
-					continue // randomValue's normal draws are amd64's (TestBoxMullerBitExact)
-				}
-				randomKernelISA(nil, unsafe.Pointer(&got[0]), dt, n, seed, offset, normal, isa)
-				for i := range n {
-					storeF64[dt](unsafe.Pointer(&want[i*dt.Size()]), randomValue(seed, offset+uint64(i), dt, normal))
-				}
-				if string(got) != string(want) {
-					t.Errorf("isa %d %s normal=%v: bulk values differ from randomValue", isa, dt, normal)
+				for _, offset := range []uint64{1<<32 - 1000, 1<<32 - 1003, 3<<32 - 5} {
+					seed := uint64(0xdeadbeef12345)
+					got, want := make([]byte, n*dt.Size()), make([]byte, n*dt.Size())
+					if normal && runtime.GOARCH != "amd64" {
+						continue // randomValue's normal draws are amd64's (TestBoxMullerBitExact)
+					}
+					randomKernelISA(nil, unsafe.Pointer(&got[0]), dt, n, seed, offset, normal, isa)
+					for i := range n {
+						storeF64[dt](unsafe.Pointer(&want[i*dt.Size()]), randomValue(seed, offset+uint64(i), dt, normal))
+					}
+					if string(got) != string(want) {
+						t.Errorf("isa %d %s normal=%v offset %#x: bulk values differ from randomValue", isa, dt, normal, offset)
+					}
 				}
 			}
 		}
