@@ -356,6 +356,7 @@ func (s *Session) Close() {
 	s.user = nil
 	s.memo = nil
 	s.mgr.Close()
+	host.Trim() // the freed host blocks glibc-style retention kept (backend/host)
 }
 
 // fileOptions turns every Starlark dialect option on, as DESIGN.md §2 asks.

@@ -12,6 +12,7 @@ import (
 	"go.starlark.net/starlark"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/scope"
 )
 
@@ -348,5 +349,42 @@ func TestSetNilDeletes(t *testing.T) {
 	}
 	if got := s.Get("y"); got == nil || got.(starlark.Int).String() != "4" {
 		t.Fatalf("y = %v", got)
+	}
+}
+
+// TestCloseReturnsRetainedHostMemory: a cpu tensor of 4 MiB dropped in a
+// session is retained for reuse once reclaimed (backend/host, as glibc
+// retains it under PyTorch), the next one of its size takes it, and Close
+// returns what is retained to the operating system.
+func TestCloseReturnsRetainedHostMemory(t *testing.T) {
+	host.Trim()
+	s, err := scope.New(scope.Options{Device: "cpu", Out: io.Discard, Err: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	exec := func(src string) {
+		t.Helper()
+		if err := s.Exec("retain.star", src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec("x = tensor.zeros([1 << 20])\nx = None\n")
+	s.Manager().Reclaim()
+	if got := host.Retained(); got != 4<<20 {
+		t.Fatalf("after dropping a 4 MiB tensor host.Retained() = %d, want %d", got, 4<<20)
+	}
+	exec("y = tensor.ones([1 << 20])\n")
+	if got := host.Retained(); got != 0 {
+		t.Fatalf("after a tensor of the same size host.Retained() = %d, want 0", got)
+	}
+	exec("y = None\n")
+	s.Manager().Reclaim()
+	if got := host.Retained(); got != 4<<20 {
+		t.Fatalf("after dropping it host.Retained() = %d, want %d", got, 4<<20)
+	}
+	s.Close()
+	if got := host.Retained(); got != 0 {
+		t.Errorf("after Close host.Retained() = %d, want 0", got)
 	}
 }
