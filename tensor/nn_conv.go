@@ -306,7 +306,8 @@ func writeFloats[T float32 | float64](t *Tensor, vals []T) {
 
 // gemmStop is gemmT in tiles (gemmTiles) when stop is not nil, so that
 // an interrupt stops a large product within a tile; the tiles' products
-// are the ones one call computes (panelAlign).
+// are the ones one call computes with gonum, and within rounding of them
+// with OpenBLAS (panelAlign).
 func gemmStop[T float32 | float64](stop *atomic.Bool, ta, tb blas.Transpose, m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
 	gemmTiles(stop, m, k, n, panelFlops(currentGemm()), func(r0, r1, c0, c1 int) {
 		ar := r0 * lda // rows r0.. of op(a): rows of a, or its columns when transposed
