@@ -196,9 +196,9 @@ MINLINE float sigmoid_mul_f32(double x, double t) {
 MINLINE float silu_f32(float x) {
 	float es = exp_f32_scaled64(x < 0.0f ? x : -x); // e^-|x|·2^64
 	float e = es * 0x1p-64f;
-	float neg = ((x * es) / (1.0f + e)) * 0x1p-64f;
-	float pos = x / (1.0f + e);
-	float y = x < 0.0f ? neg : pos;
+	// x·e^x·2^64/(1 + e^x) below 0, x/(1 + e^-x) above: one division
+	float q = (x * (x < 0.0f ? es : 1.0f)) / (1.0f + e);
+	float y = x < 0.0f ? q * 0x1p-64f : q;
 	return x != x ? x : y;
 }
 
