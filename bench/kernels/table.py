@@ -1,7 +1,8 @@
 """Formats bench/kernels timings (lines LIB OP N MIN_S MEAN_S) as the
 Markdown table of bench/README.md: mean (min) milliseconds per library and
 memsh's ratios of means to NumPy and PyTorch (and to memsh before, when
-run.sh was given a base commit)."""
+run.sh was given a base commit). A figure timed in several rounds keeps
+its best round: the lowest mean and the lowest minimum."""
 
 import sys
 
@@ -12,7 +13,10 @@ for line in open(sys.argv[1]):
     if len(parts) != 5:
         continue
     lib, op, n = parts[0], parts[1], int(parts[2])
-    times[(lib, op, n)] = (float(parts[3]), float(parts[4]))
+    lo, mean = float(parts[3]), float(parts[4])
+    if (lib, op, n) in times:
+        lo, mean = min(lo, times[(lib, op, n)][0]), min(mean, times[(lib, op, n)][1])
+    times[(lib, op, n)] = (lo, mean)
     if (op, n) not in order:
         order.append((op, n))
 
