@@ -225,10 +225,13 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 		n := 0
 		if below.keepable {
 			n = nb
-			same := keep && c.usable && c.thread == thread && starlark.Mutations() == c.mutations
+			same := keep && c.usable && c.thread == thread && starlark.Mutations() == c.mutations && !c.pins.keepNone
+			// a list that grew without moving Mutations (reach_pins.go):
+			// the pin's frame that met it takes its elements in, or,
+			// when none did, the globals and the stack are walked again
 			if !same {
 				n = below.n
-			} else if globals == nil || gk == c.globals {
+			} else if (globals == nil || gk == c.globals) && !c.pins.loose {
 				n = base + min(thread.LowWater()-1, len(c.horizon))
 			}
 			if np > 0 && valid < np {

@@ -34,13 +34,32 @@ import (
 // other pin's frame may be lower: each walk walks every pin, kept or
 // not, so what a pin's frame holds is never left to a frame that is not
 // walked again. When the pins are full, a container that grows takes the
-// place of a pin another pin reaches (a finished row of a list of rows:
-// the other pin's frame then walks it whole once, and keeps it), the one
-// that grew least recently first. Every pin is unpinned when a walk cannot keep frames
-// (backward's engine frames, the memo, loading): unpinning moves
-// Mutations, so that no frame kept relies on a pin's frame.
-// Pinned containers are held weakly between walks: a pin does not keep
-// one alive for the Go collector.
+// place of a pin another pin reaches (a finished row of a list of rows):
+// one that has not grown for idleWalks walks first, the highest of them
+// (the fewest frames above it to walk again), else the one that grew
+// least recently. At the next walk the frame of a pin that reached it
+// (its parent) takes its elements in (a fold), and keeps them.
+//
+// A list a walk met that starts growing would still move Mutations at its
+// first append, and the next walk would walk every frame again (a list
+// of rows appended empty, then filled: once per row). Such a list's
+// appends are logged instead (starlark.List.LogGrowth, pinSet.growth)
+// and the next walk looks at the lists logged: each list a pin's frame
+// met carries that pin's mark (starlark.List.SetGrowthMark: the pin's id
+// and the walk), and that pin's frame, kept, takes the list's elements
+// in, as for a fold; a list no pin's frame met was met by the globals'
+// or the stack's frames, which that walk walks again (loose); a list two
+// pins' frames met makes that walk keep nothing (keepNone). A mark is
+// about the pin's frame only if the pin has not been walked whole since
+// (pin.built): a frame walked whole that met the list again marked it
+// again. The list is then pinned, when there is room, with the pin that
+// met it reaching it (meets).
+//
+// Every pin is unpinned, and the log turned off, when a walk cannot keep
+// frames (backward's engine frames, the memo, loading): unpinning moves
+// Mutations, so that no frame kept relies on a pin's frame. Pinned
+// containers (and folds' pins) are held weakly between walks: a pin does
+// not keep one alive for the Go collector.
 
 const (
 	// pinMin is the length from which a list or dict a walk meets is
@@ -52,6 +71,9 @@ const (
 	maxCand = 8
 	// maxLens bounds the lengths pinSet remembers.
 	maxLens = 1 << 16
+	// idleWalks is how many walks a pin must have gone without growing
+	// for the room it takes to go before older ones (pinSet.end).
+	idleWalks = 8
 )
 
 // pinnable is a container that can be pinned: *starlark.List or
@@ -73,6 +95,10 @@ type pin struct {
 	// that last walked it whole
 	meets uint64
 	grew  uint64 // the walk (pinSet.walks) that last found it longer
+	// id names the pin in the growth marks of the lists its walks met
+	// (starlark.List.SetGrowthMark); built is the walk that last walked
+	// it whole: a mark of a later or equal walk is about its frame
+	id, built uint64
 }
 
 func newPin(v pinnable) pin {
@@ -125,7 +151,37 @@ type pinSet struct {
 	// be stale, which at worst pins a list that did not grow)
 	walks uint64
 	lens  map[uintptr]int
+	// growth: the lists whose appends the next walk looks at
+	// (starlark.List.LogGrowth) instead of every frame that reaches them;
+	// grownNow: those the running walk drained from it (it walks them
+	// in the globals' frame and pins them)
+	growth   starlark.GrowthLog
+	grownNow []*starlark.List
+	extra    [maxPins][]*starlark.List // the lists each pin's frame takes in
+	ids      uint64                    // the last pin id given
+	allBuilt uint64                    // the last walk that walked every pin whole
+	// folds: pins that left to make room, each for its frame to be
+	// walked into the frame of a pin that reaches it (its parent), at the
+	// next walk; keepNone: a parent is gone, or a list that grew is
+	// marked by two pins, so that walk keeps nothing
+	folds    []fold
+	keepNone bool
+	// loose: a list that grew is no pin's (the frames that met it are
+	// the globals' or the stack's, walked again)
+	loose bool
 }
+
+// sharedMark is the growth mark of a list two pins' frames met (with the
+// walk that found it so: stale once a walk walked every pin whole).
+const sharedMark = ^uint64(0)
+
+// shared reports whether a growth mark says two pins' frames hold the
+// list.
+func (p *pinSet) shared(id, wk uint64) bool { return id == sharedMark && wk >= p.allBuilt }
+
+// fold is an evicted pin (child) whose elements the next walk walks into
+// the frame of a pin that reaches it (parent), both held weakly.
+type fold struct{ parent, child pin }
 
 // begin starts a walk that uses the pins: it resolves them (a list the
 // collector took is dropped) and makes w ask about each list it meets.
@@ -150,7 +206,86 @@ func (p *pinSet) begin(w *env.Walker) (n, valid int) {
 		p.values = append(p.values, v)
 	}
 	w.Containers = p.meet
+	p.keepNone, p.loose = false, false
+	if len(p.all) == 0 {
+		p.allBuilt = p.walks
+	}
+	// The lists appended to since the last walk without moving Mutations
+	// (starlark.List.LogGrowth): the pin whose frame met one (its growth
+	// mark) takes its elements in (walk) — every allocation counts once,
+	// in the lowest frame that reaches it, so a kept frame above that
+	// reaches the list too needs nothing more; one that no pin's frame
+	// met was met by the globals' or the stack's, which are walked again
+	// (loose, frameCache.walk); one that two pins' frames met makes the
+	// walk keep nothing (keepNone). Each is pinned after the walk, when
+	// there is room.
+	for _, l := range p.growth.Drain(true) {
+		if l.Pinned() {
+			continue
+		}
+		p.grownNow = append(p.grownNow, l)
+		p.lens[uintptr(unsafe.Pointer(l))] = -1 // it grew: a candidate when met
+		id, wk := l.GrowthMark()
+		if p.shared(id, wk) {
+			p.keepNone = true
+		} else if k := p.marked(id, wk); k >= 0 {
+			p.extra[k] = append(p.extra[k], l)
+		} else {
+			p.loose = true
+		}
+	}
+	for _, f := range p.folds {
+		par, ch := f.parent.value(), f.child.value()
+		if ch == nil {
+			continue // collected: nothing to walk
+		}
+		if par == nil {
+			p.keepNone = true
+			break
+		}
+		if _, ok := p.index[key(par)]; !ok || ch.Pinned() {
+			p.keepNone = true
+			break
+		}
+	}
 	return len(p.all), p.valid
+}
+
+// marked returns the pin whose frame a growth mark (id, walk) is about —
+// the pin is there and has not been walked whole since that walk — or -1.
+func (p *pinSet) marked(id, wk uint64) int {
+	if id == 0 {
+		return -1
+	}
+	for k, pn := range p.all {
+		if pn.id == id {
+			if pn.built <= wk {
+				return k
+			}
+			return -1
+		}
+	}
+	return -1
+}
+
+// foldsInto walks, into the running extension of pin k's frame, the
+// evicted pins whose parent it is.
+func (p *pinSet) foldsInto(w *env.Walker, k int) {
+	for _, f := range p.folds {
+		if par, ch := f.parent.value(), f.child.value(); par != nil && ch != nil && p.index[key(par)] == k {
+			w.Value(ch)
+		}
+	}
+}
+
+// hasFolds reports whether pin k's frame takes evicted pins in.
+func (p *pinSet) hasFolds(k int) bool {
+	for _, f := range p.folds {
+		if par, ch := f.parent.value(), f.child.value(); par != nil && ch != nil && p.index[key(par)] == k {
+			return true
+		}
+	}
+	return false
 }
 
 // remove drops the pins of the set bits (without unpinning them) and
@@ -193,6 +328,19 @@ func (p *pinSet) meet(v starlark.Value) bool {
 	}
 	k, ok := p.index[key(l)]
 	if !ok {
+		if lst, isList := l.(*starlark.List); isList {
+			lst.LogGrowth(&p.growth) // its appends: the next walk looks at it
+			if p.cur >= 0 {
+				// met in a pin's frame: marked with it, or shared when
+				// another pin's frame met it too
+				pn := &p.all[p.cur]
+				if id, wk := lst.GrowthMark(); p.shared(id, wk) || (id != pn.id && p.marked(id, wk) >= 0) {
+					lst.SetGrowthMark(sharedMark, p.walks)
+				} else {
+					lst.SetGrowthMark(pn.id, p.walks)
+				}
+			}
+		}
 		// a long container, or one that grew since a walk met it, is
 		// pinned after the walk
 		n, id := l.Len(), uintptr(key(l))
@@ -236,6 +384,9 @@ func (p *pinSet) meet(v starlark.Value) bool {
 // after (fewer when an extension took values over from a frame above),
 // and false when the walk ran out of time.
 func (p *pinSet) walk(w *env.Walker, frames *backend.Frames, kept int) (int, bool) {
+	if kept == 0 {
+		p.allBuilt = p.walks
+	}
 	for k := range p.all {
 		pn, l := &p.all[k], p.values[k]
 		p.cur = k
@@ -247,10 +398,16 @@ func (p *pinSet) walk(w *env.Walker, frames *backend.Frames, kept int) (int, boo
 			if pn.why != "" {
 				w.Incomplete(pn.why)
 			}
-			if l.Len() > pn.n {
-				pn.grew = p.walks
+			if grew := l.Len() > pn.n; grew || p.hasFolds(k) || len(p.extra[k]) > 0 {
+				if grew {
+					pn.grew = p.walks
+				}
 				frames.Extend(k)
 				w.Tail(l, pn.n)
+				p.foldsInto(w, k)
+				for _, x := range p.extra[k] {
+					w.Value(x)
+				}
 				w.Settle()
 				if w.Exhausted() {
 					frames.Drop(k)
@@ -261,7 +418,7 @@ func (p *pinSet) walk(w *env.Walker, frames *backend.Frames, kept int) (int, boo
 			}
 		} else {
 			frames.Enter(k)
-			pn.meets = 0
+			pn.meets, pn.built = 0, p.walks
 			w.Value(l)
 			w.Settle()
 			if w.Exhausted() {
@@ -291,7 +448,18 @@ func (p *pinSet) end(w *env.Walker, done bool) (retry bool) {
 		p.values = p.values[:0]
 		clear(p.cand)
 		p.cand = p.cand[:0]
+		clear(p.grownNow)
+		p.grownNow = p.grownNow[:0]
+		for k := range p.extra {
+			clear(p.extra[k])
+			p.extra[k] = p.extra[k][:0]
+		}
 	}()
+	// the folds and the lists that grew were walked into their frames
+	// (or those frames were walked whole, or dropped for the next walk
+	// to walk)
+	clear(p.folds)
+	p.folds = p.folds[:0]
 	if !done {
 		return false
 	}
@@ -308,22 +476,33 @@ func (p *pinSet) end(w *env.Walker, done bool) (retry bool) {
 	}
 	all := uint64(1)<<len(p.all) - 1 // a shift by 64 gives 0
 	p.valid = len(p.all)
-	drop := ^live & all
+	unmet := ^live & all
+	drop := unmet
 	retry = drop != 0
 	// room for the candidates that grew: a pin that another pin reaches
-	// and that did not grow in this walk goes, the one that grew least
-	// recently first (a finished row of a list of rows: the outer
-	// list's frame walks it once more, then keeps it)
+	// and that did not grow in this walk goes — the highest of those
+	// that have not grown for idleWalks walks (the fewest frames above it
+	// to walk again), else the one that grew least recently (a finished
+	// row of a list of rows: the outer list's frame takes it in at the
+	// next walk, then keeps it)
 	var nested uint64
 	for _, pn := range p.all {
 		nested |= pn.meets
 	}
 	for need := len(p.all) + bits.OnesCount64(p.grown) - maxPins; need > bits.OnesCount64(drop); {
-		old, at := -1, p.walks
+		old, at, idle := -1, p.walks, -1
 		for k, pn := range p.all {
-			if drop&(1<<k) == 0 && nested&(1<<k) != 0 && pn.grew < at {
-				old, at = k, pn.grew
+			if drop&(1<<k) == 0 && nested&(1<<k) != 0 {
+				if pn.grew < at {
+					old, at = k, pn.grew
+				}
+				if pn.grew+idleWalks < p.walks {
+					idle = k
+				}
 			}
+		}
+		if idle >= 0 {
+			old = idle // the highest: the fewest frames above it to walk again
 		}
 		if old < 0 {
 			break
@@ -331,29 +510,66 @@ func (p *pinSet) end(w *env.Walker, done bool) (retry bool) {
 		drop |= 1 << old
 	}
 	if drop != 0 {
+		// an evicted pin's frame is walked into the frame of a pin that
+		// reaches it at the next walk (pinSet.walk), instead of every
+		// frame being walked again
+		orphan := unmet != 0
+		for k := range p.all {
+			if drop&(1<<k) == 0 || unmet&(1<<k) != 0 {
+				continue
+			}
+			parent := -1
+			for j, pn := range p.all {
+				if drop&(1<<j) == 0 && live&(1<<j) != 0 && pn.meets&(1<<k) != 0 {
+					parent = j
+					break
+				}
+			}
+			if parent < 0 {
+				orphan = true
+				continue
+			}
+			p.folds = append(p.folds, fold{parent: newPin(p.values[parent]), child: newPin(p.values[k])})
+			p.all[parent].meets |= p.all[k].meets // the pins the child's frame met: the parent's now
+		}
 		for k := range p.all {
 			if drop&(1<<k) != 0 {
 				p.values[k].Pin(false)
 			}
 		}
 		p.remove(drop)
-		starlark.Mutated() // no frame kept relies on those pins
+		if orphan {
+			starlark.Mutated() // no frame kept relies on those pins
+		}
 	}
 	for i, l := range p.cand {
 		if len(p.all) < maxPins && !l.Pinned() && (p.grown&(1<<i) != 0 || len(p.all)+bits.OnesCount64(p.grown>>i) < maxPins) {
 			l.Pin(true)
+			p.ids++
 			p.all = append(p.all, newPin(l))
-			p.all[len(p.all)-1].grew = p.walks
+			p.all[len(p.all)-1].grew, p.all[len(p.all)-1].id = p.walks, p.ids
+			if lst, ok := l.(*starlark.List); ok {
+				// a list a pin's frame met (its growth mark): that pin
+				// reaches the new one, whose frame stands for it from now on
+				if k := p.marked(lst.GrowthMark()); k >= 0 {
+					p.all[k].meets |= 1 << (len(p.all) - 1)
+				}
+			}
 		}
 	}
+
 	if len(p.lens) >= maxLens {
 		clear(p.lens) // (a walk of many containers: remember the next ones)
 	}
 	return retry
 }
 
-// unpinAll unpins every list, for a walk that cannot keep frames.
+// unpinAll unpins every list, for a walk that cannot keep frames, and
+// turns the growth log off (appends move Mutations again).
 func (p *pinSet) unpinAll() {
+	p.growth.Drain(false)
+	clear(p.folds)
+	p.folds = p.folds[:0]
 	if len(p.all) == 0 {
 		return
 	}

@@ -992,6 +992,11 @@ type List struct {
 	watched   bool   // memsh: see Watch
 	pinned    bool   // memsh: see Pin
 	itercount uint32 // number of active iterators (ignored if frozen)
+	// memsh: see LogGrowth: the log that undertook l's growth, and
+	// whether l is in it
+	growth *GrowthLog
+	logged bool
+	mark   [2]uint64 // memsh: see GrowthMark
 }
 
 // memsh: Watch makes every later mutation of l move the Mutations
@@ -1031,9 +1036,14 @@ func (l *List) checkMutable(verb string) error {
 }
 
 // memsh: checkAppendable is checkMutable for an append: it does not move
-// the Mutations counter for a pinned list (Pin).
+// the Mutations counter for a pinned list (Pin), nor for one whose growth
+// a log records (LogGrowth).
 func (l *List) checkAppendable(verb string) error {
-	return l.checkChange(verb, l.watched && !l.pinned)
+	moved := l.watched && !l.pinned
+	if moved && l.growth != nil && l.growth != sharedGrowth && (l.logged || l.growth.record(l)) {
+		l.logged, moved = true, false
+	}
+	return l.checkChange(verb, moved)
 }
 
 // memsh: checkChange is checkMutable, moving the Mutations counter when
