@@ -355,6 +355,7 @@ func (s *Session) Close() {
 	s.live = nil
 	s.user = nil
 	s.memo = nil
+	s.frames.pins.unpinAll() // and its growth log off: appends move Mutations again
 	s.mgr.Close()
 	host.Trim() // the freed host blocks glibc-style retention kept (backend/host)
 }
