@@ -197,7 +197,11 @@ MINLINE float silu_f32(float x) {
 	float es = exp_f32_scaled64(x < 0.0f ? x : -x); // e^-|x|·2^64
 	float e = es * 0x1p-64f;
 	// x·e^x·2^64/(1 + e^x) below 0, x/(1 + e^-x) above: one division
-	float q = (x * (x < 0.0f ? es : 1.0f)) / (1.0f + e);
+	// (the factor chosen with integer masks: as a float select, GCC
+	// divides twice and selects the quotient)
+	uint32_t neg = (uint32_t)-(int32_t)(x < 0.0f);
+	float f = u2f(0x3f800000u ^ ((f2u(es) ^ 0x3f800000u) & neg)); // es or 1
+	float q = (x * f) / (1.0f + e);
 	float y = x < 0.0f ? q * 0x1p-64f : q;
 	return x != x ? x : y;
 }
