@@ -272,16 +272,26 @@ func (p *pinSet) marked(id, wk uint64) int {
 // evicted pins whose parent it is.
 func (p *pinSet) foldsInto(w *env.Walker, k int) {
 	for _, f := range p.folds {
-		if par, ch := f.parent.value(), f.child.value(); par != nil && ch != nil && p.index[key(par)] == k {
+		if ch := f.child.value(); ch != nil && p.foldParent(f) == k {
 			w.Value(ch)
 		}
 	}
 }
 
+// foldParent returns the pin a fold's parent is, or -1.
+func (p *pinSet) foldParent(f fold) int {
+	if par := f.parent.value(); par != nil {
+		if k, ok := p.index[key(par)]; ok {
+			return k
+		}
+	}
+	return -1
+}
+
 // hasFolds reports whether pin k's frame takes evicted pins in.
 func (p *pinSet) hasFolds(k int) bool {
 	for _, f := range p.folds {
-		if par, ch := f.parent.value(), f.child.value(); par != nil && ch != nil && p.index[key(par)] == k {
+		if f.child.value() != nil && p.foldParent(f) == k {
 			return true
 		}
 	}
