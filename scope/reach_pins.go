@@ -45,15 +45,14 @@ import (
 // of rows appended empty, then filled: once per row). Such a list's
 // appends are logged instead (starlark.List.LogGrowth, pinSet.growth)
 // and the next walk looks at the lists logged: each list a pin's frame
-// met carries that pin's mark (starlark.List.SetGrowthMark: the pin's id
-// and the walk), and that pin's frame, kept, takes the list's elements
-// in, as for a fold; a list no pin's frame met was met by the globals'
-// or the stack's frames, which that walk walks again (loose); a list two
-// pins' frames met makes that walk keep nothing (keepNone). A mark is
-// about the pin's frame only if the pin has not been walked whole since
-// (pin.built): a frame walked whole that met the list again marked it
-// again. The list is then pinned, when there is room, with the pin that
-// met it reaching it (meets).
+// met carries that frame's mark (starlark.List.SetGrowthMark: the pin's
+// id, which changes whenever the pin is walked whole, so that a mark
+// names the frame that met the list, not an older one), and that pin's
+// frame, kept, takes the list's elements in, as for a fold; a list no
+// pin's frame met was met by the globals' or the stack's frames, which
+// that walk walks again (loose); a list two pins' frames met makes that
+// walk keep nothing (keepNone). The list is then pinned, when there is
+// room, with the pin that met it reaching it (meets).
 //
 // Every pin is unpinned, and the log turned off, when a walk cannot keep
 // frames (backward's engine frames, the memo, loading): unpinning moves
@@ -95,10 +94,10 @@ type pin struct {
 	// that last walked it whole
 	meets uint64
 	grew  uint64 // the walk (pinSet.walks) that last found it longer
-	// id names the pin in the growth marks of the lists its walks met
-	// (starlark.List.SetGrowthMark); built is the walk that last walked
-	// it whole: a mark of a later or equal walk is about its frame
-	id, built uint64
+	// id names the pin's frame in the growth marks of the lists its
+	// walks met (starlark.List.SetGrowthMark): a new one whenever the pin
+	// is walked whole
+	id uint64
 }
 
 func newPin(v pinnable) pin {
@@ -159,7 +158,7 @@ type pinSet struct {
 	grownNow []*starlark.List
 	extra    [maxPins][]*starlark.List // the lists each pin's frame takes in
 	ids      uint64                    // the last pin id given
-	allBuilt uint64                    // the last walk that walked every pin whole
+	epoch    uint64                    // the walks that walked every pin whole
 	// folds: pins that left to make room, each for its frame to be
 	// walked into the frame of a pin that reaches it (its parent), at the
 	// next walk; keepNone: a parent is gone, or a list that grew is
@@ -171,13 +170,20 @@ type pinSet struct {
 	loose bool
 }
 
-// sharedMark is the growth mark of a list two pins' frames met (with the
-// walk that found it so: stale once a walk walked every pin whole).
-const sharedMark = ^uint64(0)
+// sharedMark is the bit of a growth mark that says two pins' frames met
+// the list; the other bits are the epoch of the mark (pinSet.epoch), for
+// it is stale once a walk walked every pin whole. Pin ids stay below it.
+const sharedMark = 1 << 63
 
 // shared reports whether a growth mark says two pins' frames hold the
 // list.
-func (p *pinSet) shared(id, wk uint64) bool { return id == sharedMark && wk >= p.allBuilt }
+func (p *pinSet) shared(m uint64) bool { return m == sharedMark|p.epoch }
+
+// newID returns a new pin frame id.
+func (p *pinSet) newID() uint64 {
+	p.ids++
+	return p.ids
+}
 
 // fold is an evicted pin (child) whose elements the next walk walks into
 // the frame of a pin that reaches it (parent), both held weakly.
@@ -208,7 +214,7 @@ func (p *pinSet) begin(w *env.Walker) (n, valid int) {
 	w.Containers = p.meet
 	p.keepNone, p.loose = false, false
 	if len(p.all) == 0 {
-		p.allBuilt = p.walks
+		p.epoch++
 	}
 	// The lists appended to since the last walk without moving Mutations
 	// (starlark.List.LogGrowth): the pin whose frame met one (its growth
@@ -225,10 +231,10 @@ func (p *pinSet) begin(w *env.Walker) (n, valid int) {
 		}
 		p.grownNow = append(p.grownNow, l)
 		p.lens[uintptr(unsafe.Pointer(l))] = -1 // it grew: a candidate when met
-		id, wk := l.GrowthMark()
-		if p.shared(id, wk) {
+		m := l.GrowthMark()
+		if p.shared(m) {
 			p.keepNone = true
-		} else if k := p.marked(id, wk); k >= 0 {
+		} else if k := p.marked(m); k >= 0 {
 			p.extra[k] = append(p.extra[k], l)
 		} else {
 			p.loose = true
@@ -251,18 +257,15 @@ func (p *pinSet) begin(w *env.Walker) (n, valid int) {
 	return len(p.all), p.valid
 }
 
-// marked returns the pin whose frame a growth mark (id, walk) is about —
-// the pin is there and has not been walked whole since that walk — or -1.
-func (p *pinSet) marked(id, wk uint64) int {
-	if id == 0 {
+// marked returns the pin whose frame a growth mark names — the frame is
+// still the one that met the list — or -1.
+func (p *pinSet) marked(m uint64) int {
+	if m == 0 || m&sharedMark != 0 {
 		return -1
 	}
 	for k, pn := range p.all {
-		if pn.id == id {
-			if pn.built <= wk {
-				return k
-			}
-			return -1
+		if pn.id == m {
+			return k
 		}
 	}
 	return -1
@@ -344,10 +347,10 @@ func (p *pinSet) meet(v starlark.Value) bool {
 				// met in a pin's frame: marked with it, or shared when
 				// another pin's frame met it too
 				pn := &p.all[p.cur]
-				if id, wk := lst.GrowthMark(); p.shared(id, wk) || (id != pn.id && p.marked(id, wk) >= 0) {
-					lst.SetGrowthMark(sharedMark, p.walks)
+				if m := lst.GrowthMark(); p.shared(m) || (m != pn.id && p.marked(m) >= 0) {
+					lst.SetGrowthMark(sharedMark | p.epoch)
 				} else {
-					lst.SetGrowthMark(pn.id, p.walks)
+					lst.SetGrowthMark(pn.id)
 				}
 			}
 		}
@@ -395,7 +398,7 @@ func (p *pinSet) meet(v starlark.Value) bool {
 // and false when the walk ran out of time.
 func (p *pinSet) walk(w *env.Walker, frames *backend.Frames, kept int) (int, bool) {
 	if kept == 0 {
-		p.allBuilt = p.walks
+		p.epoch++ // every pin is walked whole: the shared marks are stale
 	}
 	for k := range p.all {
 		pn, l := &p.all[k], p.values[k]
@@ -428,7 +431,7 @@ func (p *pinSet) walk(w *env.Walker, frames *backend.Frames, kept int) (int, boo
 			}
 		} else {
 			frames.Enter(k)
-			pn.meets, pn.built = 0, p.walks
+			pn.meets, pn.id = 0, p.newID()
 			w.Value(l)
 			w.Settle()
 			if w.Exhausted() {
@@ -555,9 +558,8 @@ func (p *pinSet) end(w *env.Walker, done bool) (retry bool) {
 	for i, l := range p.cand {
 		if len(p.all) < maxPins && !l.Pinned() && (p.grown&(1<<i) != 0 || len(p.all)+bits.OnesCount64(p.grown>>i) < maxPins) {
 			l.Pin(true)
-			p.ids++
 			p.all = append(p.all, newPin(l))
-			p.all[len(p.all)-1].grew, p.all[len(p.all)-1].id = p.walks, p.ids
+			p.all[len(p.all)-1].grew, p.all[len(p.all)-1].id = p.walks, p.newID()
 			if lst, ok := l.(*starlark.List); ok {
 				// a list a pin's frame met (its growth mark): that pin
 				// reaches the new one, whose frame stands for it from now on

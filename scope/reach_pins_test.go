@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"go.starlark.net/starlark"
 )
@@ -283,4 +284,13 @@ c = cuda.memory_allocated()
 		t.Errorf("%d values walked over %d reclaims: the walks kept the pins' frames", st.ValuesWalked, st.Reclaims)
 	}
 	t.Logf("%d reclaims, %d values walked", st.Reclaims, st.ValuesWalked)
+}
+
+// TestListSize: the growth log's fields (starlark.List.LogGrowth,
+// GrowthMark) keep a list in Go's 48-byte size class, as a session may
+// hold millions of small lists.
+func TestListSize(t *testing.T) {
+	if n := unsafe.Sizeof(starlark.List{}); n > 48 {
+		t.Errorf("starlark.List is %d bytes, want at most 48", n)
+	}
 }

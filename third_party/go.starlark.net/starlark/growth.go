@@ -67,11 +67,11 @@ func (l *List) LogGrowth(g *GrowthLog) {
 	}
 }
 
-// memsh: GrowthMark returns the two numbers SetGrowthMark last stored on
-// l (0, 0 at first): a walker's note of where it met l (memsh: the pin
-// whose frame met it, and the walk).
-func (l *List) GrowthMark() (a, b uint64) { return l.mark[0], l.mark[1] }
+// memsh: GrowthMark returns the number SetGrowthMark last stored on l (0
+// at first): a walker's note of where it met l (memsh: the frame of the
+// pin that met it).
+func (l *List) GrowthMark() uint64 { return l.mark }
 
-// memsh: SetGrowthMark stores two numbers on l for its walker (see
+// memsh: SetGrowthMark stores a number on l for its walker (see
 // GrowthMark).
-func (l *List) SetGrowthMark(a, b uint64) { l.mark = [2]uint64{a, b} }
+func (l *List) SetGrowthMark(m uint64) { l.mark = m }

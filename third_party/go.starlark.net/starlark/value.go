@@ -989,14 +989,12 @@ func dictsEqual(x, y *Dict, depth int) (bool, error) {
 type List struct {
 	elems     []Value
 	frozen    bool
-	watched   bool   // memsh: see Watch
-	pinned    bool   // memsh: see Pin
-	itercount uint32 // number of active iterators (ignored if frozen)
-	// memsh: see LogGrowth: the log that undertook l's growth, and
-	// whether l is in it
-	growth *GrowthLog
-	logged bool
-	mark   [2]uint64 // memsh: see GrowthMark
+	watched   bool       // memsh: see Watch
+	pinned    bool       // memsh: see Pin
+	logged    bool       // memsh: l is in its growth log (LogGrowth)
+	itercount uint32     // number of active iterators (ignored if frozen)
+	growth    *GrowthLog // memsh: the log that undertook l's growth (LogGrowth)
+	mark      uint64     // memsh: see GrowthMark
 }
 
 // memsh: Watch makes every later mutation of l move the Mutations
