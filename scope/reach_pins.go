@@ -152,13 +152,15 @@ type pinSet struct {
 	lens  map[uintptr]int
 	// growth: the lists whose appends the next walk looks at
 	// (starlark.List.LogGrowth) instead of every frame that reaches them;
-	// grownNow: those the running walk drained from it (it walks them
-	// in the globals' frame and pins them)
+	// grownNow: those the running walk drained from it (candidates to
+	// pin); extra: what each kept pin's frame takes in at this walk —
+	// the lists that grew that it met, and the evicted pins folded into
+	// it
 	growth   starlark.GrowthLog
 	grownNow []*starlark.List
-	extra    [maxPins][]*starlark.List // the lists each pin's frame takes in
-	ids      uint64                    // the last pin id given
-	epoch    uint64                    // the walks that walked every pin whole
+	extra    [maxPins][]pinnable
+	ids      uint64 // the last pin id given
+	epoch    uint64 // the walks that walked every pin whole
 	// folds: pins that left to make room, each for its frame to be
 	// walked into the frame of a pin that reaches it (its parent), at the
 	// next walk; keepNone: a parent is gone, or a list that grew is
@@ -245,15 +247,18 @@ func (p *pinSet) begin(w *env.Walker) (n, valid int) {
 		if ch == nil {
 			continue // collected: nothing to walk
 		}
-		if par == nil {
+		k, ok := -1, false
+		if par != nil {
+			k, ok = p.index[key(par)]
+		}
+		if !ok || ch.Pinned() {
 			p.keepNone = true
 			break
 		}
-		if _, ok := p.index[key(par)]; !ok || ch.Pinned() {
-			p.keepNone = true
-			break
-		}
+		p.extra[k] = append(p.extra[k], ch)
 	}
+	clear(p.folds)
+	p.folds = p.folds[:0]
 	return len(p.all), p.valid
 }
 
@@ -269,36 +274,6 @@ func (p *pinSet) marked(m uint64) int {
 		}
 	}
 	return -1
-}
-
-// foldsInto walks, into the running extension of pin k's frame, the
-// evicted pins whose parent it is.
-func (p *pinSet) foldsInto(w *env.Walker, k int) {
-	for _, f := range p.folds {
-		if ch := f.child.value(); ch != nil && p.foldParent(f) == k {
-			w.Value(ch)
-		}
-	}
-}
-
-// foldParent returns the pin a fold's parent is, or -1.
-func (p *pinSet) foldParent(f fold) int {
-	if par := f.parent.value(); par != nil {
-		if k, ok := p.index[key(par)]; ok {
-			return k
-		}
-	}
-	return -1
-}
-
-// hasFolds reports whether pin k's frame takes evicted pins in.
-func (p *pinSet) hasFolds(k int) bool {
-	for _, f := range p.folds {
-		if f.child.value() != nil && p.foldParent(f) == k {
-			return true
-		}
-	}
-	return false
 }
 
 // remove drops the pins of the set bits (without unpinning them) and
@@ -411,13 +386,12 @@ func (p *pinSet) walk(w *env.Walker, frames *backend.Frames, kept int) (int, boo
 			if pn.why != "" {
 				w.Incomplete(pn.why)
 			}
-			if grew := l.Len() > pn.n; grew || p.hasFolds(k) || len(p.extra[k]) > 0 {
+			if grew := l.Len() > pn.n; grew || len(p.extra[k]) > 0 {
 				if grew {
 					pn.grew = p.walks
 				}
 				frames.Extend(k)
 				w.Tail(l, pn.n)
-				p.foldsInto(w, k)
 				for _, x := range p.extra[k] {
 					w.Value(x)
 				}
@@ -468,11 +442,6 @@ func (p *pinSet) end(w *env.Walker, done bool) (retry bool) {
 			p.extra[k] = p.extra[k][:0]
 		}
 	}()
-	// the folds and the lists that grew were walked into their frames
-	// (or those frames were walked whole, or dropped for the next walk
-	// to walk)
-	clear(p.folds)
-	p.folds = p.folds[:0]
 	if !done {
 		return false
 	}
