@@ -69,7 +69,9 @@ func FlashAttentionForward(q, k, v *Tensor, dropoutP float64, causal bool, scale
 // softmax_d [B, H, roundup(L, 128)] float32 and dq_accum [B, roundup(L,
 // 128), H, roundup(E, E ≤ 128 ? 32 : 64)] float32; dq_accum is freed when
 // mha_bwd returns, softmax_d and the copies when _flash_attention_backward
-// does. The gradients are returned as [B, H, ·, ·] views.
+// does; with fewer key than query heads (grouped-query attention) also
+// dk_expanded and dv_expanded (below). The gradients are returned as
+// [B, H, ·, ·] views.
 func FlashAttentionBackward(g, q, k, v, out, lse *Tensor, dropoutP float64, causal bool, scale float64, seed, offset uint64) (gq, gk, gv *Tensor, err error) {
 	const fname = "aten::_scaled_dot_product_flash_attention_backward"
 	c := q.ctx
@@ -110,6 +112,20 @@ func FlashAttentionBackward(g, q, k, v, out, lse *Tensor, dropoutP float64, caus
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// Grouped-query attention (fewer key heads): mha_bwd computes dk and
+	// dv per query head into dk_expanded and dv_expanded [B, S, H, ·] of
+	// q's dtype, sums each group into dk and dv (at::sum_out) and frees
+	// them when it returns.
+	var dkExp, dvExp *Tensor
+	if Hk := k.shape[1]; Hk != H {
+		S := k.shape[2]
+		if dkExp, err = newTensor(c, fname, dev, q.dtype, []int{B, S, H, k.shape[3]}); err != nil {
+			return nil, nil, nil, err
+		}
+		if dvExp, err = newTensor(c, fname, dev, q.dtype, []int{B, S, H, v.shape[3]}); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	var views [3]*Tensor
 	for i := range views {
 		if views[i], err = Transpose(d[i], 1, 2); err != nil {
@@ -118,6 +134,9 @@ func FlashAttentionBackward(g, q, k, v, out, lse *Tensor, dropoutP float64, caus
 	}
 	spec := attnSpec{scale: scale, causal: causal, p: dropoutP, seed: seed, offset: offset}
 	err = actHostKernel(c, fname, views[:], []*Tensor{g, q, k, v}, spec.backward)
+	runtime.KeepAlive(dkExp) // freed when mha_bwd returns
+	runtime.KeepAlive(dvExp)
+	dkExp, dvExp = nil, nil
 	runtime.KeepAlive(dqAccum) // freed when mha_bwd returns
 	dqAccum = nil
 	runtime.KeepAlive(softmaxD)
@@ -384,8 +403,10 @@ func (s *attnSpec) keep(bh, i, j, L, S int) bool {
 }
 
 // probs computes row i of head bh's attention probabilities into p (S
-// values, before dropout) and returns the row's logsumexp.
-func (s *attnSpec) probs(p, q, k, bias []float64, bh, i, L, S, E int) float64 {
+// values, before dropout) and returns the row's logsumexp; kbh is the
+// key's (batch, head) row: bh's, or with grouped-query attention the key
+// head its group shares.
+func (s *attnSpec) probs(p, q, k, bias []float64, bh, kbh, i, L, S, E int) float64 {
 	qi := q[(bh*L+i)*E : (bh*L+i+1)*E]
 	m := math.Inf(-1)
 	for j := 0; j < S; j++ {
@@ -393,7 +414,7 @@ func (s *attnSpec) probs(p, q, k, bias []float64, bh, i, L, S, E int) float64 {
 			p[j] = math.Inf(-1)
 			continue
 		}
-		kj := k[(bh*S+j)*E : (bh*S+j+1)*E]
+		kj := k[(kbh*S+j)*E : (kbh*S+j+1)*E]
 		dot := 0.0
 		for e, qv := range qi {
 			dot += qv * kj[e]
@@ -417,9 +438,13 @@ func (s *attnSpec) probs(p, q, k, bias []float64, bh, i, L, S, E int) float64 {
 }
 
 // forward: outs {out [B,H,L,Ev], lse [B,H,lseLen]}, ins {q, k, v, bias}.
+// Key and value may have Hk heads dividing H (grouped-query attention):
+// query head h reads key head h/(H/Hk), as repeat_interleave lays them
+// out.
 func (s *attnSpec) forward(outs, ins []*Tensor) {
 	q, k, v := ins[0], ins[1], ins[2]
-	B, H, L, E, S, Ev := q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[2], v.shape[3]
+	B, H, L, E, S, Ev, Hk := q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[2], v.shape[3], k.shape[1]
+	G := H / Hk
 	qs, ks, vs := actReadF64(q), actReadF64(k), actReadF64(v)
 	var bias []float64
 	if len(ins) > 3 {
@@ -430,8 +455,9 @@ func (s *attnSpec) forward(outs, ins []*Tensor) {
 	parallelForStop(q.ctx.stopFlag(), B*H, 1, stopGrain(L*S*max(E, Ev)), func(lo, hi int) {
 		p := make([]float64, S)
 		for bh := lo; bh < hi; bh++ {
+			kbh := bh/H*Hk + bh%H/G
 			for i := 0; i < L; i++ {
-				l := s.probs(p, qs, ks, bias, bh, i, L, S, E)
+				l := s.probs(p, qs, ks, bias, bh, kbh, i, L, S, E)
 				if i < s.lseLen {
 					lse[bh*s.lseLen+i] = l
 				}
@@ -443,7 +469,7 @@ func (s *attnSpec) forward(outs, ins []*Tensor) {
 						}
 						pj /= 1 - s.p
 					}
-					vj := vs[(bh*S+j)*Ev : (bh*S+j+1)*Ev]
+					vj := vs[(kbh*S+j)*Ev : (kbh*S+j+1)*Ev]
 					for e := range oi {
 						oi[e] += pj * vj[e]
 					}
@@ -455,64 +481,76 @@ func (s *attnSpec) forward(outs, ins []*Tensor) {
 	actWriteF64(outs[1], lse)
 }
 
-// backward: outs {dq, dk, dv} ([B,H,·,·] views), ins {grad, q, k, v,
-// bias}: dV = Pdᵀ·dO, dP = dO·Vᵀ (dropped and rescaled as Pd), dS =
-// P∘(dP − rowsum(P∘dP)), dQ = scale·dS·K, dK = scale·dSᵀ·Q.
+// backward: outs {dq, dk, dv} ([B,H,·,·] views; dk and dv of Hk heads
+// under grouped-query attention), ins {grad, q, k, v, bias}: dV =
+// Pdᵀ·dO, dP = dO·Vᵀ (dropped and rescaled as Pd), dS = P∘(dP −
+// rowsum(P∘dP)), dQ = scale·dS·K, dK = scale·dSᵀ·Q, a key head's
+// gradients summed over the query heads of its group. Work is split by
+// key head, so that no two workers write one key row.
 func (s *attnSpec) backward(outs, ins []*Tensor) {
 	g, q, k, v := ins[0], ins[1], ins[2], ins[3]
-	B, H, L, E, S, Ev := q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[2], v.shape[3]
+	B, H, L, E, S, Ev, Hk := q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[2], v.shape[3], k.shape[1]
+	G := H / Hk
 	gs, qs, ks, vs := actReadF64(g), actReadF64(q), actReadF64(k), actReadF64(v)
 	var bias []float64
 	if len(ins) > 4 {
 		bias = actReadF64(ins[4])
 	}
 	dq := make([]float64, B*H*L*E)
-	dk := make([]float64, B*H*S*E)
-	dv := make([]float64, B*H*S*Ev)
-	parallelForStop(q.ctx.stopFlag(), B*H, 1, stopGrain(L*S*max(E, Ev)), func(lo, hi int) {
+	dk := make([]float64, B*Hk*S*E)
+	dv := make([]float64, B*Hk*S*Ev)
+	parallelForStop(q.ctx.stopFlag(), B*Hk, 1, stopGrain(G*L*S*max(E, Ev)), func(lo, hi int) {
 		p := make([]float64, S)
 		dp := make([]float64, S)
-		for bh := lo; bh < hi; bh++ {
-			for i := 0; i < L; i++ {
-				s.probs(p, qs, ks, bias, bh, i, L, S, E)
-				gi := gs[(bh*L+i)*Ev : (bh*L+i+1)*Ev]
-				dsum := 0.0
-				for j := range p {
-					scaleKeep := 1.0
-					if s.p > 0 {
-						scaleKeep = 0
-						if s.keep(bh, i, j, L, S) {
-							scaleKeep = 1 / (1 - s.p)
-						}
-					}
-					vj := vs[(bh*S+j)*Ev : (bh*S+j+1)*Ev]
-					dvj := dv[(bh*S+j)*Ev : (bh*S+j+1)*Ev]
-					dot := 0.0
-					for e, ge := range gi {
-						dot += ge * vj[e]
-						dvj[e] += p[j] * scaleKeep * ge
-					}
-					dp[j] = dot * scaleKeep
-					dsum += p[j] * dp[j]
-				}
-				qi := qs[(bh*L+i)*E : (bh*L+i+1)*E]
-				dqi := dq[(bh*L+i)*E : (bh*L+i+1)*E]
-				for j := range p {
-					ds := p[j] * (dp[j] - dsum) * s.scale
-					if ds == 0 {
-						continue
-					}
-					kj := ks[(bh*S+j)*E : (bh*S+j+1)*E]
-					dkj := dk[(bh*S+j)*E : (bh*S+j+1)*E]
-					for e := range dqi {
-						dqi[e] += ds * kj[e]
-						dkj[e] += ds * qi[e]
-					}
-				}
+		for kbh := lo; kbh < hi; kbh++ {
+			for gi := 0; gi < G; gi++ {
+				bh := kbh/Hk*H + kbh%Hk*G + gi
+				s.backwardHead(p, dp, gs, qs, ks, vs, bias, dq, dk, dv, bh, kbh, L, S, E, Ev)
 			}
 		}
 	})
 	actWriteF64(outs[0], dq)
 	actWriteF64(outs[1], dk)
 	actWriteF64(outs[2], dv)
+}
+
+// backwardHead adds query head bh's share of the gradients (see backward).
+func (s *attnSpec) backwardHead(p, dp, gs, qs, ks, vs, bias, dq, dk, dv []float64, bh, kbh, L, S, E, Ev int) {
+	for i := 0; i < L; i++ {
+		s.probs(p, qs, ks, bias, bh, kbh, i, L, S, E)
+		gi := gs[(bh*L+i)*Ev : (bh*L+i+1)*Ev]
+		dsum := 0.0
+		for j := range p {
+			scaleKeep := 1.0
+			if s.p > 0 {
+				scaleKeep = 0
+				if s.keep(bh, i, j, L, S) {
+					scaleKeep = 1 / (1 - s.p)
+				}
+			}
+			vj := vs[(kbh*S+j)*Ev : (kbh*S+j+1)*Ev]
+			dvj := dv[(kbh*S+j)*Ev : (kbh*S+j+1)*Ev]
+			dot := 0.0
+			for e, ge := range gi {
+				dot += ge * vj[e]
+				dvj[e] += p[j] * scaleKeep * ge
+			}
+			dp[j] = dot * scaleKeep
+			dsum += p[j] * dp[j]
+		}
+		qi := qs[(bh*L+i)*E : (bh*L+i+1)*E]
+		dqi := dq[(bh*L+i)*E : (bh*L+i+1)*E]
+		for j := range p {
+			ds := p[j] * (dp[j] - dsum) * s.scale
+			if ds == 0 {
+				continue
+			}
+			kj := ks[(kbh*S+j)*E : (kbh*S+j+1)*E]
+			dkj := dk[(kbh*S+j)*E : (kbh*S+j+1)*E]
+			for e := range dqi {
+				dqi[e] += ds * kj[e]
+				dkj[e] += ds * qi[e]
+			}
+		}
+	}
 }

@@ -125,6 +125,11 @@ type SDPParams struct {
 	// RequiresGrad is input_requires_grad: grad mode on and an input
 	// requiring grad.
 	RequiresGrad bool
+	// EnableGQA is scaled_dot_product_attention's enable_gqa: key and value
+	// may have fewer heads than query (grouped-query attention), which
+	// flash and cuDNN attention run natively and the math path by
+	// repeating them (repeat_interleave).
+	EnableGQA bool
 }
 
 // torchDType is a dtype as PyTorch's sdp warnings print a TypeMeta.
@@ -226,7 +231,7 @@ func cudnnReason(p SDPParams, major, minor int) string {
 	if r := checkLastStride(p, true); r != "" {
 		return r
 	}
-	if r := checkBatchHeads(p); r != "" {
+	if r := checkBatchHeads(p, true, false); r != "" {
 		return r
 	}
 	const maxDim = 65535
@@ -287,7 +292,7 @@ func flashReason(p SDPParams, major, minor int) string {
 	if r := checkLowPrecision(p, major); r != "" {
 		return r
 	}
-	if r := checkBatchHeads(p); r != "" {
+	if r := checkBatchHeads(p, true, true); r != "" {
 		return r
 	}
 	if r := checkNonzeroSeq(p); r != "" {
@@ -339,7 +344,7 @@ func efficientReason(p SDPParams, major, minor int) string {
 	if r := checkLastStride(p, false); r != "" {
 		return r
 	}
-	if r := checkBatchHeads(p); r != "" {
+	if r := checkBatchHeads(p, false, true); r != "" {
 		return r
 	}
 	allowed := []DType{Float16, Float32, BFloat16}
@@ -381,10 +386,25 @@ func checkDTypes(p SDPParams, allowed []DType) string {
 		strings.Join(names, ", "), torchDType(p.Q.dtype), torchDType(p.K.dtype), torchDType(p.V.dtype))
 }
 
-func checkBatchHeads(p SDPParams) string {
+// checkBatchHeads is check_batch_size_and_num_heads_dense<supportsGQA,
+// sameKVHeads>: with enable_gqa, a backend that supports grouped-query
+// attention (flash and cuDNN; efficient attention does not in the
+// PyTorch memsh models) accepts key and value heads that divide the
+// query's (check_grouped_query_attention; flash also wants key and value
+// to have as many heads as each other).
+func checkBatchHeads(p SDPParams, supportsGQA, sameKVHeads bool) string {
 	q, k, v := p.Q, p.K, p.V
 	if !(q.shape[0] == k.shape[0] && q.shape[0] == v.shape[0]) {
 		return fmt.Sprintf("For dense inputs, both fused kernels require query, key and value to have the same batch_size. Query.sizes(): %v, Key.sizes(): %v, Value.sizes(): %v instead. To broadcast dense inputs, try using unsqueeze and expand_to before passing them into the kernel.", q.shape, k.shape, v.shape)
+	}
+	if p.EnableGQA && supportsGQA {
+		if sameKVHeads && k.shape[1] != v.shape[1] {
+			return fmt.Sprintf("Both fused kernels require key and value to have the same num_heads and batch_size but got: Key sizes: %v, Value sizes: %v, Query sizes: %v instead.", k.shape, v.shape, q.shape)
+		}
+		if q.shape[1]%k.shape[1] != 0 || q.shape[1]%v.shape[1] != 0 {
+			return fmt.Sprintf("The number of heads in key/value must divide number of heads in query.Got input Key sizes(): %d, Value sizes(): %d, Query sizes(): %d instead.", k.shape[1], v.shape[1], q.shape[1])
+		}
+		return ""
 	}
 	if !(q.shape[1] == k.shape[1] && q.shape[1] == v.shape[1]) {
 		return fmt.Sprintf("For dense input, both fused kernels require query, key and value to have the same num_heads. Query.sizes(): %v, Key sizes(): %v, Value sizes(): %v instead. To broadcast dense inputs, try using unsqueeze and expand_to before passing them into the kernel.", q.shape, k.shape, v.shape)

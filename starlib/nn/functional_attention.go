@@ -13,19 +13,20 @@ func init() {
 }
 
 // sdpa is nn.functional.scaled_dot_product_attention(query, key, value,
-// attn_mask=None, dropout_p=0.0, is_causal=False, scale=None): query
-// [..., L, E], key [..., S, E], value [..., S, Ev] → [..., L, Ev], on
-// PyTorch's math backend (aten::_scaled_dot_product_attention_math): the
-// L×S score matrix is materialised and saved, as PyTorch's math path does
-// (see tensor/autograd.ScaledDotProductAttention for the decomposition).
+// attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+// enable_gqa=False): query [..., Hq, L, E], key [..., Hk, S, E], value
+// [..., Hk, S, Ev] → [..., Hq, L, Ev], on the backend PyTorch 2.x picks
+// (tensor/autograd.ScaledDotProductAttention: cuDNN, flash, efficient or
+// the math path, which materialises and saves the L×S scores).
 // attn_mask is bool (True: attend) or additive of query's dtype.
+// enable_gqa: key and value may have fewer heads (Hk dividing Hq).
 func sdpa(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var qV, kV, vV starlark.Value
 	var maskV, scaleV starlark.Value = starlark.None, starlark.None
 	dropoutP := 0.0
-	isCausal := false
+	isCausal, enableGQA := false, false
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "query", &qV, "key", &kV, "value", &vV,
-		"attn_mask?", &maskV, "dropout_p?", &dropoutP, "is_causal?", &isCausal, "scale?", &scaleV, "enable_gqa?", new(bool)); err != nil {
+		"attn_mask?", &maskV, "dropout_p?", &dropoutP, "is_causal?", &isCausal, "scale?", &scaleV, "enable_gqa?", &enableGQA); err != nil {
 		return nil, err
 	}
 	q, err := tensorArg(b.Name(), "query", qV)
@@ -52,7 +53,7 @@ func sdpa(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwa
 		}
 		scale = f
 	}
-	out, err := autograd.ScaledDotProductAttention(q, k, v, mask, dropoutP, isCausal, scale)
+	out, err := autograd.ScaledDotProductAttention(q, k, v, mask, dropoutP, isCausal, scale, enableGQA)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", b.Name(), err)
 	}

@@ -65,7 +65,7 @@ func sdpaKernel(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 }
 
 // sdpaBackend is nn.sdpa_backend(query, key, value, attn_mask=None,
-// dropout_p=0.0, is_causal=False): the backend ("cudnn", "flash",
+// dropout_p=0.0, is_causal=False, enable_gqa=False): the backend ("cudnn", "flash",
 // "efficient" or "math") nn.functional.scaled_dot_product_attention would run for these
 // inputs on their device now (torch._fused_sdp_choice), or PyTorch's
 // error when none can.
@@ -73,9 +73,9 @@ func sdpaBackend(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tup
 	var qV, kV, vV starlark.Value
 	var maskV starlark.Value = starlark.None
 	dropoutP := 0.0
-	isCausal := false
+	isCausal, enableGQA := false, false
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "query", &qV, "key", &kV, "value", &vV,
-		"attn_mask?", &maskV, "dropout_p?", &dropoutP, "is_causal?", &isCausal); err != nil {
+		"attn_mask?", &maskV, "dropout_p?", &dropoutP, "is_causal?", &isCausal, "enable_gqa?", &enableGQA); err != nil {
 		return nil, err
 	}
 	var ts [3]*tensor.Tensor
@@ -93,7 +93,7 @@ func sdpaBackend(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tup
 	if err != nil {
 		return nil, err
 	}
-	be, err := autograd.SDPBackendFor(ts[0], ts[1], ts[2], mask, dropoutP, isCausal)
+	be, err := autograd.SDPBackendFor(ts[0], ts[1], ts[2], mask, dropoutP, isCausal, enableGQA)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", b.Name(), err)
 	}

@@ -126,7 +126,7 @@ func TestAutocastAttentionExcluded(t *testing.T) {
 	var out *tensor.Tensor
 	if err := autograd.Autocast(c, true, tensor.BFloat16, func() error {
 		var err error
-		out, err = autograd.ScaledDotProductAttention(q, q, q, nil, 0, false, 0)
+		out, err = autograd.ScaledDotProductAttention(q, q, q, nil, 0, false, 0, false)
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -36,7 +36,15 @@ import (
 // Neither fused path allocates an L×S tensor. A gradient for attn_mask is
 // not propagated through the efficient kernel (memsh gives the mask no
 // edge).
-func ScaledDotProductAttention(q, k, v, attnMask *tensor.Tensor, dropoutP float64, isCausal bool, scale float64) (*tensor.Tensor, error) {
+//
+// enableGQA (PyTorch 2.5+'s enable_gqa) lets key and value have fewer
+// heads than query (grouped-query attention): flash and cuDNN attention
+// take them as they are (flash's backward adds per-query-head dk and dv
+// buffers), efficient attention cannot run them, and the math path
+// repeats them to the query's heads first (repeat_interleave: a
+// contiguous copy of the expanded heads, as
+// pre_process_group_query_attention_input does).
+func ScaledDotProductAttention(q, k, v, attnMask *tensor.Tensor, dropoutP float64, isCausal bool, scale float64, enableGQA bool) (*tensor.Tensor, error) {
 	const fname = "scaled_dot_product_attention"
 	// Autocast wraps the whole op (lower-precision list): q, k, v (and a
 	// float mask) are cast before the backend is chosen.
@@ -58,7 +66,7 @@ func ScaledDotProductAttention(q, k, v, attnMask *tensor.Tensor, dropoutP float6
 		return nil, fmt.Errorf("%s: Expected attn_mask dtype to be bool or float or to match query dtype, but got attn_mask.dtype: %s and  query.dtype: %s instead.", fname, attnMask.DType(), q.DType())
 	}
 	reqGrad := GradEnabled(q.Context()) && (RequiresGrad(q) || RequiresGrad(k) || RequiresGrad(v))
-	backend, serr := tensor.SelectSDPBackend(tensor.SDPParams{Q: q, K: k, V: v, Mask: attnMask, Dropout: dropoutP, Causal: isCausal, RequiresGrad: reqGrad})
+	backend, serr := tensor.SelectSDPBackend(tensor.SDPParams{Q: q, K: k, V: v, Mask: attnMask, Dropout: dropoutP, Causal: isCausal, RequiresGrad: reqGrad, EnableGQA: enableGQA})
 	if serr != nil {
 		return nil, fmt.Errorf("%s: %w", fname, serr)
 	}
@@ -70,14 +78,62 @@ func ScaledDotProductAttention(q, k, v, attnMask *tensor.Tensor, dropoutP float6
 	case tensor.SDPCuDNN:
 		return sdpaCuDNN(q, k, v, attnMask, reqGrad, dropoutP, isCausal, scale)
 	}
+	if enableGQA {
+		var err error
+		if k, v, err = repeatGQA(q, k, v); err != nil {
+			return nil, fmt.Errorf("%s: %w", fname, err)
+		}
+	}
 	return sdpaMath(q, k, v, attnMask, dropoutP, isCausal, scale)
+}
+
+// repeatGQA is pre_process_group_query_attention_input: key and value
+// repeated to query's heads (dim -3) with repeat_interleave, which for an
+// int repeat count is unsqueeze, expand, a contiguous clone and flatten
+// (CloneBackward0 and ExpandBackward0 in the graph). Equal heads return
+// k and v unchanged.
+func repeatGQA(q, k, v *tensor.Tensor) (*tensor.Tensor, *tensor.Tensor, error) {
+	if q.Dim() < 3 || k.Dim() < 3 || v.Dim() < 3 {
+		return k, v, nil
+	}
+	hq, hk, hv := q.Shape()[q.Dim()-3], k.Shape()[k.Dim()-3], v.Shape()[v.Dim()-3]
+	if hk == 0 || hv == 0 || hq%hk != 0 || hq%hv != 0 {
+		return nil, nil, fmt.Errorf("Number of heads in key and value must divide the number of heads in query")
+	}
+	rep := func(t *tensor.Tensor, n int) (*tensor.Tensor, error) {
+		if n == 1 {
+			return t, nil
+		}
+		d := t.Dim() - 3
+		u, err := Unsqueeze(t, d+1)
+		if err != nil {
+			return nil, err
+		}
+		shape := u.Shape()
+		shape[d+1] = n
+		e, err := Expand(u, shape)
+		if err != nil {
+			return nil, err
+		}
+		c, err := Contiguous(e)
+		if err != nil {
+			return nil, err
+		}
+		return Flatten(c, d, d+1)
+	}
+	rk, err := rep(k, hq/hk)
+	if err != nil {
+		return nil, nil, err
+	}
+	rv, err := rep(v, hq/hv)
+	return rk, rv, err
 }
 
 // SDPBackendFor returns the backend scaled_dot_product_attention would
 // run for these inputs (torch._fused_sdp_choice).
-func SDPBackendFor(q, k, v, attnMask *tensor.Tensor, dropoutP float64, isCausal bool) (tensor.SDPBackend, error) {
+func SDPBackendFor(q, k, v, attnMask *tensor.Tensor, dropoutP float64, isCausal, enableGQA bool) (tensor.SDPBackend, error) {
 	reqGrad := GradEnabled(q.Context()) && (RequiresGrad(q) || RequiresGrad(k) || RequiresGrad(v))
-	return tensor.SelectSDPBackend(tensor.SDPParams{Q: q, K: k, V: v, Mask: attnMask, Dropout: dropoutP, Causal: isCausal, RequiresGrad: reqGrad})
+	return tensor.SelectSDPBackend(tensor.SDPParams{Q: q, K: k, V: v, Mask: attnMask, Dropout: dropoutP, Causal: isCausal, RequiresGrad: reqGrad, EnableGQA: enableGQA})
 }
 
 func sdpaScale(q *tensor.Tensor, scale float64) float64 {
