@@ -134,9 +134,21 @@ func (s *Session) load(thread *starlark.Thread, module string) (starlark.StringD
 	if thread.CallStackDepth() > 0 {
 		from = thread.CallFrame(0).Pos.Filename()
 	}
-	path, err := s.resolveLoad(from, module)
-	if err != nil {
-		return nil, err
+	var path string
+	var src []byte
+	var err error
+	if lib, ok := s.libraryModule(from, module); ok {
+		path = libraryPrefix + lib
+	} else if strings.HasPrefix(from, libraryPrefix) {
+		return nil, fmt.Errorf("no such module in memsh's library")
+	} else if path, err = s.resolveLoad(from, module); err != nil {
+		if lib, ok := s.libraryFallback(module); ok {
+			path, err = libraryPrefix+lib, nil
+		} else if s.opts.Library != nil && strings.HasPrefix(err.Error(), "no such file") {
+			return nil, fmt.Errorf("%v nor in memsh's library (models/*.star)", err)
+		} else {
+			return nil, err
+		}
 	}
 	if e, ok := s.loaded[path]; ok {
 		if e == nil {
@@ -144,7 +156,11 @@ func (s *Session) load(thread *starlark.Thread, module string) (starlark.StringD
 		}
 		return e.globals, e.err
 	}
-	src, err := os.ReadFile(path)
+	if lib, ok := strings.CutPrefix(path, libraryPrefix); ok {
+		src, err = fs.ReadFile(s.opts.Library, lib)
+	} else {
+		src, err = os.ReadFile(path)
+	}
 	if err != nil {
 		return nil, pathErr(err)
 	}
@@ -206,6 +222,35 @@ func (s *Session) compileModule(module, path string, src []byte) (*starlark.Prog
 		return nil, fmt.Errorf("not a valid Starlark module (error at line %d)", line)
 	}
 	return prog, nil
+}
+
+// libraryPrefix names the library's modules (Options.Library) in the
+// loaded-module cache and in tracebacks: "memsh:models/llama.star".
+const libraryPrefix = "memsh:"
+
+// libraryModule resolves a load() made by one of the library's own
+// modules: in the library only, relative to its root.
+func (s *Session) libraryModule(from, module string) (string, bool) {
+	if s.opts.Library == nil || !strings.HasPrefix(from, libraryPrefix) {
+		return "", false
+	}
+	return s.libraryFallback(module)
+}
+
+// libraryFallback resolves module in the library when it holds it: a
+// relative, clean path naming a file.
+func (s *Session) libraryFallback(module string) (string, bool) {
+	if s.opts.Library == nil || filepath.IsAbs(module) {
+		return "", false
+	}
+	p := strings.TrimPrefix(filepath.ToSlash(module), "./")
+	if !fs.ValidPath(p) {
+		return "", false
+	}
+	if fi, err := fs.Stat(s.opts.Library, p); err != nil || fi.IsDir() {
+		return "", false
+	}
+	return p, true
 }
 
 type loadEntry struct {

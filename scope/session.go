@@ -9,6 +9,7 @@
 package scope
 
 import (
+	"io/fs"
 	"fmt"
 	"io"
 	"os"
@@ -52,6 +53,12 @@ type Options struct {
 	// (--load-path), besides the main script's directory (the working
 	// directory for a REPL or -c code).
 	LoadPath []string
+	// Library is a file tree load() resolves a relative module path in
+	// when the load roots do not have it (memsh's model library,
+	// load("models/llama.star", ...), embedded in the binary); its modules'
+	// own loads resolve in it only. Its files are named "memsh:PATH" in
+	// tracebacks. nil: none.
+	Library fs.FS
 }
 
 // Session is one memsh interpreter: live globals, a thread, devices and the

@@ -34,6 +34,7 @@ import (
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/repl"
 	"github.com/memsh/memsh/scope"
+	"github.com/memsh/memsh/scripts"
 	"github.com/memsh/memsh/starlib"
 	"github.com/memsh/memsh/tensor"
 )
@@ -114,7 +115,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 				fmt.Fprintln(stderr, "memsh: --peak:", err)
 				return 2
 			}
-			return runTests(rest[1:], scope.Options{Device: *device, Peak: mode, MaxSteps: *maxSteps, Argv: []string{}, LoadPath: loadPath}, maxPeakOf(fs), stdout, stderr)
+			return runTests(rest[1:], scope.Options{Device: *device, Peak: mode, MaxSteps: *maxSteps, Argv: []string{}, LoadPath: loadPath, Library: scripts.Library}, maxPeakOf(fs), stdout, stderr)
 		}
 		if sub, ok := subcommands[rest[0]]; ok {
 			return sub(rest[1:], stdout, stderr)
@@ -125,7 +126,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 		fmt.Fprintln(stderr, "memsh: --peak:", err)
 		return 2
 	}
-	opts := scope.Options{Device: *device, Peak: mode, Out: stdout, Err: stderr, Quiet: *quiet, MaxSteps: *maxSteps, Argv: []string{}, LoadPath: loadPath}
+	opts := scope.Options{Device: *device, Peak: mode, Out: stdout, Err: stderr, Quiet: *quiet, MaxSteps: *maxSteps, Argv: []string{}, LoadPath: loadPath, Library: scripts.Library}
 	switch {
 	case *code != "":
 		opts.Argv = rest

@@ -1,0 +1,81 @@
+package scope_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/scope"
+)
+
+// backtraceHas reports whether one of err's chain of Starlark errors has
+// a backtrace containing s.
+func backtraceHas(err error, s string) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if ee, ok := err.(*starlark.EvalError); ok && strings.Contains(ee.Backtrace(), s) {
+			return true
+		}
+	}
+	return false
+}
+
+// load() falls back to the library (Options.Library: memsh's embedded
+// model library) for a relative module the load roots do not have; the
+// library's modules load from the library only; a file on disk of the
+// same name wins for the user's own loads.
+func TestLoadLibrary(t *testing.T) {
+	lib := fstest.MapFS{
+		"models/a.star":    {Data: []byte("load('models/b.star', 'b')\na = b + 1\n")},
+		"models/b.star":    {Data: []byte("b = 41\n")},
+		"models/bad.star":  {Data: []byte("load('local.star', 'x')\n")},
+		"models/fail.star": {Data: []byte("def f():\n    fail('boom')\nf()\n")},
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "local.star"), []byte("x = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	main := filepath.Join(dir, "main.star")
+	run := func(src string) (string, error) {
+		if err := os.WriteFile(main, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out, Library: lib})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		err = s.Exec(main, nil)
+		return out.String(), err
+	}
+	if out, err := run("load('models/a.star', 'a')\nprint(a)\n"); err != nil || out != "42\n" {
+		t.Fatalf("library load: %q, %v", out, err)
+	}
+	// a library module cannot reach the user's files
+	if _, err := run("load('models/bad.star', 'x')\n"); err == nil || !strings.Contains(err.Error(), "no such module in memsh's library") {
+		t.Errorf("library module loading a disk file: %v", err)
+	}
+	// tracebacks name library files memsh:PATH
+	if _, err := run("load('models/fail.star', 'f')\n"); !backtraceHas(err, "memsh:models/fail.star:2:9: in f") {
+		t.Errorf("traceback through a library module: %v", err)
+	}
+	// a file on disk shadows the library's for the user's own loads
+	if err := os.MkdirAll(filepath.Join(dir, "models"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "models", "b.star"), []byte("b = 7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run("load('models/b.star', 'b')\nload('models/a.star', 'a')\nprint(b, a)\n"); err != nil || out != "7 42\n" {
+		t.Errorf("disk before library, library modules from the library: %q, %v", out, err)
+	}
+	if _, err := run("load('models/none.star', 'x')\n"); err == nil || !strings.Contains(err.Error(), "nor in memsh's library") {
+		t.Errorf("missing module: %v", err)
+	}
+}
