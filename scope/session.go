@@ -9,9 +9,9 @@
 package scope
 
 import (
-	"io/fs"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sort"
 	"strings"
