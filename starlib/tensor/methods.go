@@ -102,6 +102,8 @@ func init() {
 		"mul_":     inplaceMethod(tensor.OpMul),
 		"div_":     inplaceMethod(tensor.OpDiv),
 		"matmul":   methodMatmul,
+		"mm":       methodMm,
+		"addmm":    methodAddmm,
 		"eq":       compareMethod(tensor.CmpEq),
 		"ne":       compareMethod(tensor.CmpNe),
 		"lt":       compareMethod(tensor.CmpLt),
@@ -559,6 +561,37 @@ func methodExpand(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tup
 		return nil, err
 	}
 	return resultAs(fname)(autograd.Expand(t.t, sizes))
+}
+
+// methodMm is t.mm(mat2): the product of two 2-D tensors (MmBackward0:
+// mat2 saved when t needs a gradient, t when mat2 does).
+func methodMm(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var mat2 *Tensor
+	if err := starlark.UnpackArgs(fname, args, kwargs, "mat2", &mat2); err != nil {
+		return nil, err
+	}
+	return resultAs(fname)(autograd.Mm(t.t, mat2.t))
+}
+
+// methodAddmm is t.addmm(mat1, mat2, beta=1, alpha=1) (torch.addmm(input,
+// mat1, mat2)): t + mat1 @ mat2, t broadcast to the product's shape
+// (AddmmBackward0, saved as mm's; Hugging Face's Conv1D is this call).
+// Only beta=1 and alpha=1 are modelled.
+func methodAddmm(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var mat1, mat2 *Tensor
+	var beta, alpha starlark.Value = starlark.MakeInt(1), starlark.MakeInt(1)
+	if err := starlark.UnpackArgs(fname, args, kwargs, "mat1", &mat1, "mat2", &mat2, "beta?", &beta, "alpha?", &alpha); err != nil {
+		return nil, err
+	}
+	for _, p := range []struct {
+		name string
+		v    starlark.Value
+	}{{"beta", beta}, {"alpha", alpha}} {
+		if f, ok := starlark.AsFloat(p.v); !ok || f != 1 {
+			return nil, fmt.Errorf("%s: for parameter %s: only 1 is supported, got %s", fname, p.name, p.v)
+		}
+	}
+	return resultAs(fname)(autograd.Addmm(t.t, mat1.t, mat2.t))
 }
 
 func methodMatmul(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
