@@ -138,6 +138,14 @@ func NoArgs(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	return Of(thread, b.Name())
 }
 
+// ErrorValue is an error that carries a value for code that handles the
+// failure as data: nn.track's breakdown up to an out-of-memory error,
+// which trial() returns as its .value.
+type ErrorValue interface {
+	error
+	ErrorValue() starlark.Value
+}
+
 // InPlaceOperand is implemented by values whose augmented assignments
 // update them in place, as PyTorch's tensors do: for such an x, memsh runs
 // `x += y` (and -=, *=, /=, //=, %=, &=, |=, ^=, <<=, >>=) as

@@ -102,8 +102,10 @@ func (s *Session) finishReopened(thread *starlark.Thread) {
 // struct(name, status, error, value, data): status is "ok", "oom" (the
 // call ran out of device or host memory; error holds the PyTorch-style
 // message) or "error" (any other failure); value is fn's result (None on
-// failure); data is the block's data as experiment.finish() returns it. An
-// out-of-memory error is data, not a failure of trial.
+// failure, or what the failure carries: trial(nn.track, fn, ...) gives
+// the breakdown up to an out-of-memory error); data is the block's data
+// as experiment.finish() returns it. An out-of-memory error is data, not
+// a failure of trial.
 func trialBuiltin(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	s, err := threadSession(thread, b.Name())
 	if err != nil {
@@ -182,6 +184,10 @@ func (s *Session) RunTrial(thread *starlark.Thread, name string, fn starlark.Cal
 		r.Status, r.Error = "oom", oomMessage(callErr)
 	default:
 		r.Status, r.Error = "error", callErr.Error()
+	}
+	var ev env.ErrorValue
+	if callErr != nil && errors.As(callErr, &ev) {
+		r.Return = ev.ErrorValue() // what the failed call carries (nn.track's breakdown)
 	}
 	v = nil
 	d, err := e.finish(thread, extra)

@@ -32,8 +32,15 @@ import (
 // in one) and returns a value with .peak and .end (dicts: category →
 // bytes), .modules (a list of structs: name, type, depth, forward,
 // backward — dicts, backward None when the module had no backward), .device,
-// .result (fn's result) and .display(units="auto", depth=None). Inside a
-// sweep point the breakdown also goes into the point's --out record.
+// .result (fn's result), .peak_phase (what ran at the peak: "forward",
+// "backward", "optimizer step" or "other") and .display(units="auto",
+// depth=None). Inside a sweep point the breakdown also goes into the
+// point's --out record.
+//
+// When fn fails (out of memory, say) the error is fn's, and it carries the
+// report up to the failure, whose .failed is the breakdown of what was
+// allocated when it failed (None otherwise): trial(nn.track, fn, ...)
+// returns it as the trial's value.
 func init() { register("track", nnTrack) }
 
 const trackKey = "memsh.nn.track"
@@ -157,14 +164,25 @@ func nnTrack(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 	}
 	prev, prevHook := thread.Local(trackKey), thread.Local(staroptim.StepHookKey)
 	thread.SetLocal(trackKey, ts)
-	thread.SetLocal(staroptim.StepHookKey, func(o optim.Optimizer) { tr.AddOptimizer(o) })
+	thread.SetLocal(staroptim.StepHookKey, staroptim.StepHook(func(o optim.Optimizer) func() {
+		tr.AddOptimizer(o)
+		tr.StepBegin()
+		return tr.StepEnd
+	}))
 	tr.Start()
 	res, callErr := starlark.Call(thread, fn, args[1:], kwargs)
-	rep := tr.Stop()
+	var rep *memtrack.Report
+	if callErr != nil {
+		rep = tr.StopFailed()
+	} else {
+		rep = tr.Stop()
+	}
 	thread.SetLocal(trackKey, prev)
 	thread.SetLocal(staroptim.StepHookKey, prevHook)
 	if callErr != nil {
-		return nil, callErr
+		// the breakdown so far travels with the error: trial() puts it
+		// in its .value (env.ErrorValue)
+		return nil, &trackError{err: callErr, report: &TrackReport{rep: rep, result: starlark.None, depth: ts.depth}}
 	}
 	out := &TrackReport{rep: rep, result: res, depth: ts.depth}
 	fmt.Fprint(e.Out, out.table("auto", 0))
@@ -173,6 +191,20 @@ func nnTrack(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 	}
 	return out, nil
 }
+
+// trackError is nn.track's error when fn failed: fn's error, with the
+// report up to the failure (its .failed: what was allocated when it
+// failed), which trial() returns as its value.
+type trackError struct {
+	err    error
+	report *TrackReport
+}
+
+func (e *trackError) Error() string { return e.err.Error() }
+func (e *trackError) Unwrap() error { return e.err }
+
+// ErrorValue implements env.ErrorValue.
+func (e *trackError) ErrorValue() starlark.Value { return e.report }
 
 // TrackReport is nn.track's result (type "nn.MemTrackReport").
 type TrackReport struct {
@@ -189,7 +221,7 @@ func (r *TrackReport) Freeze()               {}
 func (r *TrackReport) Truth() starlark.Bool  { return true }
 func (r *TrackReport) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable: %s", r.Type()) }
 func (r *TrackReport) AttrNames() []string {
-	return []string{"device", "display", "end", "modules", "peak", "result"}
+	return []string{"device", "display", "end", "failed", "modules", "peak", "peak_phase", "result"}
 }
 
 func snapDict(s *memtrack.Snapshot) starlark.Value {
@@ -212,6 +244,10 @@ func (r *TrackReport) Attr(name string) (starlark.Value, error) {
 		return snapDict(&r.rep.Peak), nil
 	case "end":
 		return snapDict(&r.rep.End), nil
+	case "failed":
+		return snapDict(r.rep.Failed), nil
+	case "peak_phase":
+		return starlark.String(r.rep.Peak.Phase), nil
 	case "result":
 		return r.result, nil
 	case "modules":

@@ -45,10 +45,14 @@ var (
 	_ starlark.HasAttrs = (*Optimizer)(nil)
 )
 
-// StepHookKey is the thread-local key of a func(optim.Optimizer) that
-// every optimizer's step() calls before it updates (nn.track registers the
-// optimizer's state with it, as MemTracker's optimizer step pre-hook).
+// StepHookKey is the thread-local key of a StepHook, which every
+// optimizer's step() calls before it updates (nn.track registers the
+// optimizer's state with it, as MemTracker's optimizer step pre-hook), and
+// whose returned function it calls when the update is done.
 const StepHookKey = "memsh.optim.step_hook"
+
+// StepHook is the function StepHookKey holds.
+type StepHook func(optim.Optimizer) (done func())
 
 // Engine returns the engine optimizer.
 func (o *Optimizer) Engine() optim.Optimizer { return o.o }
@@ -70,8 +74,8 @@ func (o *Optimizer) Attr(name string) (starlark.Value, error) {
 			if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
 				return nil, err
 			}
-			if h, ok := thread.Local(StepHookKey).(func(optim.Optimizer)); ok {
-				h(o.o)
+			if h, ok := thread.Local(StepHookKey).(StepHook); ok {
+				defer h(o.o)()
 			}
 			if err := o.o.Step(); err != nil {
 				return nil, fmt.Errorf("%s: %w", b.Name(), err)

@@ -78,7 +78,20 @@ var rank = [NumCategories]int{Parameter: 0, Buffer: 1, Gradient: 2, Optstate: 3,
 type Snapshot struct {
 	Bytes [NumCategories]uint64 // by category
 	Total uint64                // the sum: the device's allocated bytes
+	// Phase is what was running when it was taken: "forward" (a module's
+	// forward), "backward" (a node of the backward engine), "optimizer
+	// step" (between StepBegin and StepEnd) or "other" (code outside
+	// modules, such as a loss computed after the model returned).
+	Phase string
 }
+
+// The phases of a Snapshot.
+const (
+	PhaseForward  = "forward"
+	PhaseBackward = "backward"
+	PhaseStep     = "optimizer step"
+	PhaseOther    = "other"
+)
 
 // Module is one module's figures: the snapshot at the peak of its
 // forward and of its backward (the highest over all its calls).
@@ -92,6 +105,11 @@ type Report struct {
 	Device    string
 	Peak, End Snapshot
 	Modules   []*Module // in the order they first ran
+	// Failed is the breakdown when the tracked call failed (StopFailed):
+	// what was still allocated when the failure returned, before any
+	// reclaim — for an out-of-memory error, the live set the failed
+	// allocation did not fit beside. nil after Stop.
+	Failed *Snapshot
 }
 
 // frame is one running module: the forward stack, or a node's scope.
@@ -128,6 +146,7 @@ type Tracker struct {
 	stopObs   func()
 	restoreAG func()
 	started   bool
+	inStep    int // nesting of StepBegin
 }
 
 // New returns a Tracker of device ("cuda:0", "cpu") in ctx's Manager.
@@ -202,6 +221,30 @@ func (t *Tracker) Start() {
 		t.updateGuard()
 	}
 	t.started = true
+}
+
+// StepBegin and StepEnd bracket an optimizer's step, so that a snapshot
+// taken meanwhile has the phase "optimizer step".
+func (t *Tracker) StepBegin() { t.inStep++ }
+
+// StepEnd ends what StepBegin began.
+func (t *Tracker) StepEnd() {
+	if t.inStep > 0 {
+		t.inStep--
+	}
+}
+
+// StopFailed ends tracking after the tracked call failed: the report's
+// Failed is the breakdown of what is still allocated now, taken before
+// the reclaim of Stop.
+func (t *Tracker) StopFailed() *Report {
+	if !t.started {
+		return nil
+	}
+	f := t.snapshot()
+	r := t.Stop()
+	r.Failed = &f
+	return r
 }
 
 // Stop ends tracking and returns the report; the end snapshot is taken
@@ -412,6 +455,16 @@ func (t *Tracker) snapshot() Snapshot {
 	s.Bytes[Other] = t.preTotal - pre
 	s.Bytes[Temp] = t.total - sum - s.Bytes[Other]
 	s.Total = t.total
+	switch {
+	case t.inStep > 0:
+		s.Phase = PhaseStep
+	case t.bw != nil:
+		s.Phase = PhaseBackward
+	case t.fw != nil:
+		s.Phase = PhaseForward
+	default:
+		s.Phase = PhaseOther
+	}
 	return s
 }
 
