@@ -127,6 +127,19 @@ func (c *Context) blasWorkspaceOf(device string, lt bool) error {
 	return nil
 }
 
+// LibraryMemory returns the allocations the Context made for libraries
+// rather than tensors: the cuBLAS and cuBLASLt workspaces.
+func (c *Context) LibraryMemory() []*backend.Memory {
+	if c == nil || c.blas == nil {
+		return nil
+	}
+	out := make([]*backend.Memory, 0, len(c.blas.ws))
+	for _, m := range c.blas.ws {
+		out = append(out, m)
+	}
+	return out
+}
+
 // EnterBackward marks the start of a backward pass (the autograd engine's
 // thread, for the cuBLAS workspaces); the returned function marks its end.
 // Backward passes nest (a checkpoint's recomputation runs inside one).

@@ -23,7 +23,9 @@
 //
 // an allocation with several roles counts once, in the first of
 // Parameter, Buffer, Gradient, Optstate, Activation. The rest is Temp, or
-// Other when it was allocated before Start. Totals are allocator block
+// Other when it was allocated before Start or is a library's (the cuBLAS
+// workspaces, which PyTorch's MemTracker does not see: they are no
+// tensors). Totals are allocator block
 // sizes (PyTorch's 512-byte rounding, as MemTracker's _calculate_mem_consumed
 // and memory_allocated count them), so Total is memory_allocated.
 //
@@ -452,7 +454,17 @@ func (t *Tracker) snapshot() Snapshot {
 			pre += n
 		}
 	}
-	s.Bytes[Other] = t.preTotal - pre
+	// library memory made while tracking (a cuBLAS workspace at the first
+	// matrix product) is Other, as what was there before
+	var lib uint64
+	for _, m := range t.ctx.LibraryMemory() {
+		if n, ok := t.live[m.Seq()]; ok && m.Seq() > t.startSeq {
+			if _, known := cat[m.Seq()]; !known {
+				lib += n
+			}
+		}
+	}
+	s.Bytes[Other] = t.preTotal - pre + lib
 	s.Bytes[Temp] = t.total - sum - s.Bytes[Other]
 	s.Total = t.total
 	switch {
