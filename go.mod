@@ -27,6 +27,7 @@ require (
 )
 
 require (
+	github.com/agnivade/levenshtein v1.2.2
 	github.com/chzyer/readline v1.5.1
 	github.com/dustin/go-humanize v1.1.0
 	github.com/google/btree v1.1.3

@@ -48,6 +48,15 @@ const (
 	cublasLt      = 1024 * 1024
 )
 
+// ComputeCapability returns the preset card's compute capability
+// (major, minor).
+func (p Preset) ComputeCapability() [2]int {
+	if c, ok := cards[p.Key]; ok {
+		return c.cc
+	}
+	return DefaultCapability
+}
+
 // workspaces returns PyTorch's default cuBLAS and cuBLASLt workspace sizes
 // on the preset's card.
 func (p Preset) workspaces() (cublas, lt uint64) {

@@ -4,112 +4,82 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strconv"
+	"os/signal"
 	"strings"
+	"sync"
 
-	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/record"
-	"github.com/memsh/memsh/repl"
+	"github.com/memsh/memsh/fit"
 	"github.com/memsh/memsh/scope"
 	"github.com/memsh/memsh/scripts"
 )
 
 func init() { subcommands["fit"] = fitCommand }
 
-// memsh fit MODEL [--gpu H100] [--seq N] [--batch N] [--precision
-// fp32|bf16|fp16] [--optimizer adamw|adam|sgd] [--checkpoint] runs
-// scripts/fit.star (embedded in the binary, with scripts/models) for one
-// model on a meta simulator of the GPU preset: the largest batch that
-// trains at the sequence length (--seq, default the model's), or with
-// --batch the longest sequence at that batch (language models).
+// fitUsage is memsh fit's usage line.
+const fitUsage = "usage: memsh fit SOURCE [--gpu H100] [--seq N | --batch N] [--precision fp32|bf16|fp16|bf16-true] [--optimizer adamw|adam|sgd] [--checkpoint] [--attention eager|sdpa|flash] [--json] [--out FILE.jsonl]"
+
+// fitCommand is `memsh fit SOURCE ...` (package fit): the largest batch
+// that trains SOURCE — a library model, a Hugging Face config.json (or
+// its directory) or a .star model file — on a simulated card, or with
+// --batch the longest sequence; the breakdown at the boundary and, when
+// nothing fits, what would.
 func fitCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("memsh fit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	gpu := fs.String("gpu", "H100", "the simulated GPU `PRESET` (memsh devices --presets), or a size (80GiB)")
-	seq := fs.Int("seq", 0, "sequence length `N` for the batch search (default: the model's)")
-	batch := fs.Int("batch", 0, "find the longest sequence at batch `N` instead (language models)")
-	precision := fs.String("precision", "bf16", "fp32, bf16 or fp16 (autocast when memsh has it, else fp32)")
-	optimizer := fs.String("optimizer", "adamw", "adamw, adam or sgd")
-	checkpoint := fs.Bool("checkpoint", false, "activation checkpointing per layer (when memsh has nn.checkpoint)")
-	out := fs.String("out", "", "append the trials' records to `FILE.jsonl` (memsh plot FILE.jsonl)")
+	var o fit.Options
+	fs.StringVar(&o.GPU, "gpu", "H100", "the simulated GPU `PRESET` (memsh devices --presets), or a size (80GiB)")
+	fs.IntVar(&o.Seq, "seq", 0, "sequence length `N` of the batch search (default: the model's, at most 2048)")
+	fs.IntVar(&o.Batch, "batch", 0, "find the longest sequence at batch `N` instead (language models)")
+	fs.StringVar(&o.Precision, "precision", "bf16", "fp32, bf16 (autocast, float32 weights), fp16 (autocast and a GradScaler) or bf16-true (bfloat16 weights and optimizer state)")
+	fs.StringVar(&o.Optimizer, "optimizer", "adamw", "adamw, adam or sgd (momentum 0.9)")
+	fs.BoolVar(&o.Checkpoint, "checkpoint", false, "activation checkpointing per layer (nn.checkpoint, non-reentrant)")
+	fs.StringVar(&o.Attention, "attention", "sdpa", "eager, sdpa or flash (Hugging Face's attn_implementation names; sdpa's backend is PyTorch's choice for the card)")
+	fs.BoolVar(&o.JSON, "json", false, "print one JSON object (docs/fit.md) instead of the report")
+	fs.StringVar(&o.Out, "out", "", "append the trials' records to `FILE.jsonl` (memsh plot FILE.jsonl)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: memsh fit MODEL [--gpu H100] [--seq N] [--batch N] [--precision fp32|bf16|fp16] [--optimizer adamw|adam|sgd] [--checkpoint]")
-		fmt.Fprintln(stderr, "models: gpt2-small gpt2-medium gpt2-large gpt2-xl llama-3.2-1b llama-3.1-8b resnet18 resnet50")
+		fmt.Fprintln(fs.Output(), fitUsage)
+		fmt.Fprintln(fs.Output(), "SOURCE: a library model ("+strings.Join(fit.LibraryNames(), " ")+"), a Hugging Face config.json or its directory, or a .star model file (docs/fit.md)")
 		fs.PrintDefaults()
 	}
 	rest, code := parseInterspersed(fs, args)
 	if code >= 0 {
 		return code
 	}
-	if len(rest) != 1 {
-		fs.Usage()
+	switch {
+	case len(rest) == 0:
+		fmt.Fprintln(stderr, "memsh fit: no model given\n"+fitUsage)
+		return 2
+	case len(rest) > 1:
+		fmt.Fprintf(stderr, "memsh fit: one model at a time, got %q\n%s\n", strings.Join(rest, " "), fitUsage)
 		return 2
 	}
-	if *seq < 0 || *batch < 0 {
-		fmt.Fprintln(stderr, "memsh fit: --seq and --batch want positive integers")
+	o.Source = rest[0]
+	o.Set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.Set[f.Name] = true })
+	if o.Set["seq"] && o.Set["batch"] {
+		fmt.Fprintln(stderr, "memsh fit: --seq and --batch search different things: give one (--batch N finds the longest sequence at batch N)")
 		return 2
 	}
-	argv := []string{rest[0], "--precision", *precision, "--optimizer", *optimizer, "--checkpoint", map[bool]string{true: "on", false: "off"}[*checkpoint]}
-	if *batch > 0 {
-		argv = append(argv, "--what", "seq", "--batch", strconv.Itoa(*batch))
-	} else {
-		argv = append(argv, "--what", "batch")
+	// Ctrl-C interrupts the session fit is running (each search has its own)
+	var mu sync.Mutex
+	var current *scope.Session
+	o.Started = func(s *scope.Session) {
+		mu.Lock()
+		current = s
+		mu.Unlock()
 	}
-	if *seq > 0 {
-		argv = append(argv, "--seq", strconv.Itoa(*seq))
-	}
-
-	dir, err := os.MkdirTemp("", "memsh-fit-")
-	if err != nil {
-		fmt.Fprintln(stderr, "memsh fit:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := writeEmbedded(dir); err != nil {
-		fmt.Fprintln(stderr, "memsh fit:", err)
-		return 1
-	}
-	device := "sim:" + strings.TrimPrefix(*gpu, "sim:")
-	if !strings.Contains(device, "meta") {
-		device += ",meta"
-	}
-	s, err := scope.New(scope.Options{Device: device, Peak: backend.PeakExact, Out: stdout, Err: stderr, Argv: argv})
-	if err != nil {
-		fmt.Fprintln(stderr, "memsh fit:", err)
-		return 2
-	}
-	defer s.Close()
-	if *out != "" {
-		st := record.Of(s.Env())
-		if err := st.Open(*out); err != nil {
-			fmt.Fprintln(stderr, "memsh fit: --out", err)
-			return 2
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	defer signal.Stop(sig)
+	go func() {
+		for range sig {
+			mu.Lock()
+			if current != nil {
+				current.Interrupt()
+			}
+			mu.Unlock()
 		}
-		defer st.Close()
-	}
-	if err := repl.Interruptible(s, func() error { return s.Exec(filepath.Join(dir, "fit.star"), nil) }); err != nil {
-		return failed(s, stderr, err)
-	}
-	return 0
-}
-
-// writeEmbedded copies fit.star and models/ out of the binary into dir.
-func writeEmbedded(dir string) error {
-	return fs.WalkDir(scripts.FS, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dir, filepath.FromSlash(p))
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		data, err := scripts.FS.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, data, 0o644)
-	})
+	}()
+	return fit.Main(o, scripts.Library, stdout, stderr)
 }

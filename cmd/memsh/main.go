@@ -26,7 +26,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
+
+	"github.com/agnivade/levenshtein"
 
 	"go.starlark.net/starlark"
 	"golang.org/x/term"
@@ -120,6 +123,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 		if sub, ok := subcommands[rest[0]]; ok {
 			return sub(rest[1:], stdout, stderr)
 		}
+		if err := unknownCommand(rest[0]); err != nil {
+			fmt.Fprintln(stderr, "memsh:", err)
+			return 2
+		}
 	}
 	mode, err := backend.ParsePeakMode(*peak)
 	if err != nil {
@@ -193,6 +200,33 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 	return budgetStatus(s)
 }
 
+// unknownCommand is the usage error for a first argument that is neither
+// a subcommand nor a script: a bare word (no ".star", no path) that names
+// no file, such as a mistyped subcommand.
+func unknownCommand(arg string) error {
+	if arg == "-" || strings.HasSuffix(arg, ".star") || strings.ContainsRune(arg, filepath.Separator) || strings.HasPrefix(arg, "-") {
+		return nil
+	}
+	if _, err := os.Stat(arg); err == nil {
+		return nil
+	}
+	names := []string{"devices", "help", "test", "version"}
+	for n := range subcommands {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := levenshtein.ComputeDistance(arg, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	if best != "" {
+		return fmt.Errorf("unknown command %q (did you mean %q?); commands: %s; a script is FILE.star", arg, best, strings.Join(names, " "))
+	}
+	return fmt.Errorf("unknown command %q; commands: %s; a script is FILE.star", arg, strings.Join(names, " "))
+}
+
 // failed reports a script (or -c code) that stopped on err: the traceback,
 // then every experiment still open is finished, innermost first, with the
 // failure's status ("oom" or "error") in its report, record and trace.
@@ -244,7 +278,9 @@ func budgetStatus(s *scope.Session) int {
 
 // usage prints the usage text and the flags to fs's output.
 func usage(fs *flag.FlagSet) {
-	fmt.Fprint(fs.Output(), `usage: memsh [flags] [FILE.star [ARG...]]   run a script, or the REPL
+	fmt.Fprint(fs.Output(), `usage: memsh fit SOURCE [--gpu H100] ...      the largest batch that trains SOURCE (a library model
+                                             such as llama-3.1-8b, a config.json, a .star model) on a GPU
+       memsh [flags] [FILE.star [ARG...]]   run a script, or the REPL
        memsh [flags] - [ARG...]             run the script on stdin (also when stdin is a pipe)
        memsh [flags] -c CODE [ARG...]       run code
        memsh [flags] -i FILE.star           run a script, then the REPL

@@ -1,0 +1,483 @@
+package fit
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/syntax"
+
+	"github.com/memsh/memsh/backend/sim"
+)
+
+// Main runs `memsh fit` with validated-as-it-goes options and returns the
+// exit status: 0 answered, 1 a failure (a model that does not build), 2 a
+// usage error (one line on stderr).
+func Main(o Options, lib fs.FS, stdout, stderr io.Writer) int {
+	m, err := Resolve(o.Source, lib)
+	if err == nil && m.Kind == KindStar {
+		err = m.readStarNames()
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "memsh fit:", err)
+		if IsUsage(err) {
+			return 2
+		}
+		return 1
+	}
+	warnings, err := o.Validate(m)
+	if err != nil {
+		fmt.Fprintln(stderr, "memsh fit:", err)
+		return 2
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, "memsh fit:", w)
+	}
+	table := stdout
+	if o.JSON {
+		table = io.Discard
+	}
+	rep, err := Fit(o, m, lib, table, stderr)
+	if err != nil {
+		if IsUsage(err) {
+			fmt.Fprintln(stderr, "memsh fit:", err)
+			return 2
+		}
+		var ee *starlark.EvalError
+		if errors.As(err, &ee) {
+			fmt.Fprintln(stderr, ee.Backtrace())
+		} else {
+			fmt.Fprintln(stderr, "memsh fit:", err)
+		}
+		return 1
+	}
+	if o.JSON {
+		if err := rep.WriteJSON(stdout); err != nil {
+			fmt.Fprintln(stderr, "memsh fit:", err)
+			return 1
+		}
+		return 0
+	}
+	rep.WriteText(stdout)
+	return 0
+}
+
+// readStarNames finds which optional names a .star model defines at top
+// level (PARAMETERS, MAX_SEQ, SEQ), so that the driver loads them.
+func (m *Model) readStarNames() error {
+	src, err := os.ReadFile(m.Star)
+	if err != nil {
+		return usageErr("%s: %v", m.Star, unwrapPath(err))
+	}
+	f, err := syntax.Parse(m.Star, src, 0)
+	if err != nil {
+		return fmt.Errorf("%v", err)
+	}
+	has := map[string]bool{}
+	for _, st := range f.Stmts {
+		switch st := st.(type) {
+		case *syntax.AssignStmt:
+			if id, ok := st.LHS.(*syntax.Ident); ok {
+				has[id.Name] = true
+			}
+		case *syntax.DefStmt:
+			has[st.Name.Name] = true
+		}
+	}
+	for _, need := range []string{"build", "inputs"} {
+		if !has[need] {
+			return usageErr("%s: a model file defines build(device, checkpoint) and inputs(batch, seq, device); it has no %s", m.Star, need)
+		}
+	}
+	for _, opt := range []string{"PARAMETERS", "MAX_SEQ"} {
+		if has[opt] {
+			m.starNames = append(m.starNames, opt)
+		}
+	}
+	m.Sequence = has["MAX_SEQ"]
+	return nil
+}
+
+// Fit answers o for m: the search, the boundary measured, and advice
+// when nothing fits. table receives the sweeps' trial tables.
+func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, error) {
+	r, err := sessionFor(o, m, lib, o.GPU, table, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	if o.Out != "" {
+		done, err := r.openOut(o.Out)
+		if err != nil {
+			return nil, usageErr("--out %v", err)
+		}
+		defer done()
+	}
+	rep := &Report{Model: m.Name, Title: m.Title, Source: sourceKind(m), GPU: o.GPU, Precision: o.Precision,
+		Optimizer: o.Optimizer, Checkpoint: o.Checkpoint, Attention: o.Attention, Steps: Steps}
+	if m.Entry != nil {
+		rep.PublishedParameters = m.Entry.Published
+	}
+	if err := r.starChecks(m, rep); err != nil {
+		return nil, err
+	}
+	info, err := r.describe()
+	if err != nil {
+		return nil, err
+	}
+	rep.Parameters, rep.TrainableParameters, rep.ParameterDType = info.Parameters, info.Trainable, info.DType
+	if m.Kind == KindStar && rep.PublishedParameters > 0 && rep.PublishedParameters != rep.Parameters {
+		return nil, fmt.Errorf("%s: PARAMETERS is %s, but the model build() returns has %s parameters", m.Star, commas(rep.PublishedParameters), commas(rep.Parameters))
+	}
+	if m.HF != nil && m.HF.Path != "" {
+		if err := checkpointBeside(m, info, rep); err != nil {
+			return nil, err
+		}
+	}
+	if m.HF != nil && m.HF.HasVision {
+		rep.Notes = append(rep.Notes, "a multimodal config: memsh builds its text model only (the vision tower is not modelled)")
+	}
+	if err := r.attentionReport(m, rep); err != nil {
+		return nil, err
+	}
+	if dev := r.s.Devices(); len(dev) > 0 {
+		rep.Device = dev[0].Description()
+	}
+	seq := 0
+	if m.Sequence {
+		seq = m.DefaultSeq
+		if o.Seq > 0 {
+			seq = o.Seq
+		}
+	}
+	var sr *Search
+	if o.Set["batch"] {
+		if !m.Sequence {
+			return nil, usageErr("--batch: %s takes no sequence", m.Name)
+		}
+		rep.Search, rep.Batch = "seq", o.Batch
+		sr, err = r.search("seq", o.Batch, 0, 1, m.MaxSeq, fmt.Sprintf("%s seq (batch %d)", m.Name, o.Batch))
+	} else {
+		rep.Search, rep.Seq = "batch", seq
+		name := m.Name + " batch"
+		if seq > 0 {
+			name = fmt.Sprintf("%s batch (seq %d)", m.Name, seq)
+		}
+		sr, err = r.search("batch", 0, seq, 1, 0, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rep.Trials = sr.Trials
+	if sr.Largest > 0 {
+		v := sr.Largest
+		if sr.What == "seq" {
+			rep.LargestSeq = &v
+		} else {
+			rep.LargestBatch = &v
+		}
+	}
+	if sr.FirstOOM > 0 {
+		v := sr.FirstOOM
+		rep.FirstOOM = &v
+	}
+	at := func(n int) (int, int) {
+		if sr.What == "seq" {
+			return o.Batch, n
+		}
+		return n, seq
+	}
+	if sr.Largest > 0 {
+		ms, err := r.measure(at(sr.Largest))
+		if err != nil {
+			return nil, err
+		}
+		rep.Capacity, rep.Usable = ms.Total, ms.Total-ms.Outside
+		rep.Peak = &Peak{Allocated: ms.MaxAllocated, Reserved: ms.MaxReserved, Fragmentation: ms.MaxReserved - ms.MaxAllocated, Headroom: ms.Total - ms.Outside - ms.MaxReserved}
+		rep.Breakdown = breakdownOf(ms.Peak)
+		rep.PeakPhase = ms.Phase
+		if ms.Status != "ok" {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("the measuring trial at %d did not run (%s): its figures are of a run that failed", sr.Largest, ms.Status))
+		}
+	}
+	if sr.FirstOOM > 0 {
+		ms, err := r.measure(at(sr.FirstOOM))
+		if err != nil {
+			return nil, err
+		}
+		if rep.Capacity == 0 {
+			rep.Capacity, rep.Usable = ms.Total, ms.Total-ms.Outside
+		}
+		oi := &OOMInfo{Value: sr.FirstOOM, Requested: ms.Requested, Breakdown: breakdownOf(ms.Failed), Phase: ms.Phase, Message: ms.Error}
+		if ms.Failed != nil {
+			oi.Allocated = ms.Failed["Total"]
+		}
+		rep.OOM = oi
+		if ms.Status == "ok" {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("the measuring trial at %d ran (the search's trial did not)", sr.FirstOOM))
+		}
+	}
+	if sr.Largest == 0 {
+		rep.Floor = floorOf(o, info, rep.Usable)
+		adv, err := advise(o, m, lib, seq, rep, stderr)
+		if err != nil {
+			return nil, err
+		}
+		rep.Advice = adv
+	}
+	return rep, nil
+}
+
+func sourceKind(m *Model) string {
+	switch {
+	case m.Kind == KindStar:
+		return "star"
+	case m.Entry != nil:
+		return "library"
+	}
+	return "config"
+}
+
+// starChecks reads a .star model's PARAMETERS and MAX_SEQ once loaded.
+func (r *run) starChecks(m *Model, rep *Report) error {
+	if m.Kind != KindStar {
+		return nil
+	}
+	if v := r.s.Get("MAX_SEQ"); v != nil {
+		n := toInt(v)
+		if n < 1 {
+			return usageErr("%s: MAX_SEQ must be a positive int, got %s", m.Star, v)
+		}
+		m.MaxSeq = n
+		m.DefaultSeq = min(n, DefaultSeqCap)
+		if r.o.Seq > n {
+			return usageErr("--seq %d: %s takes at most %d (MAX_SEQ)", r.o.Seq, m.Star, n)
+		}
+	} else if r.o.Set["seq"] || r.o.Set["batch"] {
+		return usageErr("--seq/--batch: %s defines no MAX_SEQ, so it is not a sequence model", m.Star)
+	}
+	if v := r.s.Get("PARAMETERS"); v != nil {
+		rep.PublishedParameters = int64(toInt(v))
+	}
+	return nil
+}
+
+// attentionReport fills what attention runs and, for SDPA, its backend.
+func (r *run) attentionReport(m *Model, rep *Report) error {
+	switch m.Kind {
+	case KindResNet:
+		rep.Attention = ""
+		return nil
+	case KindStar:
+		rep.Attention = "the model file's"
+		return nil
+	}
+	if m.HF != nil {
+		v, err := r.eval("E = needs_eager(SPEC[\"config\"], SPEC[\"attention\"])\n", "E")
+		if err != nil {
+			return err
+		}
+		if why := toStr(v); why != "" {
+			rep.Attention, rep.AttentionNote = "eager", why
+			return nil
+		}
+	}
+	if rep.Attention == "eager" {
+		return nil
+	}
+	be, err := r.attention()
+	if err != nil {
+		return err
+	}
+	rep.SDPABackend = be
+	return nil
+}
+
+// checkpointBeside checks model.safetensors (or its index) beside a
+// config.json against the built model.
+func checkpointBeside(m *Model, info *modelInfo, rep *Report) error {
+	dir := filepath.Dir(m.HF.Path)
+	tensors, ok, err := ReadCheckpointHeaders(dir)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if !ok {
+		return nil
+	}
+	n, err := CheckCheckpoint(tensors, info.Params, m.HF.TorchDType, nil)
+	if err != nil {
+		return usageErr("%s: %v", dir, err)
+	}
+	rep.CheckpointFile = &CheckpointCheck{Tensors: n, DType: m.HF.TorchDType}
+	return nil
+}
+
+// floorOf is the model state: parameters, their gradients and the
+// optimizer's state (AdamW and Adam: two tensors per parameter, SGD with
+// momentum one), each rounded as the allocator rounds.
+func floorOf(o Options, info *modelInfo, usable int64) *Floor {
+	k := int64(2)
+	if o.Optimizer == "sgd" {
+		k = 1
+	}
+	f := &Floor{Parameters: info.ParamBytes, Gradients: info.ParamBytes, OptimizerState: k * info.ParamBytes, Usable: usable}
+	f.Total = f.Parameters + f.Gradients + f.OptimizerState
+	return f
+}
+
+// advise tries the changes that could make the model fit, each by a
+// search of its own (a first trial at the smallest size that does not
+// fit ends it at once).
+func advise(o Options, m *Model, lib fs.FS, seq int, rep *Report, stderr io.Writer) ([]Alternative, error) {
+	var out []Alternative
+	try := func(change string, o2 Options, gpu string) (Alternative, error) {
+		a := Alternative{Change: change, Modelled: true, What: "batch"}
+		r, err := sessionFor(o2, m, lib, gpu, io.Discard, stderr)
+		if err != nil {
+			return a, err
+		}
+		defer r.close()
+		var sr *Search
+		if o2.Set["batch"] {
+			a.What = "seq"
+			sr, err = r.search("seq", o2.Batch, 0, 1, m.MaxSeq, change)
+		} else {
+			s := 0
+			if m.Sequence {
+				s = seq
+			}
+			sr, err = r.search("batch", 0, s, 1, 0, change)
+		}
+		if err != nil {
+			return a, err
+		}
+		a.Fits, a.Largest, a.FirstOOM = sr.Largest > 0, sr.Largest, sr.FirstOOM
+		return a, nil
+	}
+	add := func(a Alternative, err error) error {
+		if err != nil {
+			return err
+		}
+		out = append(out, a)
+		return nil
+	}
+	if !o.Checkpoint {
+		o2 := o
+		o2.Checkpoint = true
+		if err := add(try("activation checkpointing", o2, o.GPU)); err != nil {
+			return nil, err
+		}
+	}
+	if m.Sequence && !o.Set["batch"] && seq > 1 {
+		// the longest sequence at batch 1
+		o2 := o
+		o2.Set = map[string]bool{"batch": true}
+		for k, v := range o.Set {
+			o2.Set[k] = v
+		}
+		o2.Batch = 1
+		a, err := try(fmt.Sprintf("a shorter sequence than %d (at batch 1)", seq), o2, o.GPU)
+		if err != nil {
+			return nil, err
+		}
+		if a.Largest >= seq {
+			a.Fits = false
+		}
+		out = append(out, a)
+	}
+	if o.Optimizer != "sgd" {
+		o2 := o
+		o2.Optimizer = "sgd"
+		if err := add(try("SGD with momentum instead of "+optimizerName(o.Optimizer), o2, o.GPU)); err != nil {
+			return nil, err
+		}
+	}
+	if lower := lowerPrecision(o.Precision); lower != "" {
+		o2 := o
+		o2.Precision = lower
+		if err := add(try("precision "+precisionText(lower), o2, o.GPU)); err != nil {
+			return nil, err
+		}
+	}
+	if bigger := biggerPresets(o.GPU); len(bigger) > 0 {
+		found := false
+		for _, p := range bigger {
+			a, err := try("a bigger card: "+p.Key+" ("+fb(int64(p.Total))+")", o, p.Key)
+			if err != nil {
+				return nil, err
+			}
+			if a.Fits || p.Key == bigger[len(bigger)-1].Key {
+				out = append(out, a)
+				found = true
+				break
+			}
+		}
+		_ = found
+	}
+	anyFits := false
+	for _, a := range out {
+		anyFits = anyFits || a.Fits
+	}
+	if !anyFits {
+		o2 := o
+		o2.Checkpoint = true
+		o2.Optimizer = "sgd"
+		if lower := lowerPrecision(o.Precision); lower != "" {
+			o2.Precision = PrecBF16True
+		}
+		if err := add(try("all of checkpointing, SGD and bf16-true", o2, o.GPU)); err != nil {
+			return nil, err
+		}
+	}
+	out = append(out,
+		Alternative{Change: "LoRA / QLoRA fine-tuning", Note: "frozen base weights: an open issue of memsh's"},
+		Alternative{Change: "8-bit optimizers (bitsandbytes AdamW8bit)", Note: "an open issue of memsh's"},
+		Alternative{Change: "sharding across N GPUs (FSDP, ZeRO)", Note: "an open issue of memsh's"},
+	)
+	return out, nil
+}
+
+func optimizerName(o string) string {
+	switch o {
+	case "adamw":
+		return "AdamW"
+	case "adam":
+		return "Adam"
+	}
+	return o
+}
+
+// lowerPrecision is the next precision that stores less: fp32 → bf16
+// autocast, autocast → bf16-true.
+func lowerPrecision(p string) string {
+	switch p {
+	case PrecFP32:
+		return PrecBF16
+	case PrecBF16, PrecFP16:
+		return PrecBF16True
+	}
+	return ""
+}
+
+// biggerPresets are the presets with more memory than gpu, smallest first.
+func biggerPresets(gpu string) []sim.Preset {
+	var total uint64
+	if p, ok := sim.LookupPreset(gpu); ok {
+		total = p.Total
+	} else if sp, err := sim.ParseSpec(gpu + ",meta"); err == nil {
+		total = sp.Total
+	}
+	var out []sim.Preset
+	for _, p := range sim.Presets() {
+		if p.Total > total {
+			out = append(out, p)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Total < out[j].Total })
+	return out
+}

@@ -1,0 +1,468 @@
+package fit_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/fit"
+	"github.com/memsh/memsh/scope"
+	"github.com/memsh/memsh/scripts"
+)
+
+// options are memsh fit's defaults with the flags of set given.
+func options(src string, set map[string]any) fit.Options {
+	o := fit.Options{Source: src, GPU: "H100", Precision: "bf16", Optimizer: "adamw", Attention: "sdpa", Set: map[string]bool{}}
+	for k, v := range set {
+		o.Set[k] = true
+		switch k {
+		case "gpu":
+			o.GPU = v.(string)
+		case "seq":
+			o.Seq = v.(int)
+		case "batch":
+			o.Batch = v.(int)
+		case "precision":
+			o.Precision = v.(string)
+		case "optimizer":
+			o.Optimizer = v.(string)
+		case "attention":
+			o.Attention = v.(string)
+		case "checkpoint":
+			o.Checkpoint = v.(bool)
+		case "json":
+			o.JSON = v.(bool)
+		}
+	}
+	return o
+}
+
+func runMain(t *testing.T, o fit.Options) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	rc := fit.Main(o, scripts.Library, &out, &errb)
+	return rc, out.String(), errb.String()
+}
+
+// Every usage error is one line on stderr and exit status 2, found before
+// any trial runs; the message names what was wrong and never a flag the
+// user did not give.
+func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(bad, []byte(`{"model_type": "mamba", "hidden_size": 8}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nostar := filepath.Join(dir, "m.star")
+	if err := os.WriteFile(nostar, []byte("def build(device, checkpoint):\n    return None\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		src  string
+		set  map[string]any
+		want string
+	}{
+		{"gpt2-smal", nil, `unknown model "gpt2-smal" (did you mean "gpt2-small"?)`},
+		{"llama", nil, `did you mean "llama-3.2-1b" or "llama-3.1-8b"?`},
+		{"gpt2-small", map[string]any{"seq": 5000}, "--seq 5000: gpt2-small takes at most 1024 positions"},
+		{"gpt2-small", map[string]any{"seq": 0}, "--seq: want a positive integer, got 0"},
+		{"gpt2-small", map[string]any{"batch": 0}, "--batch: want a positive integer, got 0"},
+		{"resnet18", map[string]any{"batch": 4}, "--batch: searching the longest sequence at a batch needs a sequence model; resnet18 is an image model"},
+		{"resnet18", map[string]any{"seq": 4}, "--seq: resnet18 takes no sequence"},
+		{"resnet18", map[string]any{"attention": "eager"}, "--attention: resnet18 has no attention"},
+		{"gpt2-small", map[string]any{"gpu": "X100"}, `--gpu: unknown GPU "X100" (presets: H100 H200`},
+		{"gpt2-small", map[string]any{"precision": "fp8"}, `--precision: want fp32, bf16, fp16 or bf16-true`},
+		{"gpt2-small", map[string]any{"optimizer": "lion"}, `--optimizer: want adamw, adam or sgd, got "lion"`},
+		{"gpt2-small", map[string]any{"attention": "xformers"}, `--attention: want eager, sdpa or flash`},
+		{"llama-3.2-1b", map[string]any{"gpu": "T4", "attention": "flash"}, "--attention flash: FlashAttention-2 needs sm80 or newer; Tesla T4 is sm75"},
+		{bad, nil, `model_type "mamba" is not one memsh builds (gemma2, gemma3, gemma3_text, gpt2, llama, mistral, phi3, qwen2, qwen3); write the model as a .star file`},
+		{filepath.Join(dir, "none.json"), nil, "none.json: no such file or directory"},
+		{nostar, nil, "m.star: a model file defines build(device, checkpoint) and inputs(batch, seq, device); it has no inputs"},
+		{filepath.Join(dir, "none.star"), nil, "none.star: no such file or directory"},
+	} {
+		o := options(tc.src, tc.set)
+		rc, out, errs := runMain(t, o)
+		if rc != 2 || out != "" {
+			t.Errorf("%s %v: exit %d, stdout %q, want 2 and nothing", tc.src, tc.set, rc, out)
+		}
+		if !strings.Contains(errs, tc.want) {
+			t.Errorf("%s %v: stderr %q, want %q", tc.src, tc.set, errs, tc.want)
+		}
+		if n := strings.Count(strings.TrimSpace(errs), "\n"); n != 0 {
+			t.Errorf("%s %v: %d lines on stderr, want one:\n%s", tc.src, tc.set, n+1, errs)
+		}
+		if tc.set["gpu"] == nil && strings.Contains(errs, "--gpu") {
+			t.Errorf("%s: the error mentions --gpu, which was not given: %s", tc.src, errs)
+		}
+	}
+	// the default GPU is never blamed as a flag
+	o := options("gpt2-small", nil)
+	o.GPU = "nope"
+	if _, _, errs := runMain(t, o); !strings.Contains(errs, `the GPU: unknown GPU "nope"`) {
+		t.Errorf("an unknown default GPU: %s", errs)
+	}
+}
+
+// A card without bfloat16 warns and trains in fp16 with a GradScaler.
+func TestPrecisionFallback(t *testing.T) {
+	o := options("gpt2-small", map[string]any{"gpu": "T4", "json": true})
+	rc, out, errs := runMain(t, o)
+	if rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errs)
+	}
+	if !strings.Contains(errs, "Tesla T4 (sm75) has no bfloat16") || !strings.Contains(errs, "training in fp16 with a GradScaler instead") {
+		t.Errorf("no warning: %q", errs)
+	}
+	var r fit.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Precision != "fp16" {
+		t.Errorf("precision %q, want fp16", r.Precision)
+	}
+}
+
+// The library's configs build models with the published parameter counts
+// (each Entry's Source cites where they were published).
+func TestLibraryParameterCounts(t *testing.T) {
+	for _, e := range fit.Library {
+		if e.Kind != fit.KindHF {
+			continue
+		}
+		cfg, err := scripts.Library.ReadFile(e.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := buildCount(t, string(cfg))
+		if n != e.Published {
+			t.Errorf("%s: %d parameters, published %d (%s)", e.Name, n, e.Published, e.Source)
+		}
+	}
+}
+
+// buildCount builds config on a meta simulator and counts its parameters.
+func buildCount(t *testing.T, config string) int64 {
+	t.Helper()
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: "sim:H100,meta", Out: &out, Err: &out, Library: scripts.Library})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Set("CONFIG", starlark.String(config))
+	err = s.Exec("count.star", `load("models/hf.star", "from_config")
+m = from_config(json.decode(CONFIG), device = "cuda")
+N = 0
+for p in m.parameters():
+    N += p.numel()
+`)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	n, _ := s.Get("N").(starlark.Int).Int64()
+	return n
+}
+
+// fit's list of model types is the library's (hf.star's FAMILIES and
+// BUILDERS).
+func TestModelTypesMatchLibrary(t *testing.T) {
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: "sim:1GiB,meta", Out: &out, Err: &out, Library: scripts.Library})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Exec("types.star", `load("models/hf.star", "FAMILIES", "BUILDERS")
+T = sorted(list(FAMILIES.keys()) + list(BUILDERS.keys()))
+`); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	l := s.Get("T").(*starlark.List)
+	for i := range l.Len() {
+		got = append(got, string(l.Index(i).(starlark.String)))
+	}
+	want := append([]string(nil), fit.HFModelTypes...)
+	sort.Strings(want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("hf.star builds %v, fit.HFModelTypes lists %v", got, want)
+	}
+}
+
+// writeSafetensors writes a safetensors file holding only a header (the
+// data is never read).
+func writeSafetensors(t *testing.T, path string, tensors map[string]fit.TensorInfo) {
+	t.Helper()
+	h := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
+	off := 0
+	for name, ti := range tensors {
+		h[name] = map[string]any{"dtype": ti.DType, "shape": ti.Shape, "data_offsets": []int{off, off}}
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	_ = binary.Write(&buf, binary.LittleEndian, uint64(len(b)))
+	buf.Write(b)
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A checkpoint beside a config.json is checked tensor by tensor against
+// the model memsh built: its shape, and its dtype against torch_dtype.
+func TestCheckpointBesideConfig(t *testing.T) {
+	cfg := `{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 128,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16"}`
+	good := map[string]fit.TensorInfo{
+		"model.embed_tokens.weight":                      {DType: "BF16", Shape: []int{512, 64}},
+		"model.layers.0.self_attn.q_proj.weight":         {DType: "BF16", Shape: []int{64, 64}},
+		"model.layers.0.self_attn.k_proj.weight":         {DType: "BF16", Shape: []int{32, 64}},
+		"model.layers.0.self_attn.v_proj.weight":         {DType: "BF16", Shape: []int{32, 64}},
+		"model.layers.0.self_attn.o_proj.weight":         {DType: "BF16", Shape: []int{64, 64}},
+		"model.layers.0.mlp.gate_proj.weight":            {DType: "BF16", Shape: []int{128, 64}},
+		"model.layers.0.mlp.up_proj.weight":              {DType: "BF16", Shape: []int{128, 64}},
+		"model.layers.0.mlp.down_proj.weight":            {DType: "BF16", Shape: []int{64, 128}},
+		"model.layers.0.input_layernorm.weight":          {DType: "BF16", Shape: []int{64}},
+		"model.layers.0.post_attention_layernorm.weight": {DType: "BF16", Shape: []int{64}},
+		"model.norm.weight":                              {DType: "BF16", Shape: []int{64}},
+		"lm_head.weight":                                 {DType: "BF16", Shape: []int{512, 64}},
+	}
+	check := func(name string, tensors map[string]fit.TensorInfo, sharded bool) (int, string, string) {
+		dir := filepath.Join(t.TempDir(), name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if sharded {
+			a, b := map[string]fit.TensorInfo{}, map[string]fit.TensorInfo{}
+			idx := map[string]any{"weight_map": map[string]string{}}
+			i := 0
+			for k, v := range tensors {
+				f := "model-00001-of-00002.safetensors"
+				m := a
+				if i%2 == 1 {
+					f, m = "model-00002-of-00002.safetensors", b
+				}
+				m[k] = v
+				idx["weight_map"].(map[string]string)[k] = f
+				i++
+			}
+			writeSafetensors(t, filepath.Join(dir, "model-00001-of-00002.safetensors"), a)
+			writeSafetensors(t, filepath.Join(dir, "model-00002-of-00002.safetensors"), b)
+			j, _ := json.Marshal(idx)
+			if err := os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), j, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			writeSafetensors(t, filepath.Join(dir, "model.safetensors"), tensors)
+		}
+		return runMain(t, options(dir, map[string]any{"gpu": "L4", "seq": 64, "json": true}))
+	}
+	for _, sharded := range []bool{false, true} {
+		rc, out, errs := check("good", good, sharded)
+		if rc != 0 {
+			t.Fatalf("sharded %v: exit %d: %s", sharded, rc, errs)
+		}
+		var r fit.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.CheckpointFile == nil || r.CheckpointFile.Tensors != len(good) {
+			t.Errorf("sharded %v: checkpoint check %+v, want %d tensors", sharded, r.CheckpointFile, len(good))
+		}
+	}
+	for _, tc := range []struct {
+		change func(m map[string]fit.TensorInfo)
+		want   string
+	}{
+		{func(m map[string]fit.TensorInfo) {
+			m["model.norm.weight"] = fit.TensorInfo{DType: "BF16", Shape: []int{65}}
+		},
+			"checkpoint tensor model.norm.weight has shape [65], the model's parameter [64]"},
+		{func(m map[string]fit.TensorInfo) {
+			m["lm_head.weight"] = fit.TensorInfo{DType: "F32", Shape: []int{512, 64}}
+		},
+			"checkpoint tensor lm_head.weight is stored as F32, but the config's torch_dtype is bfloat16"},
+		{func(m map[string]fit.TensorInfo) {
+			m["model.extra.weight"] = fit.TensorInfo{DType: "BF16", Shape: []int{3}}
+		},
+			"checkpoint tensor model.extra.weight (BF16, [3]) is not a parameter of the model memsh built"},
+	} {
+		m := map[string]fit.TensorInfo{}
+		for k, v := range good {
+			m[k] = v
+		}
+		tc.change(m)
+		rc, _, errs := check("bad", m, false)
+		if rc != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("exit %d, %q, want 2 and %q", rc, errs, tc.want)
+		}
+	}
+}
+
+// The --json object: its keys (docs/fit.md's schema), and figures that
+// agree with each other — the boundary among the trials, the breakdown
+// summing to the peak, fragmentation and headroom from the peaks.
+func TestJSONReport(t *testing.T) {
+	rc, out, errs := runMain(t, options("gpt2-small", map[string]any{"gpu": "L4", "json": true}))
+	if rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errs)
+	}
+	if strings.Count(out, "\n") != 1 {
+		t.Errorf("want one JSON object on one line, got:\n%s", out)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"model", "parameters", "trainable_parameters", "largest_batch", "first_oom", "seq", "attention", "sdpa_backend", "peak", "breakdown", "peak_phase", "trials", "gpu", "device", "capacity", "usable", "precision", "optimizer", "checkpoint", "steps", "search"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("no %q in %s", k, out)
+		}
+	}
+	var r fit.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.LargestBatch == nil || r.FirstOOM == nil || *r.FirstOOM != *r.LargestBatch+1 {
+		t.Fatalf("boundary %v %v", r.LargestBatch, r.FirstOOM)
+	}
+	status := map[int]string{}
+	for _, tr := range r.Trials {
+		status[tr.Value] = tr.Status
+	}
+	if status[*r.LargestBatch] != "ok" || status[*r.FirstOOM] != "oom" {
+		t.Errorf("trials %v do not hold the boundary %d/%d", r.Trials, *r.LargestBatch, *r.FirstOOM)
+	}
+	b := r.Breakdown
+	if sum := b.Parameters + b.Gradients + b.OptimizerState + b.Activations + b.Temporaries + b.Other; sum != r.Peak.Allocated {
+		t.Errorf("breakdown sums to %d, peak allocated %d", sum, r.Peak.Allocated)
+	}
+	if r.Peak.Fragmentation != r.Peak.Reserved-r.Peak.Allocated || r.Peak.Headroom != r.Usable-r.Peak.Reserved {
+		t.Errorf("peak %+v, usable %d", r.Peak, r.Usable)
+	}
+	// the peak trial's peak is the measured one
+	for _, tr := range r.Trials {
+		if tr.Value == *r.LargestBatch && tr.PeakAllocated != r.Peak.Allocated {
+			t.Errorf("trial at %d peaked at %d, the measured run at %d", tr.Value, tr.PeakAllocated, r.Peak.Allocated)
+		}
+	}
+	if r.Attention != "sdpa" || r.SDPABackend != "flash" || r.Seq != 1024 || r.Parameters != 124439808 {
+		t.Errorf("attention %s/%s, seq %d, parameters %d", r.Attention, r.SDPABackend, r.Seq, r.Parameters)
+	}
+	if r.OOM == nil || r.OOM.Requested <= 0 || r.OOM.Allocated <= 0 || r.OOM.Breakdown == nil {
+		t.Errorf("first OOM: %+v", r.OOM)
+	}
+}
+
+// When nothing fits: the model-state floor against what the card can
+// hold, and the changes that would fit, each found by trials.
+func TestAdviceWhenNothingFits(t *testing.T) {
+	rc, out, errs := runMain(t, options("llama-3.1-8b", map[string]any{"json": true}))
+	if rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errs)
+	}
+	var r fit.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.LargestBatch != nil || r.FirstOOM == nil || *r.FirstOOM != 1 {
+		t.Fatalf("largest %v, first OOM %v: batch 1 should not fit", r.LargestBatch, r.FirstOOM)
+	}
+	f := r.Floor
+	// AdamW: parameters, gradients and two moments, float32
+	p := int64(0)
+	if f == nil || f.Parameters != f.Gradients || f.OptimizerState != 2*f.Parameters || f.Total != 4*f.Parameters || f.Total <= f.Usable {
+		t.Fatalf("floor %+v", f)
+	}
+	p = f.Parameters
+	if p < 4*r.Parameters || p > 4*r.Parameters+512*300 {
+		t.Errorf("parameter bytes %d for %d float32 parameters", p, r.Parameters)
+	}
+	got := map[string]fit.Alternative{}
+	for _, a := range r.Advice {
+		got[a.Change] = a
+	}
+	if a := got["activation checkpointing"]; !a.Modelled || a.Fits {
+		t.Errorf("checkpointing: %+v", a)
+	}
+	var lower fit.Alternative
+	for k, a := range got {
+		if strings.HasPrefix(k, "precision bf16-true") {
+			lower = a
+		}
+	}
+	if !lower.Modelled || !lower.Fits || lower.Largest < 1 || lower.FirstOOM != lower.Largest+1 {
+		t.Errorf("bf16-true: %+v", lower)
+	}
+	if a := got["LoRA / QLoRA fine-tuning"]; a.Modelled {
+		t.Errorf("LoRA should be named as not modelled yet: %+v", a)
+	}
+	// the text report says the same
+	o := options("llama-3.1-8b", nil)
+	rc, text, _ := runMain(t, o)
+	if rc != 0 || !strings.Contains(text, "largest batch: none — batch 1 runs out of memory") || !strings.Contains(text, "no batch fits without changing that") || !strings.Contains(text, "what would fit (each found by trials):") {
+		t.Errorf("text report:\n%s", text)
+	}
+}
+
+// A .star model file: build and inputs, PARAMETERS checked, MAX_SEQ bounds
+// --seq, and load() of the library works without a checkout.
+func TestStarModelFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mine.star")
+	src := `load("models/hf.star", "from_config")
+CFG = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+       "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 4096, "max_position_embeddings": 512}
+PARAMETERS = 3278080
+MAX_SEQ = 512
+
+def build(device, checkpoint):
+    return from_config(CFG, checkpoint = checkpoint, device = device)
+
+def inputs(batch, seq, device):
+    x = tensor.randint(0, 4096, [batch, seq], device = device)
+    return [x, x.clone()]
+`
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	if err := os.Chdir(t.TempDir()); err != nil { // no scripts/ here
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	rc, out, errs := runMain(t, options(path, map[string]any{"gpu": "4GiB", "json": true}))
+	if rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errs)
+	}
+	var r fit.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Parameters != 3278080 || r.PublishedParameters != 3278080 || r.Seq != 512 || r.LargestBatch == nil || r.Source != "star" {
+		t.Errorf("report %+v", r)
+	}
+	if rc, _, errs := runMain(t, options(path, map[string]any{"seq": 1024})); rc != 2 || !strings.Contains(errs, "takes at most 512 (MAX_SEQ)") {
+		t.Errorf("--seq over MAX_SEQ: %d %s", rc, errs)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(src, "3278080", "3278081", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if rc, _, errs := runMain(t, options(path, nil)); rc != 1 || !strings.Contains(errs, "PARAMETERS is 3,278,081, but the model build() returns has 3,278,080 parameters") {
+		t.Errorf("a wrong PARAMETERS: %d %s", rc, errs)
+	}
+}

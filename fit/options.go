@@ -1,0 +1,221 @@
+package fit
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/memsh/memsh/backend/sim"
+	"github.com/memsh/memsh/scope"
+)
+
+// UsageError is a bad command line: memsh prints it on one line and
+// exits 2.
+type UsageError struct{ msg string }
+
+func (e *UsageError) Error() string { return e.msg }
+
+func usageErr(format string, args ...any) error {
+	return &UsageError{fmt.Sprintf(format, args...)}
+}
+
+// IsUsage reports whether err is a usage error.
+func IsUsage(err error) bool {
+	var u *UsageError
+	return errors.As(err, &u)
+}
+
+// Options are memsh fit's flags.
+type Options struct {
+	Source     string // a library name, a config.json or its directory, a .star file
+	GPU        string // a preset (H100) or a size (80GiB)
+	Seq        int    // sequence length of the batch search (0: the model's default)
+	Batch      int    // > 0: search the longest sequence at this batch instead
+	Precision  string // fp32, bf16, fp16, bf16-true (Lightning's names accepted)
+	Optimizer  string // adamw, adam, sgd
+	Checkpoint bool
+	Attention  string // eager, sdpa, flash ("" : sdpa)
+	JSON       bool
+	Out        string // --out FILE.jsonl: the trials' records
+	// Set records which flags the user gave (so an error never mentions
+	// a flag they did not type).
+	Set map[string]bool
+	// Started, when set, is told of each Session fit opens (a search and
+	// each alternative has its own), so that Ctrl-C can interrupt it.
+	Started func(*scope.Session)
+}
+
+// Precisions memsh fit trains in.
+const (
+	PrecFP32     = "fp32"      // everything in float32 (Lightning's "32-true")
+	PrecBF16     = "bf16"      // autocast to bfloat16, float32 weights and states ("bf16-mixed")
+	PrecFP16     = "fp16"      // autocast to float16 with a GradScaler ("16-mixed")
+	PrecBF16True = "bf16-true" // parameters, gradients and optimizer state in bfloat16, no autocast
+)
+
+var precisionAlias = map[string]string{
+	"fp32": PrecFP32, "32": PrecFP32, "32-true": PrecFP32, "float32": PrecFP32,
+	"bf16": PrecBF16, "bf16-mixed": PrecBF16,
+	"fp16": PrecFP16, "16": PrecFP16, "16-mixed": PrecFP16,
+	"bf16-true": PrecBF16True,
+}
+
+// Model is a resolved SOURCE.
+type Model struct {
+	Name  string // the library name, or the file's path
+	Title string
+	Kind  Kind
+	Entry *Entry    // a library model
+	HF    *HFConfig // KindHF
+	Star  string    // KindStar: the .star file
+	// Sequence is whether the model takes a sequence (an LM); MaxSeq its
+	// longest (0: unknown until the .star file is loaded).
+	Sequence   bool
+	MaxSeq     int
+	DefaultSeq int
+	starNames  []string // the optional names a .star model defines
+}
+
+// DefaultSeqCap is the sequence length a search uses when --seq is not
+// given and the model allows longer: 2048, or the model's longest.
+const DefaultSeqCap = 2048
+
+// Resolve finds what SOURCE names: a .star file, a config.json (or a
+// directory holding one), or a library model.
+func Resolve(src string, lib fs.FS) (*Model, error) {
+	if src == "" {
+		return nil, usageErr("no model given")
+	}
+	if strings.HasSuffix(src, ".star") {
+		fi, err := os.Stat(src)
+		if err != nil {
+			return nil, usageErr("%s: %v", src, unwrapPath(err))
+		}
+		if !fi.Mode().IsRegular() {
+			return nil, usageErr("%s: not a regular file", src)
+		}
+		return &Model{Name: src, Title: filepath.Base(src), Kind: KindStar, Star: src}, nil
+	}
+	if fi, err := os.Stat(src); err == nil && (fi.IsDir() || strings.HasSuffix(src, ".json")) {
+		c, err := ReadHFConfig(src)
+		if err != nil {
+			return nil, err
+		}
+		m := hfModel(src, filepath.Base(filepath.Dir(c.Path))+" ("+c.ModelType+" config)", c)
+		return m, nil
+	} else if strings.HasSuffix(src, ".json") {
+		return nil, usageErr("%s: %v", src, unwrapPath(err))
+	}
+	e, ok := LookupLibrary(src)
+	if !ok {
+		return nil, unknownModel(src)
+	}
+	switch e.Kind {
+	case KindHF:
+		c, err := libraryConfig(lib, e)
+		if err != nil {
+			return nil, fmt.Errorf("library config %s: %v", e.Config, err)
+		}
+		m := hfModel(e.Name, e.Title, c)
+		m.Entry = &e
+		return m, nil
+	case KindNanoGPT:
+		return &Model{Name: e.Name, Title: e.Title, Kind: e.Kind, Entry: &e, Sequence: true, MaxSeq: 1024, DefaultSeq: 1024}, nil
+	}
+	return &Model{Name: e.Name, Title: e.Title, Kind: e.Kind, Entry: &e}, nil
+}
+
+func hfModel(name, title string, c *HFConfig) *Model {
+	def := DefaultSeqCap
+	if c.MaxPositions > 0 {
+		def = min(def, c.MaxPositions)
+	}
+	return &Model{Name: name, Title: title, Kind: KindHF, HF: c, Sequence: true, MaxSeq: c.MaxPositions, DefaultSeq: def}
+}
+
+// Validate checks the options against the model and the card, before any
+// Starlark runs. It normalises Precision and Attention, and returns
+// warnings (a card without the precision asked for) to print.
+func (o *Options) Validate(m *Model) (warnings []string, err error) {
+	p, ok := precisionAlias[strings.ToLower(o.Precision)]
+	if !ok {
+		return nil, usageErr("--precision: want fp32, bf16, fp16 or bf16-true (Lightning's 32-true, bf16-mixed, 16-mixed), got %q", o.Precision)
+	}
+	o.Precision = p
+	switch o.Optimizer {
+	case "adamw", "adam", "sgd":
+	default:
+		return nil, usageErr("--optimizer: want adamw, adam or sgd, got %q", o.Optimizer)
+	}
+	if o.Attention == "" {
+		o.Attention = "sdpa"
+	}
+	switch o.Attention {
+	case "eager", "sdpa", "flash":
+	case "flash_attention_2":
+		o.Attention = "flash"
+	default:
+		return nil, usageErr("--attention: want eager, sdpa or flash (Hugging Face's attn_implementation names), got %q", o.Attention)
+	}
+	if m.Kind == KindResNet && o.Set["attention"] {
+		return nil, usageErr("--attention: %s has no attention", m.Name)
+	}
+	if m.Kind == KindStar && o.Set["attention"] {
+		return nil, usageErr("--attention: a .star model chooses its own attention (its build())")
+	}
+	if o.Set["seq"] && o.Seq < 1 {
+		return nil, usageErr("--seq: want a positive integer, got %d", o.Seq)
+	}
+	if o.Set["batch"] && o.Batch < 1 {
+		return nil, usageErr("--batch: want a positive integer, got %d", o.Batch)
+	}
+	if !m.Sequence && m.Kind != KindStar {
+		if o.Set["seq"] {
+			return nil, usageErr("--seq: %s takes no sequence (an image model)", m.Name)
+		}
+		if o.Set["batch"] {
+			return nil, usageErr("--batch: searching the longest sequence at a batch needs a sequence model; %s is an image model", m.Name)
+		}
+	}
+	if m.MaxSeq > 0 && o.Seq > m.MaxSeq {
+		return nil, usageErr("--seq %d: %s takes at most %d positions (max_position_embeddings)", o.Seq, m.Name, m.MaxSeq)
+	}
+	preset, err := parseGPU(o.GPU, o.Set["gpu"])
+	if err != nil {
+		return nil, err
+	}
+	if preset != nil {
+		cc := preset.ComputeCapability()
+		if (o.Precision == PrecBF16 || o.Precision == PrecBF16True) && cc[0] < 8 {
+			warnings = append(warnings, fmt.Sprintf("warning: %s (sm%d%d) has no bfloat16 (torch.cuda.is_bf16_supported() is False; autocast refuses it): training in fp16 with a GradScaler instead", preset.Name, cc[0], cc[1]))
+			o.Precision = PrecFP16
+		}
+		if o.Attention == "flash" && cc[0] < 8 {
+			return nil, usageErr("--attention flash: FlashAttention-2 needs sm80 or newer; %s is sm%d%d", preset.Name, cc[0], cc[1])
+		}
+	}
+	return warnings, nil
+}
+
+// parseGPU reads --gpu: a preset key or a size. An unknown one lists the
+// presets.
+func parseGPU(gpu string, given bool) (*sim.Preset, error) {
+	if p, ok := sim.LookupPreset(gpu); ok {
+		return &p, nil
+	}
+	if _, err := sim.ParseSpec(gpu + ",meta"); err == nil && !strings.ContainsAny(gpu, ",x") {
+		return nil, nil // a size: sim:80GiB
+	}
+	var keys []string
+	for _, p := range sim.Presets() {
+		keys = append(keys, p.Key)
+	}
+	what := "--gpu"
+	if !given {
+		what = "the GPU"
+	}
+	return nil, usageErr("%s: unknown GPU %q (presets: %s; or a size such as 80GiB)", what, gpu, strings.Join(keys, " "))
+}

@@ -1,0 +1,298 @@
+package fit
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/memsh/memsh/backend"
+)
+
+// Report is the answer of one `memsh fit`, and its --json object
+// (docs/fit.md documents every field; sizes are bytes).
+type Report struct {
+	Model               string           `json:"model"`
+	Title               string           `json:"title"`
+	Source              string           `json:"source"` // "library", "config" or "star"
+	Parameters          int64            `json:"parameters"`
+	TrainableParameters int64            `json:"trainable_parameters"`
+	PublishedParameters int64            `json:"published_parameters,omitempty"`
+	ParameterDType      string           `json:"parameter_dtype"`
+	GPU                 string           `json:"gpu"`
+	Device              string           `json:"device"`
+	Capacity            int64            `json:"capacity"` // the card's total memory
+	Usable              int64            `json:"usable"`   // what the allocator can get: capacity less the context and cuBLAS handles
+	Precision           string           `json:"precision"`
+	Optimizer           string           `json:"optimizer"`
+	Checkpoint          bool             `json:"checkpoint"`
+	Attention           string           `json:"attention"`                // eager, sdpa or flash (what ran)
+	AttentionNote       string           `json:"attention_note,omitempty"` // why it differs from --attention
+	SDPABackend         string           `json:"sdpa_backend,omitempty"`   // cudnn, flash, efficient or math
+	Steps               int              `json:"steps"`
+	Search              string           `json:"search"` // "batch" or "seq"
+	Seq                 int              `json:"seq,omitempty"`
+	Batch               int              `json:"batch,omitempty"`
+	LargestBatch        *int             `json:"largest_batch,omitempty"`
+	LargestSeq          *int             `json:"largest_seq,omitempty"`
+	FirstOOM            *int             `json:"first_oom"`
+	Peak                *Peak            `json:"peak"`
+	Breakdown           *Breakdown       `json:"breakdown"`
+	PeakPhase           string           `json:"peak_phase,omitempty"`
+	OOM                 *OOMInfo         `json:"oom,omitempty"`
+	Floor               *Floor           `json:"floor,omitempty"`
+	Advice              []Alternative    `json:"advice,omitempty"`
+	CheckpointFile      *CheckpointCheck `json:"checkpoint_file,omitempty"`
+	Trials              []Trial          `json:"trials"`
+	Notes               []string         `json:"notes,omitempty"`
+}
+
+// Peak is the allocator's peaks in the trial at the largest size.
+type Peak struct {
+	Allocated     int64 `json:"allocated"`     // max_memory_allocated
+	Reserved      int64 `json:"reserved"`      // max_memory_reserved
+	Fragmentation int64 `json:"fragmentation"` // reserved − allocated at the peaks
+	Headroom      int64 `json:"headroom"`      // usable − reserved
+}
+
+// Breakdown is memtrack's categories in fit's names.
+type Breakdown struct {
+	Parameters     int64 `json:"parameters"` // parameters and buffers
+	Gradients      int64 `json:"gradients"`
+	OptimizerState int64 `json:"optimizer_state"`
+	Activations    int64 `json:"activations"` // tensors saved for backward
+	Temporaries    int64 `json:"temporaries"`
+	Other          int64 `json:"other"` // workspaces (cuBLAS), what was live before the step
+}
+
+// OOMInfo is the first size that ran out of memory, measured.
+type OOMInfo struct {
+	Value     int        `json:"value"` // the batch (or sequence) that did not fit
+	Requested int64      `json:"requested"`
+	Allocated int64      `json:"allocated"` // allocated when it failed
+	Breakdown *Breakdown `json:"breakdown"` // of what was allocated when it failed
+	Phase     string     `json:"phase"`     // what ran at the peak before the failure
+	Message   string     `json:"message"`
+}
+
+// Floor is the model state every step holds, whatever the batch.
+type Floor struct {
+	Parameters     int64 `json:"parameters"`
+	Gradients      int64 `json:"gradients"`
+	OptimizerState int64 `json:"optimizer_state"`
+	Total          int64 `json:"total"`
+	Usable         int64 `json:"usable"`
+}
+
+// Alternative is one change that could make the model fit, found by
+// trials (Modelled false: memsh does not model it yet).
+type Alternative struct {
+	Change   string `json:"change"`
+	Modelled bool   `json:"modelled"`
+	Fits     bool   `json:"fits"`
+	Largest  int    `json:"largest,omitempty"` // the largest batch (or sequence) with the change
+	What     string `json:"what,omitempty"`    // "batch" or "seq"
+	FirstOOM int    `json:"first_oom,omitempty"`
+	Note     string `json:"note,omitempty"`
+}
+
+// CheckpointCheck is the comparison of the checkpoint beside a config.
+type CheckpointCheck struct {
+	Tensors int    `json:"tensors"` // checked
+	DType   string `json:"dtype"`
+}
+
+func breakdownOf(m map[string]int64) *Breakdown {
+	if m == nil {
+		return nil
+	}
+	return &Breakdown{
+		Parameters:     m["Parameter"] + m["Buffer"],
+		Gradients:      m["Gradient"],
+		OptimizerState: m["Optstate"],
+		Activations:    m["Activation"],
+		Temporaries:    m["Temp"],
+		Other:          m["Other"],
+	}
+}
+
+// WriteJSON writes the report as one JSON object and a newline.
+func (r *Report) WriteJSON(w io.Writer) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+var fb = func(n int64) string { return backend.FormatBytes(n) }
+
+// WriteText writes the report a practitioner reads first.
+func (r *Report) WriteText(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	unit := "batch"
+	if r.Search == "seq" {
+		unit = "sequence"
+	}
+	p("\n%s — %s\n", r.Model, r.Title)
+	p("  %s parameters", commas(r.Parameters))
+	if r.PublishedParameters > 0 {
+		if r.PublishedParameters == r.Parameters {
+			p(" (published %s: equal)", commas(r.PublishedParameters))
+		} else {
+			p(" (published %s: differs by %s)", commas(r.PublishedParameters), commas(r.Parameters-r.PublishedParameters))
+		}
+	}
+	p(", %s\n", r.ParameterDType)
+	if r.CheckpointFile != nil {
+		p("  checkpoint: %d tensors match the model's parameters (shapes; stored as %s)\n", r.CheckpointFile.Tensors, r.CheckpointFile.DType)
+	}
+	p("  %s: %s capacity, %s usable by the allocator\n", r.Device, fb(r.Capacity), fb(r.Usable))
+	att := r.Attention
+	if r.SDPABackend != "" {
+		att += " → " + r.SDPABackend
+	}
+	if r.AttentionNote != "" {
+		att += " (" + r.AttentionNote + ")"
+	}
+	p("  training: %s, %s, %s, %d steps per trial; attention %s\n", precisionText(r.Precision), r.Optimizer, checkpointText(r.Checkpoint), r.Steps, att)
+	if r.Search == "seq" {
+		p("  batch %d, longest sequence: ", r.Batch)
+	} else if r.Seq > 0 {
+		p("  sequence %d, largest batch: ", r.Seq)
+	} else {
+		p("  largest batch: ")
+	}
+	largest := r.LargestBatch
+	if r.Search == "seq" {
+		largest = r.LargestSeq
+	}
+	switch {
+	case largest == nil:
+		p("none — %s %d runs out of memory\n", unit, lowOf(r))
+	case r.FirstOOM == nil:
+		p("%d (no OOM up to the limit)\n", *largest)
+	default:
+		p("%d (%d runs out of memory)\n", *largest, *r.FirstOOM)
+	}
+	if r.Peak != nil && largest != nil {
+		p("  at %s %d: peak allocated %s, reserved %s (fragmentation %s), headroom %s; the peak falls in the %s\n",
+			unit, *largest, fb(r.Peak.Allocated), fb(r.Peak.Reserved), fb(r.Peak.Fragmentation), fb(r.Peak.Headroom), phaseText(r.PeakPhase))
+		if r.Breakdown != nil {
+			p("    %s\n", r.Breakdown.text())
+		}
+	}
+	if r.OOM != nil {
+		p("  at %s %d (out of memory): tried to allocate %s with %s allocated", unit, r.OOM.Value, fb(r.OOM.Requested), fb(r.OOM.Allocated))
+		if r.OOM.Phase != "" {
+			p("; the peak before it in the %s", phaseText(r.OOM.Phase))
+		}
+		p("\n")
+		if r.OOM.Breakdown != nil {
+			p("    allocated then: %s\n", r.OOM.Breakdown.text())
+		}
+	}
+	if r.Floor != nil {
+		p("  model-state floor: parameters %s + gradients %s + optimizer state %s = %s", fb(r.Floor.Parameters), fb(r.Floor.Gradients), fb(r.Floor.OptimizerState), fb(r.Floor.Total))
+		if r.Floor.Total > r.Floor.Usable {
+			p(" > %s usable: no batch fits without changing that\n", fb(r.Floor.Usable))
+		} else {
+			p(" of %s usable (%s left for activations and temporaries)\n", fb(r.Floor.Usable), fb(r.Floor.Usable-r.Floor.Total))
+		}
+	}
+	if len(r.Advice) > 0 {
+		p("  what would fit (each found by trials):\n")
+		for _, a := range r.Advice {
+			p("    %-44s %s\n", a.Change, a.text())
+		}
+	}
+	for _, n := range r.Notes {
+		p("  note: %s\n", n)
+	}
+}
+
+func lowOf(r *Report) int {
+	if len(r.Trials) > 0 {
+		return r.Trials[0].Value
+	}
+	return 1
+}
+
+func (a Alternative) text() string {
+	switch {
+	case !a.Modelled:
+		return "not modelled yet" + noteText(a.Note)
+	case !a.Fits:
+		return "does not fit" + noteText(a.Note)
+	case a.FirstOOM > 0:
+		return fmt.Sprintf("fits: %s %d (%d runs out of memory)%s", whatText(a.What), a.Largest, a.FirstOOM, noteText(a.Note))
+	}
+	return fmt.Sprintf("fits: %s %d%s", whatText(a.What), a.Largest, noteText(a.Note))
+}
+
+func whatText(w string) string {
+	if w == "seq" {
+		return "sequence"
+	}
+	return "batch"
+}
+
+func noteText(n string) string {
+	if n == "" {
+		return ""
+	}
+	return "; " + n
+}
+
+func (b *Breakdown) text() string {
+	return fmt.Sprintf("parameters %s · gradients %s · optimizer state %s · activations %s · temporaries %s · other %s",
+		fb(b.Parameters), fb(b.Gradients), fb(b.OptimizerState), fb(b.Activations), fb(b.Temporaries), fb(b.Other))
+}
+
+func phaseText(p string) string {
+	switch p {
+	case "":
+		return "step"
+	case "other":
+		return "loss (outside the model's modules)"
+	}
+	return p
+}
+
+func precisionText(p string) string {
+	switch p {
+	case PrecBF16:
+		return "bf16 autocast (float32 weights, gradients and optimizer state)"
+	case PrecFP16:
+		return "fp16 autocast with a GradScaler"
+	case PrecBF16True:
+		return "bf16-true (bfloat16 weights, gradients and optimizer state)"
+	}
+	return "fp32"
+}
+
+func checkpointText(c bool) string {
+	if c {
+		return "activation checkpointing per layer"
+	}
+	return "no activation checkpointing"
+}
+
+// commas writes n with thousands separators.
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}

@@ -1,0 +1,356 @@
+package fit
+
+import (
+	_ "embed"
+	"fmt"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend/sim"
+	"github.com/memsh/memsh/record"
+	"github.com/memsh/memsh/scope"
+)
+
+//go:embed driver.star
+var driverSrc string
+
+// Steps is the number of training steps of every trial: the second step's
+// backward runs with the optimizer state of the first already there.
+const Steps = 2
+
+// run is one search: a Session on a simulated card, the driver loaded.
+type run struct {
+	o     Options
+	m     *Model
+	lib   fs.FS
+	gpu   string // the --gpu value of this run (a preset or a size)
+	s     *scope.Session
+	table io.Writer // where the sweeps print their trial tables
+}
+
+// sessionFor opens a Session on gpu's meta simulator with the driver and
+// the model's builders loaded.
+func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Writer) (*run, error) {
+	device := "sim:" + gpu + ",meta"
+	so := scope.Options{Device: device, Peak: backend.PeakExact, Out: table, Err: stderr, Quiet: true, Library: lib, Argv: []string{}}
+	var load string
+	var defined []string // the driver's names this kind loads
+	switch m.Kind {
+	case KindNanoGPT:
+		load = fmt.Sprintf("load(\"models/gpt2.star\", \"gpt2\", %q)\nPRESET = %s\n", m.Entry.Preset, m.Entry.Preset)
+		defined = []string{"gpt2"}
+	case KindResNet:
+		load = fmt.Sprintf("load(\"models/resnet.star\", \"resnet\", %q)\nPRESET = %s\n", m.Entry.Preset, m.Entry.Preset)
+		defined = []string{"resnet"}
+	case KindHF:
+		load = "load(\"models/hf.star\", \"from_config\", \"needs_eager\", hf_inputs = \"inputs\")\nPRESET = None\n"
+		defined = []string{"from_config", "needs_eager", "hf_inputs"}
+	case KindStar:
+		abs, err := filepath.Abs(m.Star)
+		if err != nil {
+			return nil, err
+		}
+		so.LoadPath = []string{filepath.Dir(abs)}
+		names := []string{`"build"`, `"inputs"`}
+		for _, opt := range starOptionals(m) {
+			names = append(names, strconv.Quote(opt))
+		}
+		load = fmt.Sprintf("load(%q, %s)\nPRESET = None\n", abs, strings.Join(names, ", "))
+		defined = []string{"build", "inputs"}
+	}
+	// the names the driver refers to that this kind does not load
+	for _, name := range []string{"gpt2", "resnet", "from_config", "needs_eager", "hf_inputs", "build", "inputs"} {
+		if !slices.Contains(defined, name) {
+			load += name + " = None\n"
+		}
+	}
+	s, err := scope.New(so)
+	if err != nil {
+		return nil, err
+	}
+	if o.Started != nil {
+		o.Started(s)
+	}
+	r := &run{o: o, m: m, lib: lib, gpu: gpu, s: s, table: table}
+	if m.HF != nil {
+		s.Set("CONFIG_JSON", starlark.String(m.HF.Raw))
+	}
+	spec := fmt.Sprintf(`SPEC = dict(kind = %q, preset = PRESET, config = %s, attention = %q, precision = %q, optimizer = %q, checkpoint = %s, sequence = %s)
+`, m.Kind, configExpr(m), o.Attention, o.Precision, o.Optimizer, pyBool(o.Checkpoint), pyBool(m.Sequence))
+	if err := s.Exec("<memsh fit>", load+spec+driverSrc); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func configExpr(m *Model) string {
+	if m.HF != nil {
+		return "json.decode(CONFIG_JSON)"
+	}
+	return "None"
+}
+
+func pyBool(b bool) string {
+	if b {
+		return "True"
+	}
+	return "False"
+}
+
+// starOptionals lists the optional names a .star model file defines at
+// top level (PARAMETERS, MAX_SEQ), so that the driver loads them.
+func starOptionals(m *Model) []string { return m.starNames }
+
+// close ends the run's Session.
+func (r *run) close() { r.s.Close() }
+
+// eval runs code in the run's Session and returns the global name.
+func (r *run) eval(code, name string) (starlark.Value, error) {
+	if err := r.s.Exec("<memsh fit>", code); err != nil {
+		return nil, err
+	}
+	v := r.s.Get(name)
+	r.s.Set(name, nil)
+	return v, nil
+}
+
+// withOutput runs f with the Session's output sent to w.
+func (r *run) withOutput(w io.Writer, f func() error) error {
+	prev := r.s.Output()
+	r.s.SetOutput(w)
+	defer r.s.SetOutput(prev)
+	return f()
+}
+
+// Search is one boundary search: over the batch at a sequence length,
+// or over the sequence length at a batch.
+type Search struct {
+	What  string // "batch" or "seq"
+	Batch int    // the batch of a sequence search
+	Seq   int    // the sequence of a batch search (0: an image model)
+	Low   int
+	High  int // 0: no bound
+	// Largest fits, FirstOOM does not; 0 when none / not found.
+	Largest, FirstOOM int
+	Trials            []Trial
+}
+
+// Trial is one search trial.
+type Trial struct {
+	Value  int    `json:"value"` // the batch or sequence tried
+	Status string `json:"status"`
+	// PeakAllocated is the trial's peak allocated bytes on the card.
+	PeakAllocated int64 `json:"peak_allocated"`
+}
+
+// search runs sweep.max_fit over what (in layout peak mode, fresh trials).
+func (r *run) search(what string, batch, seq, low, high int, name string) (*Search, error) {
+	sr := &Search{What: what, Batch: batch, Seq: seq, Low: low, High: high}
+	seqArg := "None"
+	if seq > 0 {
+		seqArg = strconv.Itoa(seq)
+	}
+	fn := fmt.Sprintf("lambda batch: train(batch, %s)", seqArg)
+	if what == "seq" {
+		fn = fmt.Sprintf("lambda seq: train(%d, seq)", batch)
+	}
+	hi := "None"
+	if high > 0 {
+		hi = strconv.Itoa(high)
+	}
+	code := fmt.Sprintf("R = sweep.max_fit(%s, low = %d, high = %s, mode = \"binsearch\", max_trials = 40, search = \"layout\", fresh = True, name = %q)\n", fn, low, hi, name)
+	v, err := r.eval(code, "R")
+	if err != nil {
+		return nil, err
+	}
+	sr.Largest = intAttr(v, "fit")
+	sr.FirstOOM = intAttr(v, "oom")
+	trials, _ := attr(v, "trials").(*starlark.List)
+	for i := 0; trials != nil && i < trials.Len(); i++ {
+		t := trials.Index(i)
+		var n int
+		if params, ok := attr(t, "params").(*starlark.Dict); ok {
+			for _, kv := range params.Items() {
+				n = toInt(kv[1])
+			}
+		}
+		tr := Trial{Value: n, Status: strAttr(t, "status")}
+		if gpu := attr(attr(t, "data"), "gpu"); gpu != nil {
+			tr.PeakAllocated = int64(intAttr(gpu, "peak"))
+		}
+		sr.Trials = append(sr.Trials, tr)
+	}
+	return sr, nil
+}
+
+// Measurement is a trial at one size under nn.track.
+type Measurement struct {
+	Batch, Seq   int
+	Status       string // "ok" or "oom"
+	Error        string
+	MaxAllocated int64
+	MaxReserved  int64
+	Outside      int64 // the card's memory outside the allocator (context, cuBLAS handles)
+	Total        int64
+	Phase        string           // what ran at the peak
+	Peak         map[string]int64 // memtrack's categories at the peak
+	Failed       map[string]int64 // at the failure (an OOM)
+	Requested    int64            // the allocation that did not fit
+}
+
+// measure runs the driver's measure(b, s) in layout peak mode, quietly.
+func (r *run) measure(batch, seq int) (*Measurement, error) {
+	seqArg := "None"
+	if seq > 0 {
+		seqArg = strconv.Itoa(seq)
+	}
+	mgr := r.s.Manager()
+	prev := mgr.PeakMode()
+	mgr.SetPeakMode(backend.PeakLayout)
+	defer mgr.SetPeakMode(prev)
+	var requested uint64 // the last allocation that did not fit
+	stop := mgr.Observe(func(e backend.Event) {
+		if e.Kind == backend.EventOOM {
+			requested = e.Size
+		}
+	})
+	defer stop()
+	var v starlark.Value
+	err := r.withOutput(io.Discard, func() error {
+		var err error
+		v, err = r.eval(fmt.Sprintf("M = measure(%d, %s)\n", batch, seqArg), "M")
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	d, _ := v.(*starlark.Dict)
+	get := func(k string) starlark.Value {
+		x, _, _ := d.Get(starlark.String(k))
+		return x
+	}
+	ms := &Measurement{Batch: batch, Seq: seq, Status: toStr(get("status")), Error: toStr(get("error")),
+		MaxAllocated: int64(toInt(get("max_allocated"))), MaxReserved: int64(toInt(get("max_reserved"))),
+		Outside: int64(toInt(get("outside"))), Total: int64(toInt(get("total"))), Phase: toStr(get("phase")),
+		Peak: toMap(get("peak")), Failed: toMap(get("failed"))}
+	if ms.Status == "oom" {
+		ms.Requested = int64(requested)
+	}
+	return ms, nil
+}
+
+// describeModel returns the built model's parameters.
+type modelInfo struct {
+	Parameters, Trainable, ParamBytes int64
+	Params                            []ParamInfo
+	DType                             string
+}
+
+func (r *run) describe() (*modelInfo, error) {
+	v, err := r.eval("D = describe()\n", "D")
+	if err != nil {
+		return nil, err
+	}
+	d, _ := v.(*starlark.Dict)
+	get := func(k string) starlark.Value {
+		x, _, _ := d.Get(starlark.String(k))
+		return x
+	}
+	mi := &modelInfo{Parameters: int64(toInt(get("parameters"))), Trainable: int64(toInt(get("trainable"))), ParamBytes: int64(toInt(get("param_bytes"))), DType: toStr(get("dtype"))}
+	if l, ok := get("params").(*starlark.List); ok {
+		for i := 0; i < l.Len(); i++ {
+			t, _ := l.Index(i).(starlark.Tuple)
+			if len(t) != 2 {
+				continue
+			}
+			var shape []int
+			if sl, ok := t[1].(*starlark.List); ok {
+				for j := 0; j < sl.Len(); j++ {
+					shape = append(shape, toInt(sl.Index(j)))
+				}
+			}
+			mi.Params = append(mi.Params, ParamInfo{Name: toStr(t[0]), Shape: shape})
+		}
+	}
+	return mi, nil
+}
+
+// backendName is the attention the model runs: for SDPA the backend
+// PyTorch picks on this card.
+func (r *run) attention() (string, error) {
+	v, err := r.eval("A = sdpa_backend()\n", "A")
+	if err != nil {
+		return "", err
+	}
+	if v == nil || v == starlark.None {
+		return "", nil
+	}
+	return toStr(v), nil
+}
+
+// openOut opens --out for the run's records.
+func (r *run) openOut(path string) (func(), error) {
+	st := record.Of(r.s.Env())
+	if err := st.Open(path); err != nil {
+		return nil, err
+	}
+	return func() { st.Close() }, nil
+}
+
+// presetOf returns the card's preset (nil for a size).
+func presetOf(gpu string) *sim.Preset {
+	if p, ok := sim.LookupPreset(gpu); ok {
+		return &p
+	}
+	return nil
+}
+
+// --- Starlark values ---
+
+func attr(v starlark.Value, name string) starlark.Value {
+	h, ok := v.(starlark.HasAttrs)
+	if !ok {
+		return nil
+	}
+	x, _ := h.Attr(name)
+	return x
+}
+
+func intAttr(v starlark.Value, name string) int { return toInt(attr(v, name)) }
+
+func strAttr(v starlark.Value, name string) string { return toStr(attr(v, name)) }
+
+func toInt(v starlark.Value) int {
+	if i, ok := v.(starlark.Int); ok {
+		n, _ := i.Int64()
+		return int(n)
+	}
+	return 0
+}
+
+func toStr(v starlark.Value) string {
+	if s, ok := v.(starlark.String); ok {
+		return string(s)
+	}
+	return ""
+}
+
+func toMap(v starlark.Value) map[string]int64 {
+	d, ok := v.(*starlark.Dict)
+	if !ok {
+		return nil
+	}
+	m := map[string]int64{}
+	for _, kv := range d.Items() {
+		m[toStr(kv[0])] = int64(toInt(kv[1]))
+	}
+	return m
+}
