@@ -41,6 +41,17 @@ func OpenDevices(spec string) (gpus []backend.Device, notice string, err error) 
 	return OpenDevicesWith(spec, DeviceOptions{})
 }
 
+// shortReason is the first clause of why the CUDA backend is unusable,
+// for the one-line notice ("CUDA driver unavailable: libcuda.so.1 not
+// found"); --device cuda reports the whole error.
+func shortReason(err error) string {
+	s := err.Error()
+	if i := strings.Index(s, "; "); i > 0 {
+		s = s[:i]
+	}
+	return strings.Replace(s, ": cannot open shared object file: No such file or directory", " not found", 1)
+}
+
 // OpenDevicesWith is OpenDevices with explicit libraries.
 func OpenDevicesWith(spec string, o DeviceOptions) (gpus []backend.Device, notice string, err error) {
 	switch {
@@ -50,7 +61,7 @@ func OpenDevicesWith(spec string, o DeviceOptions) (gpus []backend.Device, notic
 			return gpus, "", nil
 		}
 		sp, _ := sim.ParseSpec(sim.DefaultSpec)
-		notice := fmt.Sprintf("memsh: no usable NVIDIA GPU backend (%v); using the simulator (--device sim:%s)", err, sp)
+		notice := fmt.Sprintf("memsh: no usable NVIDIA GPU (%s); using the simulator (--device sim:%s)", shortReason(err), sp)
 		if w := sim.HostBackingWarning(sp); w != "" {
 			notice += "\nmemsh: " + w
 		}
