@@ -197,7 +197,7 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		if err != nil {
 			return nil, err
 		}
-		rep.Capacity, rep.Usable = ms.Total, ms.Total-ms.Outside
+		rep.Capacity, rep.Usable, rep.Context = ms.Total, ms.Total-ms.Outside, ms.Outside
 		rep.Peak = &Peak{Allocated: ms.MaxAllocated, Reserved: ms.MaxReserved, Fragmentation: ms.MaxReserved - ms.MaxAllocated, Headroom: ms.Total - ms.Outside - ms.MaxReserved}
 		rep.Breakdown = breakdownOf(ms.Peak)
 		rep.PeakPhase = ms.Phase
@@ -211,7 +211,7 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 			return nil, err
 		}
 		if rep.Capacity == 0 {
-			rep.Capacity, rep.Usable = ms.Total, ms.Total-ms.Outside
+			rep.Capacity, rep.Usable, rep.Context = ms.Total, ms.Total-ms.Outside, ms.Outside
 		}
 		oi := &OOMInfo{Value: sr.FirstOOM, Requested: ms.Requested, Breakdown: breakdownOf(ms.Failed), Phase: ms.Phase, Message: ms.Error}
 		if ms.Failed != nil {

@@ -348,8 +348,17 @@ func TestJSONReport(t *testing.T) {
 		t.Errorf("trials %v do not hold the boundary %d/%d", r.Trials, *r.LargestBatch, *r.FirstOOM)
 	}
 	b := r.Breakdown
-	if sum := b.Parameters + b.Gradients + b.OptimizerState + b.Activations + b.Temporaries + b.Other; sum != r.Peak.Allocated {
+	if sum := b.Parameters + b.Gradients + b.OptimizerState + b.Activations + b.Temporaries + b.Workspaces + b.Other; sum != r.Peak.Allocated {
 		t.Errorf("breakdown sums to %d, peak allocated %d", sum, r.Peak.Allocated)
+	}
+	// PyTorch 2.x's workspaces on sm89: cuBLAS 8 MiB + 128 KiB for the
+	// forward's thread and the backward's, cuBLASLt 1 MiB for the
+	// forward's (addmm with its bias)
+	if b.Workspaces != 2*(4096*2*1024+16*8*1024)+1024*1024 {
+		t.Errorf("workspaces %d", b.Workspaces)
+	}
+	if r.Capacity != r.Usable+r.Context || r.Context <= 0 {
+		t.Errorf("capacity %d, usable %d, context %d", r.Capacity, r.Usable, r.Context)
 	}
 	if r.Peak.Fragmentation != r.Peak.Reserved-r.Peak.Allocated || r.Peak.Headroom != r.Usable-r.Peak.Reserved {
 		t.Errorf("peak %+v, usable %d", r.Peak, r.Usable)

@@ -23,6 +23,7 @@ type Report struct {
 	Device              string           `json:"device"`
 	Capacity            int64            `json:"capacity"` // the card's total memory
 	Usable              int64            `json:"usable"`   // what the allocator can get: capacity less the context and cuBLAS handles
+	Context             int64            `json:"context"`  // capacity − usable: the CUDA context and cuBLAS handles, outside the allocator
 	Precision           string           `json:"precision"`
 	Optimizer           string           `json:"optimizer"`
 	Checkpoint          bool             `json:"checkpoint"`
@@ -62,7 +63,8 @@ type Breakdown struct {
 	OptimizerState int64 `json:"optimizer_state"`
 	Activations    int64 `json:"activations"` // tensors saved for backward
 	Temporaries    int64 `json:"temporaries"`
-	Other          int64 `json:"other"` // workspaces (cuBLAS), what was live before the step
+	Workspaces     int64 `json:"workspaces"` // the cuBLAS and cuBLASLt workspaces
+	Other          int64 `json:"other"`      // what was allocated before the step
 }
 
 // OOMInfo is the first size that ran out of memory, measured.
@@ -112,7 +114,8 @@ func breakdownOf(m map[string]int64) *Breakdown {
 		OptimizerState: m["Optstate"],
 		Activations:    m["Activation"],
 		Temporaries:    m["Temp"],
-		Other:          m["Other"],
+		Workspaces:     m["Library"],
+		Other:          m["Other"] - m["Library"],
 	}
 }
 
@@ -148,7 +151,7 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.CheckpointFile != nil {
 		p("  checkpoint: %d tensors match the model's parameters (shapes; stored as %s)\n", r.CheckpointFile.Tensors, r.CheckpointFile.DType)
 	}
-	p("  %s: %s capacity, %s usable by the allocator\n", r.Device, fb(r.Capacity), fb(r.Usable))
+	p("  %s: %s capacity, %s outside the allocator (CUDA context, cuBLAS handles), %s usable\n", r.Device, fb(r.Capacity), fb(r.Context), fb(r.Usable))
 	att := r.Attention
 	if r.SDPABackend != "" {
 		att += " → " + r.SDPABackend
@@ -246,8 +249,12 @@ func noteText(n string) string {
 }
 
 func (b *Breakdown) text() string {
-	return fmt.Sprintf("parameters %s · gradients %s · optimizer state %s · activations %s · temporaries %s · other %s",
-		fb(b.Parameters), fb(b.Gradients), fb(b.OptimizerState), fb(b.Activations), fb(b.Temporaries), fb(b.Other))
+	s := fmt.Sprintf("parameters %s · gradients %s · optimizer state %s · activations %s · temporaries %s · cuBLAS workspaces %s",
+		fb(b.Parameters), fb(b.Gradients), fb(b.OptimizerState), fb(b.Activations), fb(b.Temporaries), fb(b.Workspaces))
+	if b.Other != 0 {
+		s += " · other " + fb(b.Other)
+	}
+	return s
 }
 
 func phaseText(p string) string {
