@@ -142,9 +142,6 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 	if m.HF != nil && m.HF.HasVision {
 		rep.Notes = append(rep.Notes, "a multimodal config: memsh builds its text model only (the vision tower is not modelled)")
 	}
-	if err := r.attentionReport(m, rep); err != nil {
-		return nil, err
-	}
 	if dev := r.s.Devices(); len(dev) > 0 {
 		rep.Device = dev[0].Description()
 	}
@@ -154,6 +151,15 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		if o.Seq > 0 {
 			seq = o.Seq
 		}
+	}
+	probe := seq
+	if o.Set["batch"] {
+		// the sequence search's long sequences (a sliding window's mask
+		// comes in past its window)
+		probe = min(m.MaxSeq, 16384)
+	}
+	if err := r.attentionReport(m, rep, probe); err != nil {
+		return nil, err
 	}
 	var sr *Search
 	if o.Set["batch"] {
@@ -268,7 +274,7 @@ func (r *run) starChecks(m *Model, rep *Report) error {
 }
 
 // attentionReport fills what attention runs and, for SDPA, its backend.
-func (r *run) attentionReport(m *Model, rep *Report) error {
+func (r *run) attentionReport(m *Model, rep *Report, seq int) error {
 	switch m.Kind {
 	case KindResNet:
 		rep.Attention = ""
@@ -290,7 +296,7 @@ func (r *run) attentionReport(m *Model, rep *Report) error {
 	if rep.Attention == "eager" {
 		return nil
 	}
-	be, err := r.attention()
+	be, err := r.attention(seq)
 	if err != nil {
 		return err
 	}

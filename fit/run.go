@@ -50,8 +50,8 @@ func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Wri
 		load = fmt.Sprintf("load(\"models/resnet.star\", \"resnet\", %q)\nPRESET = %s\n", m.Entry.Preset, m.Entry.Preset)
 		defined = []string{"resnet"}
 	case KindHF:
-		load = "load(\"models/hf.star\", \"from_config\", \"needs_eager\", hf_inputs = \"inputs\")\nPRESET = None\n"
-		defined = []string{"from_config", "needs_eager", "hf_inputs"}
+		load = "load(\"models/hf.star\", \"from_config\", \"needs_eager\", hf_inputs = \"inputs\", hf_spec = \"spec\")\nPRESET = None\n"
+		defined = []string{"from_config", "needs_eager", "hf_inputs", "hf_spec"}
 	case KindStar:
 		abs, err := filepath.Abs(m.Star)
 		if err != nil {
@@ -66,7 +66,7 @@ func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Wri
 		defined = []string{"build", "inputs"}
 	}
 	// the names the driver refers to that this kind does not load
-	for _, name := range []string{"gpt2", "resnet", "from_config", "needs_eager", "hf_inputs", "build", "inputs"} {
+	for _, name := range []string{"gpt2", "resnet", "from_config", "needs_eager", "hf_inputs", "hf_spec", "build", "inputs"} {
 		if !slices.Contains(defined, name) {
 			load += name + " = None\n"
 		}
@@ -285,8 +285,8 @@ func (r *run) describe() (*modelInfo, error) {
 
 // backendName is the attention the model runs: for SDPA the backend
 // PyTorch picks on this card.
-func (r *run) attention() (string, error) {
-	v, err := r.eval("A = sdpa_backend()\n", "A")
+func (r *run) attention(seq int) (string, error) {
+	v, err := r.eval(fmt.Sprintf("A = sdpa_backend(%d)\n", seq), "A")
 	if err != nil {
 		return "", err
 	}
