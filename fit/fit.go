@@ -120,6 +120,10 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 	}
 	rep := &Report{Model: m.Name, Title: m.Title, Source: sourceKind(m), GPU: o.GPU, Precision: o.Precision,
 		Optimizer: o.Optimizer, Checkpoint: o.Checkpoint, Attention: o.Attention, Steps: Steps}
+	if o.Inference {
+		rep.Inference, rep.MaxNewTokens, rep.KVCache = true, o.MaxNewTokens, o.KVCache
+		rep.Optimizer, rep.Steps = "", 0
+	}
 	if m.Entry != nil {
 		rep.PublishedParameters = m.Entry.Published
 	}
@@ -207,6 +211,19 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		rep.Peak = &Peak{Allocated: ms.MaxAllocated, Reserved: ms.MaxReserved, Fragmentation: ms.MaxReserved - ms.MaxAllocated, Headroom: ms.Total - ms.Outside - ms.MaxReserved}
 		rep.Breakdown = breakdownOf(ms.Peak)
 		rep.PeakPhase = ms.Phase
+		if o.Inference && ms.Generation != nil {
+			rep.PrefillPeak, rep.PeakIn = ms.Generation["prefill_peak"], ms.GenPhase
+			kv := ms.Generation["kv_cache"]
+			if o.KVCache == "dynamic" && ms.GenPhase == "prefill" {
+				// at the prefill's peak the cache holds the prompt's tokens
+				b, s := at(sr.Largest)
+				kv = kv * int64(s) / int64(s+o.MaxNewTokens-1)
+				_ = b
+			}
+			rep.Breakdown.KVCache = kv
+			rep.Breakdown.Temporaries = max(0, rep.Breakdown.Temporaries-kv)
+			rep.PeakPhase = ""
+		}
 		if ms.Status != "ok" {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the measuring trial at %d did not run (%s): its figures are of a run that failed", sr.Largest, ms.Status))
 		}
@@ -228,7 +245,14 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the measuring trial at %d ran (the search's trial did not)", sr.FirstOOM))
 		}
 	}
-	if sr.Largest == 0 {
+	if sr.Largest == 0 && o.Inference {
+		rep.Floor = &Floor{Parameters: info.ParamBytes, Total: info.ParamBytes, Usable: rep.Usable}
+		adv, err := adviseInference(o, m, lib, seq, stderr)
+		if err != nil {
+			return nil, err
+		}
+		rep.Advice = adv
+	} else if sr.Largest == 0 {
 		rep.Floor = floorOf(o, info, rep.Usable)
 		adv, err := advise(o, m, lib, seq, rep, stderr)
 		if err != nil {
@@ -445,6 +469,66 @@ func advise(o Options, m *Model, lib fs.FS, seq int, rep *Report, stderr io.Writ
 		Alternative{Change: "8-bit optimizers (bitsandbytes AdamW8bit)", Note: "an open issue of memsh's"},
 		Alternative{Change: "sharding across N GPUs (FSDP, ZeRO)", Note: "an open issue of memsh's"},
 	)
+	return out, nil
+}
+
+// adviseInference tries what could make generation fit: the other KV
+// cache, a shorter prompt, fewer new tokens, a bigger card.
+func adviseInference(o Options, m *Model, lib fs.FS, seq int, stderr io.Writer) ([]Alternative, error) {
+	var out []Alternative
+	try := func(change string, o2 Options, gpu string, what string) error {
+		a := Alternative{Change: change, Modelled: true, What: what}
+		r, err := sessionFor(o2, m, lib, gpu, io.Discard, stderr)
+		if err != nil {
+			return err
+		}
+		defer r.close()
+		var sr *Search
+		if what == "seq" {
+			sr, err = r.search("seq", 1, 0, 1, m.MaxSeq-o2.MaxNewTokens, change)
+		} else {
+			sr, err = r.search("batch", 0, seq, 1, 0, change)
+		}
+		if err != nil {
+			return err
+		}
+		a.Fits, a.Largest, a.FirstOOM = sr.Largest > 0, sr.Largest, sr.FirstOOM
+		if what == "seq" && a.Largest >= seq {
+			a.Fits = false
+		}
+		out = append(out, a)
+		return nil
+	}
+	other := "static"
+	if o.KVCache == "static" {
+		other = "dynamic"
+	}
+	o2 := o
+	o2.KVCache = other
+	if err := try("a "+cacheText(other)+" instead", o2, o.GPU, "batch"); err != nil {
+		return nil, err
+	}
+	if seq > 1 {
+		if err := try(fmt.Sprintf("a shorter prompt than %d (at batch 1)", seq), o, o.GPU, "seq"); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range biggerPresets(o.GPU) {
+		n := len(out)
+		if err := try("a bigger card: "+p.Key+" ("+fb(int64(p.Total))+")", o, p.Key, "batch"); err != nil {
+			return nil, err
+		}
+		if out[n].Fits {
+			break
+		}
+		out = out[:n]
+		if p.Key == biggerPresets(o.GPU)[len(biggerPresets(o.GPU))-1].Key {
+			out = append(out, Alternative{Change: "a bigger card", Modelled: true, Note: "none of memsh's presets fits"})
+		}
+	}
+	out = append(out,
+		Alternative{Change: "8-bit or 4-bit weights (bitsandbytes)", Note: "an open issue of memsh's"},
+		Alternative{Change: "tensor parallelism across N GPUs", Note: "an open issue of memsh's"})
 	return out, nil
 }
 

@@ -40,6 +40,12 @@ func options(src string, set map[string]any) fit.Options {
 			o.Checkpoint = v.(bool)
 		case "json":
 			o.JSON = v.(bool)
+		case "inference":
+			o.Inference = v.(bool)
+		case "max-new-tokens":
+			o.MaxNewTokens = v.(int)
+		case "kv-cache":
+			o.KVCache = v.(string)
 		}
 	}
 	return o
@@ -87,6 +93,11 @@ func TestUsageErrors(t *testing.T) {
 		{filepath.Join(dir, "none.json"), nil, "none.json: no such file or directory"},
 		{nostar, nil, "m.star: a model file defines build(device, checkpoint) and inputs(batch, seq, device); it has no inputs"},
 		{filepath.Join(dir, "none.star"), nil, "none.star: no such file or directory"},
+		{"gpt2-small", map[string]any{"inference": true}, "--inference: generation with a KV cache is modelled for the Llama-family configs"},
+		{"llama-3.2-1b", map[string]any{"inference": true, "optimizer": "sgd"}, "--optimizer: a training option; --inference generates under no_grad"},
+		{"llama-3.2-1b", map[string]any{"inference": true, "kv-cache": "paged"}, `--kv-cache: want dynamic or static (transformers' DynamicCache, StaticCache), got "paged"`},
+		{"llama-3.2-1b", map[string]any{"inference": true, "max-new-tokens": 0}, "--max-new-tokens: want a positive integer, got 0"},
+		{"llama-3.2-1b", map[string]any{"inference": true, "seq": 131000, "max-new-tokens": 100}, "--seq 131000 + --max-new-tokens 100: llama-3.2-1b takes at most 131072 positions"},
 	} {
 		o := options(tc.src, tc.set)
 		rc, out, errs := runMain(t, o)
@@ -473,5 +484,39 @@ def inputs(batch, seq, device):
 	}
 	if rc, _, errs := runMain(t, options(path, nil)); rc != 1 || !strings.Contains(errs, "PARAMETERS is 3,278,081, but the model build() returns has 3,278,080 parameters") {
 		t.Errorf("a wrong PARAMETERS: %d %s", rc, errs)
+	}
+}
+
+// --inference: the largest batch that generates, the KV cache in the
+// breakdown at its closed form, where the peak falls.
+func TestInference(t *testing.T) {
+	for _, kv := range []string{"dynamic", "static"} {
+		rc, out, errs := runMain(t, options("qwen2.5-0.5b", map[string]any{"inference": true, "seq": 256, "max-new-tokens": 4, "kv-cache": kv, "gpu": "4GiB", "json": true}))
+		if rc != 0 {
+			t.Fatalf("%s: exit %d: %s", kv, rc, errs)
+		}
+		var r fit.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		if !r.Inference || r.KVCache != kv || r.MaxNewTokens != 4 || r.Precision != "bf16-true" || r.ParameterDType != "bfloat16" || r.LargestBatch == nil {
+			t.Fatalf("%s: %+v", kv, r)
+		}
+		// 24 layers, 2 kv heads of 64, bfloat16: the prompt's tokens at the
+		// prefill (a DynamicCache), all 260 in a StaticCache
+		b := int64(*r.LargestBatch)
+		tokens := int64(256)
+		if r.PeakIn == "decode" {
+			tokens = 256 + 4 - 1
+		}
+		if kv == "static" {
+			tokens = 260
+		}
+		if want := 2 * 24 * 2 * 64 * tokens * b * 2; r.Breakdown.KVCache != want {
+			t.Errorf("%s: KV cache %d at the peak (in the %s), want %d", kv, r.Breakdown.KVCache, r.PeakIn, want)
+		}
+		if r.PeakIn != "prefill" && r.PeakIn != "decode" || r.PrefillPeak <= 0 || r.PrefillPeak > r.Peak.Allocated {
+			t.Errorf("%s: peak in %q, prefill peak %d of %d", kv, r.PeakIn, r.PrefillPeak, r.Peak.Allocated)
+		}
 	}
 }
