@@ -51,6 +51,47 @@ type CachingAllocator struct {
 	// onSegment, if set, is told of every segment obtained from (alloc
 	// true) or returned to the device.
 	onSegment func(alloc bool, ptr uintptr, size uint64)
+	// onEmpty, if set, is told of every EmptyCache call, before it
+	// releases anything.
+	onEmpty func()
+}
+
+// SetEmptyCacheHook installs f to be called at the start of every
+// EmptyCache; nil removes it. The Manager reports the calls to its
+// ObserveAll observers (a recorder of a trial's stream).
+func (a *CachingAllocator) SetEmptyCacheHook(f func()) { a.onEmpty = f }
+
+// Clone returns a copy of the allocator as it stands — its segments and
+// their blocks, free and allocated, and its statistics — drawing from dev,
+// which must hold the same device memory at the same addresses (a copy of
+// the device: backend/sim's Device.Clone). The copy has no hooks and no
+// peak counters open; the blocks allocated in a, which the copy's caller
+// never frees, stay allocated in it. backend/replay replays a trial's
+// allocations through such a copy.
+func (a *CachingAllocator) Clone(dev Device) *CachingAllocator {
+	c := NewCachingAllocator(dev, a.index)
+	c.st = a.st
+	for _, seg := range a.segs {
+		ns := &segment{owner: c, mem: DeviceMem{Ptr: seg.mem.Ptr}, size: seg.size, pool: &c.large}
+		if seg.pool == &a.small {
+			ns.pool = &c.small
+		}
+		var prev *cblock
+		for b := seg.head; b != nil; b = b.next {
+			nb := &cblock{seg: ns, ptr: b.ptr, size: b.size, requested: b.requested, allocated: b.allocated, prev: prev}
+			if prev == nil {
+				ns.head = nb
+			} else {
+				prev.next = nb
+			}
+			if !nb.allocated {
+				ns.pool.free.ReplaceOrInsert(nb)
+			}
+			prev = nb
+		}
+		c.segs = append(c.segs, ns)
+	}
+	return c
 }
 
 // SetSegmentHook installs f to be called after every segment allocation
@@ -472,6 +513,9 @@ func (a *CachingAllocator) foreign(b *Block) string {
 // as torch.cuda.empty_cache. A segment the device refuses to free stays
 // cached (the error is kept for LastError); the session goes on.
 func (a *CachingAllocator) EmptyCache() {
+	if a.onEmpty != nil {
+		a.onEmpty()
+	}
 	a.lastErr = a.releaseCached()
 }
 

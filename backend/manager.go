@@ -70,9 +70,27 @@ const (
 	EventSegmentAlloc                  // the caching allocator obtained a segment from the device
 	EventSegmentFree                   // the caching allocator returned a segment to the device
 	EventOOM                           // an allocation failed for lack of memory (after the reclaim and retry)
+
+	// The detail events below, and allocations and frees of zero bytes,
+	// go only to observers registered with ObserveAll (a recorder of a
+	// trial's stream for replay): PyTorch's memory history has no such
+	// entries.
+
+	EventReclaim    // a reclaim pass ended (Count: allocations it freed, just before; Trigger: why it ran)
+	EventEmptyCache // empty_cache was called on the device's allocator (before its segment_free events)
+	EventDriver     // Size bytes of the device were taken outside the allocator (a cuBLAS handle)
 )
 
-var eventNames = [...]string{"alloc", "free", "segment_alloc", "segment_free", "oom"}
+var eventNames = [...]string{"alloc", "free", "segment_alloc", "segment_free", "oom", "reclaim", "empty_cache", "driver"}
+
+// Trigger says why a reclaim pass ran (EventReclaim).
+type Trigger int
+
+const (
+	TriggerOther Trigger = iota // Reclaim or Collect was called
+	TriggerAlloc                // AllocOn reclaimed before the allocation that follows (pacing, layout or peak)
+	TriggerOOM                  // AllocOn's retry after the allocator ran out of memory
+)
 
 // String returns PyTorch's memory-history action name: "alloc", "free",
 // "segment_alloc", "segment_free" or "oom".
@@ -88,18 +106,54 @@ type Event struct {
 	Seq       uint64  // the allocation's sequence number (alloc and free)
 	Allocated uint64  // the allocator's allocated bytes after the event
 	Reserved  uint64  // the allocator's reserved bytes after the event
+
+	// Floor (alloc) is the smallest maximum of the allocator's open peak
+	// counters before the allocation, which AllocOn's peak test compares
+	// with (NoFloor: none open). Count and Trigger describe an
+	// EventReclaim.
+	Floor   uint64
+	Count   int
+	Trigger Trigger
+	// Law and Args (alloc, AllocLaw): the rule its size came from and
+	// its arguments.
+	Law  SizeLaw
+	Args []int64
 }
 
-type observer struct{ f func(Event) }
+// A SizeLaw gives an allocation's requested bytes from integer arguments
+// (the shapes it depends on), for allocations whose size is not a simple
+// product of shapes: a CUDA reduction's staging buffer, sized by its
+// launch's arithmetic. A replay of a trial at another size (backend/
+// replay) predicts the arguments and asks the law. Bytes returns 0 and
+// false when the program would not allocate at all. A SizeLaw must be
+// comparable with == (a struct of plain values).
+type SizeLaw interface {
+	Bytes(args []int64) (uint64, bool)
+}
+
+// NoFloor is Event.Floor when no peak counter is open.
+const NoFloor = ^uint64(0)
+
+type observer struct {
+	f   func(Event)
+	all bool // also the detail events (ObserveAll)
+}
 
 // Observe registers f to be called synchronously for every memory event of
 // every device, in order, until remove is called. f runs while the Manager
 // is locked: it must not call the Manager's methods (it may read allocator
 // figures and the Starlark thread's call stack).
-func (m *Manager) Observe(f func(Event)) (remove func()) {
+func (m *Manager) Observe(f func(Event)) (remove func()) { return m.observe(f, false) }
+
+// ObserveAll is Observe for the detail events too: reclaims, empty_cache
+// calls, device memory taken outside the allocator, and allocations and
+// frees of zero bytes — what a replay of the stream needs (backend/replay).
+func (m *Manager) ObserveAll(f func(Event)) (remove func()) { return m.observe(f, true) }
+
+func (m *Manager) observe(f func(Event), all bool) (remove func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o := &observer{f}
+	o := &observer{f, all}
 	m.observers = append(m.observers, o)
 	return func() {
 		m.mu.Lock()
@@ -122,9 +176,31 @@ func (m *Manager) emit(a Allocator, e Event) {
 	}
 	e.Device = a.Device().Name()
 	e.Allocated, e.Reserved = a.Allocated(), a.Reserved()
+	detail := e.Kind >= EventReclaim || (e.Size == 0 && (e.Kind == EventAlloc || e.Kind == EventFree))
 	for _, o := range m.observers {
-		o.f(e)
+		if o.all || !detail {
+			o.f(e)
+		}
 	}
+}
+
+// emitReclaim tells the ObserveAll observers that a reclaim pass ended,
+// having freed count allocations (whose free events came just before).
+func (m *Manager) emitReclaim(t Trigger, count int) {
+	for _, o := range m.observers {
+		if o.all {
+			o.f(Event{Kind: EventReclaim, Count: count, Trigger: t})
+		}
+	}
+}
+
+// reclaimFor is reclaimLocked, told to the ObserveAll observers.
+func (m *Manager) reclaimFor(t Trigger) ReclaimResult {
+	res := m.reclaimLocked()
+	if len(m.observers) > 0 {
+		m.emitReclaim(t, res.Count)
+	}
+	return res
 }
 
 // entry is the Manager's reference to one allocation. Its handle is held
@@ -235,6 +311,18 @@ func NewManager(cfg Config) *Manager {
 			continue
 		}
 		m.global[a] = a.Peaks().New(a.Allocated(), a.Reserved())
+		if h, ok := a.(interface{ SetEmptyCacheHook(func()) }); ok {
+			a := a
+			h.SetEmptyCacheHook(func() { m.emit(a, Event{Kind: EventEmptyCache}) })
+		}
+		if d, ok := a.Device().(interface{ SetDriverHook(func(uint64)) }); ok {
+			a := a
+			d.SetDriverHook(func(n uint64) {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				m.emit(a, Event{Kind: EventDriver, Size: n})
+			})
+		}
 		if h, ok := a.(interface {
 			SetSegmentHook(func(bool, uintptr, uint64))
 		}); ok {
@@ -348,21 +436,39 @@ func (m *Manager) Alloc(device string, nbytes uint64) (*Memory, error) {
 // an open peak counter, and reclaiming then retrying once before reporting
 // an *OOMError.
 func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
+	return m.allocOn(a, nbytes, nil, nil)
+}
+
+// AllocLaw is AllocOn of law.Bytes(args) bytes, telling observers the law
+// and its arguments (Event.Law). It must not be called when the law says
+// the program allocates nothing.
+func (m *Manager) AllocLaw(a Allocator, law SizeLaw, args ...int64) (*Memory, error) {
+	n, _ := law.Bytes(args)
+	return m.allocOn(a, n, law, args)
+}
+
+func (m *Manager) allocOn(a Allocator, nbytes uint64, law SizeLaw, args []int64) (*Memory, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	floor := NoFloor
+	if len(m.observers) > 0 {
+		if f, ok := a.Peaks().Floor(); ok {
+			floor = f
+		}
+	}
 	if m.sinceReclaim+nbytes > m.pacing && storesData(a) {
-		m.reclaimLocked()
+		m.reclaimFor(TriggerAlloc)
 	} else if m.peak == PeakLayout && nbytes > layoutMin && caching(a) && m.mayHaveGarbage() {
-		m.reclaimLocked()
+		m.reclaimFor(TriggerAlloc)
 		m.layout.seen, m.layout.noted = m.layout.clock(), false
 	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && !m.layoutQuiet(a, nbytes) {
 		m.stats.PeakReclaims++
-		m.reclaimLocked()
+		m.reclaimFor(TriggerAlloc)
 	}
 	b, err := a.TryMalloc(nbytes)
 	if err != nil && IsOOM(err) {
 		m.stats.OOMRetries++
-		m.reclaimLocked()
+		m.reclaimFor(TriggerOOM)
 		b, err = a.Malloc(nbytes)
 	}
 	if err != nil {
@@ -386,9 +492,9 @@ func (m *Manager) AllocOn(a Allocator, nbytes uint64) (*Memory, error) {
 	if storesData(a) {
 		m.sinceReclaim += nbytes
 	}
-	if b.Size > 0 { // an empty tensor: PyTorch's allocator records nothing
-		m.emit(a, Event{Kind: EventAlloc, Addr: b.Ptr, Size: b.Size, Requested: nbytes, Seq: rec.seq})
-	}
+	// an empty tensor: PyTorch's allocator records nothing (a detail
+	// event, for ObserveAll)
+	m.emit(a, Event{Kind: EventAlloc, Addr: b.Ptr, Size: b.Size, Requested: nbytes, Seq: rec.seq, Floor: floor, Law: law, Args: args})
 	return h, nil
 }
 
@@ -443,7 +549,7 @@ type ReclaimResult struct {
 func (m *Manager) Reclaim() ReclaimResult {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.reclaimLocked()
+	return m.reclaimFor(TriggerOther)
 }
 
 // Collect is Reclaim with a Go collection always: gc(), like Python's
@@ -452,7 +558,11 @@ func (m *Manager) Reclaim() ReclaimResult {
 func (m *Manager) Collect() ReclaimResult {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.collectLocked(time.Now())
+	res := m.collectLocked(time.Now())
+	if len(m.observers) > 0 {
+		m.emitReclaim(TriggerOther, res.Count)
+	}
+	return res
 }
 
 func (m *Manager) reclaimLocked() ReclaimResult {
@@ -541,9 +651,7 @@ func (m *Manager) freeLocked(r *record) {
 		addr, size := r.block.Ptr, r.block.Size
 		r.alloc.Free(r.block)
 		r.block = nil
-		if size > 0 {
-			m.emit(r.alloc, Event{Kind: EventFree, Addr: addr, Size: size, Requested: r.nbytes, Seq: r.seq})
-		}
+		m.emit(r.alloc, Event{Kind: EventFree, Addr: addr, Size: size, Requested: r.nbytes, Seq: r.seq})
 	}
 }
 

@@ -45,15 +45,15 @@ func (m *Manager) Migrate(h *Memory, device string) error {
 	}
 
 	if m.sinceReclaim+r.nbytes > m.pacing {
-		m.reclaimLocked()
+		m.reclaimFor(TriggerAlloc)
 	} else if m.peak.Exact() && r.nbytes > 0 && a.Peaks().WouldRaise(a.Allocated()+a.RoundSize(r.nbytes)) {
 		m.stats.PeakReclaims++
-		m.reclaimLocked()
+		m.reclaimFor(TriggerAlloc)
 	}
 	nb, err := a.TryMalloc(r.nbytes)
 	if err != nil && IsOOM(err) {
 		m.stats.OOMRetries++
-		m.reclaimLocked()
+		m.reclaimFor(TriggerOOM)
 		nb, err = a.Malloc(r.nbytes)
 	}
 	if err != nil {

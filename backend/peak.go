@@ -60,6 +60,13 @@ func (s *PeakSet) WouldRaise(allocated uint64) bool {
 	return len(s.open) > 0 && allocated > s.minAllocated
 }
 
+// Floor is the smallest maximum allocated bytes among the open counters:
+// an allocation raises one when allocated bytes pass it. ok is false when
+// none is open.
+func (s *PeakSet) Floor() (floor uint64, ok bool) {
+	return s.minAllocated, len(s.open) > 0
+}
+
 // Len is the number of open counters.
 func (s *PeakSet) Len() int { return len(s.open) }
 

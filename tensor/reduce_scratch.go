@@ -136,15 +136,17 @@ func reduceAccBytes(dt DType) int64 {
 // (reduceScratch), as the kernel's launch does; nothing when it needs
 // none.
 func takeReduceScratch(ctx *Context, a backend.Allocator, r, c, acc int64, sms, tpsm int) error {
-	staging, sem := reduceScratch(r, c, acc, sms, tpsm)
+	staging, _ := reduceScratch(r, c, acc, sms, tpsm)
 	if staging == 0 {
 		return nil
 	}
-	buf, err := ctx.Manager.AllocOn(a, uint64(staging))
+	law := reduceLaw{acc: acc, sms: sms, tpsm: tpsm}
+	buf, err := ctx.Manager.AllocLaw(a, law, r, c)
 	if err != nil {
 		return err
 	}
-	s, err := ctx.Manager.AllocOn(a, uint64(sem))
+	law.semaphores = true
+	s, err := ctx.Manager.AllocLaw(a, law, r, c)
 	if err != nil {
 		ctx.Manager.Release(buf, "reduction staging")
 		return err
@@ -185,4 +187,29 @@ func cudaTemporary(t *Tensor, nbytes uint64, what string) (release func(), err e
 	}
 	unhold := t.ctx.holdMemory(m) // the reach walk sees it until released
 	return func() { unhold(); t.ctx.Manager.Release(m, what) }, nil
+}
+
+// reduceLaw is the size of the staging buffer (or, with semaphores, of
+// the semaphores) of the reduce kernel summing the r rows of an [r, c]
+// input: args (r, c). A replay of a trial at another batch (backend/
+// replay) predicts r and c and asks it: the sizes step with the launch's
+// arithmetic, not as a polynomial.
+type reduceLaw struct {
+	acc        int64
+	sms, tpsm  int
+	semaphores bool
+}
+
+func (l reduceLaw) Bytes(args []int64) (uint64, bool) {
+	if len(args) != 2 {
+		return 0, false
+	}
+	staging, sem := reduceScratch(args[0], args[1], l.acc, l.sms, l.tpsm)
+	if staging == 0 {
+		return 0, false
+	}
+	if l.semaphores {
+		return uint64(sem), true
+	}
+	return uint64(staging), true
 }

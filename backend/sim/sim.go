@@ -302,6 +302,37 @@ type Device struct {
 	mallocs int
 	va      *vaSpace         // the device addresses of allocations (va.go)
 	maps    map[*byte][]byte // live mappings, by first byte
+	// onDriver, if set, is told of the bytes every TakeDriverMemory took
+	onDriver func(n uint64)
+}
+
+// SetDriverHook installs f to be told of every TakeDriverMemory that took
+// memory; nil removes it. The Manager reports them to its ObserveAll
+// observers (a recorder of a trial's stream).
+func (d *Device) SetDriverHook(f func(n uint64)) {
+	d.mu.Lock()
+	d.onDriver = f
+	d.mu.Unlock()
+}
+
+// Clone returns a meta copy of a meta device as it stands: the memory it
+// has handed out and taken outside the allocator, and the addresses it
+// would give the next allocations (va.go), so that an allocator over the
+// copy (backend.CachingAllocator.Clone) places segments as the device
+// would. It returns nil for a device that stores data.
+func (d *Device) Clone() *Device {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.spec.Meta {
+		return nil
+	}
+	va := *d.va
+	va.gaps = append([]vaRange(nil), d.va.gaps...)
+	va.live = make(map[uintptr]uint64, len(d.va.live))
+	for p, n := range d.va.live {
+		va.live[p] = n
+	}
+	return &Device{ordinal: d.ordinal, name: d.name, spec: d.spec, used: d.used, driver: d.driver, mallocs: d.mallocs, va: &va, maps: map[*byte][]byte{}}
 }
 
 // New returns the devices a spec describes, with ordinals 0..Count-1.
@@ -356,11 +387,16 @@ func (d *Device) MemGetInfo() (free, total uint64, err error) {
 // taking nothing, when fewer than n bytes are free.
 func (d *Device) TakeDriverMemory(n uint64) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if n > d.spec.Total-d.spec.Ctx-d.driver-d.used {
+		d.mu.Unlock()
 		return fmt.Errorf("sim %s: cannot take %s for a library handle: %w", d.Name(), backend.FormatSize(n), backend.ErrDeviceFull)
 	}
 	d.driver += n
+	hook := d.onDriver
+	d.mu.Unlock()
+	if hook != nil {
+		hook(n)
+	}
 	return nil
 }
 

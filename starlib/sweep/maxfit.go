@@ -20,9 +20,10 @@ const maxSize = 1 << 62
 func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var fn starlark.Callable
 	var highV, marginV, confirmV starlark.Value = starlark.None, starlark.Float(0), starlark.None
-	low, mode, maxTrials, name, search, fresh := 1, "power", 25, "", "exact", false
+	low, mode, maxTrials, name, search, fresh, replayOn := 1, "power", 25, "", "exact", false, false
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "fn", &fn, "low?", &low, "high?", &highV,
-		"mode?", &mode, "margin?", &marginV, "max_trials?", &maxTrials, "name?", &name, "search?", &search, "confirm?", &confirmV, "fresh?", &fresh); err != nil {
+		"mode?", &mode, "margin?", &marginV, "max_trials?", &maxTrials, "name?", &name, "search?", &search, "confirm?", &confirmV, "fresh?", &fresh,
+		"replay?", &replayOn); err != nil {
 		return nil, err
 	}
 	if search != "exact" && search != "lazy" && search != "layout" {
@@ -86,6 +87,7 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	}
 	defer r.close()
 	r.fresh = fresh
+	r.replayFields = replayOn || showReplayFields
 	header := fmt.Sprintf("%s %q (%s, low=%d", b.Name(), name, mode, low)
 	if high != maxSize {
 		header += fmt.Sprintf(", high=%d", high)
@@ -101,9 +103,16 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 
 	fit, oom := -1, -1 // largest n that ran, smallest n that ran out of memory
 	step := 0
+	var rp *replayer // replay=True
 	try := func(n int) (string, error) {
-		p, err := r.run([]string{param}, starlark.StringDict{param: starlark.MakeInt(n)}, nil, starlark.Tuple{starlark.MakeInt(n)}, nil, unit, step)
-		step++
+		var p *point
+		var err error
+		if rp != nil {
+			p, err = rp.try(n)
+		} else {
+			p, err = r.run([]string{param}, starlark.StringDict{param: starlark.MakeInt(n)}, nil, starlark.Tuple{starlark.MakeInt(n)}, nil, unit, step)
+			step++
+		}
 		if err != nil {
 			return "", err
 		}
@@ -143,6 +152,22 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		mgr.SetPeakMode(searchMode)
 		defer mgr.SetPeakMode(session)
 	}
+	var replayNote string
+	if replayOn {
+		if searchMode == backend.PeakLazy {
+			replayNote = "replay=True: every trial ran in full (the search's trials run in lazy peak mode, which replay does not model)"
+		} else {
+			rp = &replayer{r: r, param: param, unit: unit, step: &step, mode: searchMode}
+		}
+	}
+	bisect := func() error {
+		for oom >= 0 && oom-fit > 1 && step < maxTrials {
+			if _, err := try(fit + (oom-fit)/2); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	// Power: double from low until the first OOM (or high).
 	for n := low; step < maxTrials; {
 		status, err := try(n)
@@ -160,14 +185,31 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	}
 	// Binsearch: bisect between the last fit and the first OOM.
 	if mode == "binsearch" && fit >= 0 {
-		for oom >= 0 && oom-fit > 1 && step < maxTrials {
-			if _, err := try(fit + (oom-fit)/2); err != nil {
+		if err := bisect(); err != nil {
+			return fail(err)
+		}
+	}
+	if rp != nil {
+		// the boundary by full trials; where one disagrees, replay is
+		// off and the search goes on from the full trials
+		var err error
+		if fit, oom, err = rp.confirm(fit, oom); err != nil {
+			return fail(err)
+		}
+		if mode == "binsearch" && fit >= 0 {
+			if err := bisect(); err != nil {
 				return fail(err)
 			}
 		}
 	}
 
 	var footer []string
+	if rp != nil {
+		replayNote = rp.footer()
+	}
+	if replayNote != "" {
+		footer = append(footer, replayNote)
+	}
 	if confirm {
 		mgr.SetPeakMode(backend.PeakLayout)
 		var err error

@@ -27,6 +27,7 @@ type points struct {
 	texts   []string         // error messages and data names that differ from the point's name
 	devices []string         // distinct device names of the figures
 	gpuFigs []figs           // GPU figures, per point in device order
+	resv    []uint64         // peak reserved bytes, per point with replay fields in GPU order
 }
 
 // pointRec is one point; it holds no pointers.
@@ -38,6 +39,10 @@ type pointRec struct {
 	dataName int32 // index into texts, -1 when the data is named after the point
 	status   uint8 // statusOK, statusOOM, statusError
 	resumed  bool
+	replayed bool  // answered by replay (max_fit(replay=True))
+	replay   bool  // its replay fields are shown (reserved holds its figures)
+	reserved int32 // offset into resv: the GPUs' peak reserved bytes, in device order
+	nres     int32
 	hasData  bool
 	gpus     int32 // offset into figs
 	ngpus    int32
@@ -84,7 +89,12 @@ func (ps *points) add(p *point) {
 		status:   statusCode(p.status),
 		resumed:  p.resumed,
 		current:  -1,
+		replayed: p.replayed,
+		replay:   p.reserved != nil,
+		reserved: int32(len(ps.resv)),
+		nres:     int32(len(p.reserved)),
 	}
+	ps.resv = append(ps.resv, p.reserved...)
 	if p.pidx != nil {
 		ps.params = append(ps.params, p.pidx...)
 	} else {
@@ -122,7 +132,10 @@ func (ps *points) add(p *point) {
 func (ps *points) at(i int) *point {
 	r := &ps.recs[i]
 	keys := ps.keySets[r.keys]
-	p := &point{keys: keys, params: make(starlark.StringDict, len(keys)), status: statusNames[r.status], resumed: r.resumed}
+	p := &point{keys: keys, params: make(starlark.StringDict, len(keys)), status: statusNames[r.status], resumed: r.resumed, replayed: r.replayed}
+	if r.replay {
+		p.reserved = append([]uint64{}, ps.resv[r.reserved:r.reserved+r.nres]...)
+	}
 	for j, k := range keys {
 		p.params[k] = ps.pvals[ps.params[int(r.params)+j]]
 	}
@@ -147,6 +160,13 @@ func (ps *points) at(i int) *point {
 		p.data = d
 	}
 	return p
+}
+
+// set replaces point i with p (a replayed point by a full trial's).
+func (ps *points) set(i int, p *point) {
+	ps.add(p)
+	ps.recs[i] = ps.recs[len(ps.recs)-1]
+	ps.recs = ps.recs[:len(ps.recs)-1]
 }
 
 // addValues stores parameter values once, for points that refer to them

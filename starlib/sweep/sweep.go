@@ -13,6 +13,7 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend/replay"
 	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/env/refpath"
 	"github.com/memsh/memsh/record"
@@ -96,6 +97,12 @@ type point struct {
 	value   starlark.Value
 	data    *env.Data
 	resumed bool
+	// max_fit(replay=True): answered by replaying a recorded stream; the
+	// GPUs' peak reserved bytes (non-nil: the point shows its replay
+	// fields); the stream recorded while it ran in full
+	replayed bool
+	reserved []uint64
+	stream   *replay.Stream
 }
 
 // Value returns struct(name, params, status, error, value, data, resumed).
@@ -112,7 +119,7 @@ func (p *point) Value() starlark.Value {
 	if value == nil {
 		value = starlark.None
 	}
-	return starlarkstruct.FromStringDict(starlarkstruct.Default, starlark.StringDict{
+	fields := starlark.StringDict{
 		"name":    starlark.String(p.name),
 		"params":  params,
 		"status":  starlark.String(p.status),
@@ -120,7 +127,16 @@ func (p *point) Value() starlark.Value {
 		"value":   value,
 		"data":    p.data.Value(),
 		"resumed": starlark.Bool(p.resumed),
-	})
+	}
+	if p.reserved != nil {
+		fields["replayed"] = starlark.Bool(p.replayed)
+		res := make(starlark.Tuple, len(p.reserved))
+		for i, v := range p.reserved {
+			res[i] = starlark.MakeUint64(v)
+		}
+		fields["reserved"] = res
+	}
+	return starlarkstruct.FromStringDict(starlarkstruct.Default, fields)
 }
 
 // runner runs the points of one sweep.
@@ -141,7 +157,15 @@ type runner struct {
 	// freshBase is the GPUs' allocated bytes at the start of the last
 	// fresh trial (what its peaks are above), nil before one
 	freshBase []uint64
+	// replayFields: the points show their replay fields (replayed,
+	// reserved): max_fit(replay=True), or every sweep under a test's
+	// ShowReplayFields
+	replayFields bool
 }
+
+// showReplayFields makes every sweep's points show their replay fields
+// (a test comparing searches with and without replay sets it).
+var showReplayFields bool
 
 // Reach walks what the runner keeps across trials (env.Reacher): fn, the
 // parameter values and what the trials returned.
@@ -241,10 +265,17 @@ func (r *runner) currentDevice() string {
 // **kwargs) as a trial named after its parameters. pidx, if not nil,
 // gives the params as indices of values stored with r.points.addValues.
 func (r *runner) run(keys []string, params starlark.StringDict, pidx []int32, args starlark.Tuple, kwargs []starlark.Tuple, unit, step int) (*point, error) {
+	return r.runPoint(keys, params, pidx, args, kwargs, unit, step, -1, nil)
+}
+
+// begin starts a point: its name, the progress bar, a fresh trial's
+// start, and the record of an earlier run (a resumed point, already
+// added), if any.
+func (r *runner) begin(keys []string, params starlark.StringDict, pidx []int32, unit int) (*point, bool, error) {
 	p := &point{keys: keys, params: params, pidx: pidx, name: pointName(keys, params)}
 	j, err := record.Params(params)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", r.builtin, err)
+		return nil, false, fmt.Errorf("%s: %v", r.builtin, err)
 	}
 	r.bar.describe(r.builtin + " " + r.sweep + ": " + p.name)
 	if r.fresh {
@@ -259,24 +290,63 @@ func (r *runner) run(keys []string, params starlark.StringDict, pidx []int32, ar
 	if prev != nil {
 		p.status, p.err, p.resumed = prev.Status, prev.Error, true
 		p.data = prev.Data(r.currentDevice())
+		if r.replayFields {
+			p.reserved = make([]uint64, r.env.Manager.NumGPUs())
+		}
 		r.points.add(p)
 		r.bar.add()
-		return p, nil
+		return p, true, nil
+	}
+	return p, false, nil
+}
+
+// runPoint is run; with size >= 0 it also records the trial's stream
+// (point.stream) as that of a trial at size. A non-nil at replaces point
+// *at with the trial instead of adding it (a replayed point confirmed).
+func (r *runner) runPoint(keys []string, params starlark.StringDict, pidx []int32, args starlark.Tuple, kwargs []starlark.Tuple, unit, step, size int, at *int) (*point, error) {
+	p, resumed, err := r.begin(keys, params, pidx, unit)
+	if err != nil || resumed {
+		return p, err
 	}
 
 	r.emptyCaches()
 	// The hook captures only the name and ev (cleared below): a removed
 	// hook may stay reachable for a while, and must not keep fn's value.
 	var ev *env.FinishEvent
+	var others int // finish events of experiments and trials inside fn
 	name := p.name
 	remove := r.env.Session.OnFinish(func(e env.FinishEvent) {
 		if e.Kind == "trial" && e.Name == name && e.Params != nil {
 			ev = &e
+		} else {
+			others++
 		}
 	})
+	var peaks []*backend.Peak
+	if r.replayFields {
+		m := r.env.Manager
+		for i := 0; i < m.NumGPUs(); i++ {
+			a := m.GPU(i)
+			peaks = append(peaks, a.Peaks().New(a.Allocated(), a.Reserved()))
+		}
+	}
+	var rec *replay.Recorder
+	if size >= 0 {
+		rec = replay.Record(r.env.Manager, size)
+	}
 	r.rec.Enter(&record.Point{Sweep: r.sweep, Name: p.name, Unit: unit, Step: step, Baseline: r.baseline()})
 	v, err := r.env.Session.Trial(r.thread, p.name, r.fn, args, kwargs, params)
 	r.rec.Leave()
+	if rec != nil {
+		p.stream = rec.Stop()
+		if others > 0 && p.stream.Why == "" {
+			p.stream.Why = "the trial runs experiments or trials of its own"
+		}
+	}
+	for _, pk := range peaks {
+		p.reserved = append(p.reserved, pk.MaxReserved)
+		pk.Close()
+	}
 	remove()
 	got := ev
 	ev = nil
@@ -290,7 +360,11 @@ func (r *runner) run(keys []string, params starlark.StringDict, pidx []int32, ar
 	if s, ok := v.(*starlarkstruct.Struct); ok {
 		p.value, _ = s.Attr("value")
 	}
-	r.points.add(p)
+	if at != nil {
+		r.points.set(*at, p)
+	} else {
+		r.points.add(p)
+	}
 	r.bar.add()
 	if err := r.checkBaseline(p, got.Leaks); err != nil {
 		return nil, err

@@ -78,6 +78,9 @@ func writeTable(w io.Writer, header string, ps *points, gpus []string, base []ui
 		if p.resumed {
 			b.WriteString("  (resumed)")
 		}
+		if p.replayed {
+			b.WriteString("  (replayed)")
+		}
 		b.WriteByte('\n')
 	}
 	for _, f := range footer {

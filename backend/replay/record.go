@@ -1,0 +1,119 @@
+package replay
+
+import (
+	"github.com/memsh/memsh/backend"
+)
+
+// Recorder records a Manager's events into a Stream, from Record until
+// Stop (a trial's).
+type Recorder struct {
+	m      *backend.Manager
+	s      *Stream
+	gpus   map[string]int
+	ids    map[uint64]int32 // the Manager's sequence number → the allocation's ID
+	high   []uint64         // per GPU: the largest allocated bytes since the start
+	remove func()
+}
+
+// Record starts recording m's events as the stream of a trial at size.
+func Record(m *backend.Manager, size int) *Recorder {
+	r := &Recorder{m: m, s: &Stream{Size: size}, gpus: map[string]int{}, ids: map[uint64]int32{}}
+	r.s.start, r.s.Why = Snapshot(m)
+	for i := 0; i < m.NumGPUs(); i++ {
+		a := m.GPU(i)
+		r.gpus[a.Device().Name()] = i
+		r.high = append(r.high, a.Allocated())
+		r.s.Peaks = append(r.s.Peaks, Peak{Allocated: a.Allocated(), Reserved: a.Reserved()})
+	}
+	r.remove = m.ObserveAll(r.observe)
+	return r
+}
+
+// Stop ends the recording and returns the stream.
+func (r *Recorder) Stop() *Stream {
+	r.remove()
+	return r.s
+}
+
+func (r *Recorder) refuse(why string) {
+	if r.s.Why == "" {
+		r.s.Why = why
+	}
+}
+
+func (r *Recorder) dev(name string) int {
+	if i, ok := r.gpus[name]; ok {
+		return i
+	}
+	return Host
+}
+
+func (r *Recorder) observe(e backend.Event) {
+	s := r.s
+	switch e.Kind {
+	case backend.EventAlloc:
+		dev := r.dev(e.Device)
+		if _, ok := r.ids[e.Seq]; ok {
+			r.refuse("the trial moves memory between devices")
+		}
+		id := int32(len(s.Blocks))
+		r.ids[e.Seq] = id
+		op := Op{Kind: Alloc, Dev: dev, ID: id, Size: e.Requested}
+		if e.Law != nil {
+			s.Laws = append(s.Laws, LawCall{Law: e.Law, Args: append([]int64(nil), e.Args...)})
+			op.Law = int32(len(s.Laws))
+		}
+		s.Ops = append(s.Ops, op)
+		s.Blocks = append(s.Blocks, Block{Addr: e.Addr, Size: e.Size})
+		if dev != Host {
+			// AllocOn's peak test compared with the trial's own peak
+			// counter, which a replay keeps (the largest allocated bytes
+			// since the start), unless the trial opened or reset others
+			if e.Floor != r.high[dev] {
+				r.refuse("the trial opens or resets peak counters of its own (nn.track, experiments, reset_peak_memory_stats)")
+			}
+			r.high[dev] = max(r.high[dev], e.Allocated)
+			r.peak(dev, e)
+		}
+	case backend.EventFree:
+		id, ok := r.ids[e.Seq]
+		if !ok {
+			r.refuse("the trial frees memory allocated before it")
+			return
+		}
+		s.Ops = append(s.Ops, Op{Kind: Free, Dev: r.dev(e.Device), ID: id})
+	case backend.EventReclaim:
+		if e.Trigger == backend.TriggerOOM {
+			s.Retried = true
+		}
+		n := len(s.Ops)
+		for i := n - e.Count; i < n; i++ {
+			if i < 0 || s.Ops[i].Kind != Free {
+				r.refuse("a reclaim's frees are not together")
+				break
+			}
+		}
+		s.Ops = append(s.Ops, Op{Kind: Reclaim, Trigger: e.Trigger, Count: int32(e.Count)})
+	case backend.EventEmptyCache:
+		if dev := r.dev(e.Device); dev != Host {
+			s.Ops = append(s.Ops, Op{Kind: EmptyCache, Dev: dev})
+		}
+	case backend.EventDriver:
+		if dev := r.dev(e.Device); dev != Host {
+			s.Ops = append(s.Ops, Op{Kind: Driver, Dev: dev, Size: e.Size})
+		}
+	case backend.EventSegmentAlloc, backend.EventSegmentFree:
+		if dev := r.dev(e.Device); dev != Host {
+			s.Segments = append(s.Segments, Segment{Dev: dev, Alloc: e.Kind == backend.EventSegmentAlloc, Addr: e.Addr, Size: e.Size})
+			r.peak(dev, e)
+		}
+	case backend.EventOOM:
+		s.OOM = true
+	}
+}
+
+func (r *Recorder) peak(dev int, e backend.Event) {
+	p := &r.s.Peaks[dev]
+	p.Allocated = max(p.Allocated, e.Allocated)
+	p.Reserved = max(p.Reserved, e.Reserved)
+}

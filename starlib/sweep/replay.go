@@ -1,0 +1,322 @@
+package sweep
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.starlark.net/starlark"
+
+	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend/replay"
+	"github.com/memsh/memsh/env"
+)
+
+// replayer is max_fit(replay=True)'s record and replay: the search's full
+// trials record their streams of memory events; once replay.Probes of
+// them, ok, have the same stream but for the sizes, a replay.Model
+// predicts the stream at any larger size and later trials are answered
+// by replaying it through a copy of the caching allocator (marked
+// replayed), unless replay.Replay finds that unsafe. The boundary is then
+// confirmed by full trials; one that disagrees with its replay turns
+// replay off, and every replayed trial runs again in full.
+type replayer struct {
+	r     *runner
+	param string
+	unit  int
+	step  *int
+	mode  backend.PeakMode
+
+	streams []*replay.Stream // the ok full trials' streams
+	model   *replay.Model
+	why     string // why there is no model (yet)
+	off     string // why replay was turned off for good, or ""
+	unsafe  int    // trials run in full because their replay was unsafe
+	lastWhy string // the last such reason
+}
+
+// try answers the trial at n: replayed when the model can, else in full
+// (recorded).
+func (rp *replayer) try(n int) (*point, error) {
+	r := rp.r
+	keys := []string{rp.param}
+	params := starlark.StringDict{rp.param: starlark.MakeInt(n)}
+	args := starlark.Tuple{starlark.MakeInt(n)}
+	if rp.model != nil && rp.off == "" {
+		plan, why := rp.model.Predict(n)
+		if plan != nil {
+			p, done, err := rp.replay(keys, params, n, plan)
+			if err != nil || done {
+				return p, err
+			}
+		} else {
+			rp.unsafe++
+			rp.lastWhy = why
+		}
+	}
+	p, err := r.runPoint(keys, params, nil, args, nil, rp.unit, *rp.step, n, nil)
+	*rp.step++
+	if err != nil {
+		return nil, err
+	}
+	rp.learn(p)
+	return p, nil
+}
+
+// replay answers the trial at n by replaying plan; done is false when the
+// replay was unsafe (the trial must run in full).
+func (rp *replayer) replay(keys []string, params starlark.StringDict, n int, plan *replay.Plan) (*point, bool, error) {
+	r := rp.r
+	p, resumed, err := r.begin(keys, params, nil, rp.unit)
+	if err != nil || resumed {
+		if err == nil {
+			*rp.step++
+		}
+		return p, true, err
+	}
+	r.emptyCaches()
+	t0 := time.Now()
+	st, why := replay.Snapshot(r.env.Manager)
+	if st == nil {
+		rp.off = why
+		return nil, false, nil
+	}
+	o, err := replay.Replay(st, plan, rp.mode)
+	if err != nil {
+		var u *replay.Unsafe
+		if !errors.As(err, &u) {
+			return nil, false, err
+		}
+		rp.unsafe++
+		rp.lastWhy = u.Why
+		return nil, false, nil
+	}
+	*rp.step++
+	p.replayed = true
+	p.status = o.Status
+	if o.Err != nil {
+		p.err = oomText(o)
+	}
+	p.data = rp.data(p.name, o, time.Since(t0))
+	p.reserved = make([]uint64, len(o.Peaks))
+	for i, pk := range o.Peaks {
+		p.reserved[i] = pk.Reserved
+	}
+	r.points.add(p)
+	r.bar.add()
+	return p, true, nil
+}
+
+// oomText is the trial's error text for an out-of-memory replay, as a
+// full trial's (scope's oomMessage).
+func oomText(o *replay.Outcome) string {
+	if e := o.OOMError(); e != nil {
+		return e.Error()
+	}
+	return o.Err.Error()
+}
+
+// data is a replayed trial's figures, as a full trial's: each GPU's used,
+// consumed, peak, peaked, reclaimed (nothing), available; the host's are
+// not measured (zero).
+func (rp *replayer) data(name string, o *replay.Outcome, d time.Duration) *env.Data {
+	m := rp.r.env.Manager
+	data := &env.Data{Name: name, Time: d, Host: env.Figures{Device: "host"}}
+	for i := 0; i < m.NumGPUs(); i++ {
+		start := m.GPU(i).Allocated()
+		f := env.Figures{Device: m.GPU(i).Device().Name(), Used: int64(o.Allocated[i]), Peak: int64(o.Peaks[i].Allocated), Available: int64(o.Free[i])}
+		f.Consumed = f.Used - int64(start)
+		f.Peaked = max(0, max(0, f.Peak-int64(start))-max(0, f.Consumed))
+		data.GPUs = append(data.GPUs, f)
+	}
+	if len(data.GPUs) > 0 {
+		data.GPU = &data.GPUs[m.Current()]
+	}
+	return data
+}
+
+// learn takes a full trial's stream: an ok one is a probe; once there are
+// enough, the model is fitted and its probes replayed against their
+// recordings. A full trial where a model predicts must match it.
+func (rp *replayer) learn(p *point) {
+	s := p.stream
+	if s == nil || rp.off != "" {
+		return
+	}
+	if rp.model != nil {
+		if w := rp.matches(p); w != "" {
+			rp.off = w
+		}
+		return
+	}
+	if p.status != "ok" {
+		return
+	}
+	if s.Why != "" {
+		rp.why = s.Why
+		return
+	}
+	rp.streams = append(rp.streams, s)
+	m, why := replay.Fit(rp.streams)
+	if m == nil {
+		rp.why = why
+		return
+	}
+	for _, s := range rp.streams {
+		if slices.Contains(m.Sizes, s.Size) {
+			if w := m.Verify(s, rp.mode); w != "" {
+				rp.off = w
+				return
+			}
+		}
+	}
+	rp.model = m
+	rp.streams = nil
+}
+
+// matches checks a full trial's stream at a size the model predicts
+// against the prediction (replay.Model.Check).
+func (rp *replayer) matches(p *point) string {
+	return rp.model.Check(p.stream, p.status == "oom")
+}
+
+// confirm runs the replayed points at fit and oom in full. A full trial
+// that disagrees with its replay (status, peaks, error) or with the
+// model's stream turns replay off; then every replayed point runs again
+// in full and fit and oom are those of the full trials.
+func (rp *replayer) confirm(fit, oom int) (int, int, error) {
+	for _, n := range []int{fit, oom} {
+		if n < 0 || rp.off != "" {
+			continue
+		}
+		i := rp.find(n)
+		if i < 0 {
+			continue
+		}
+		was := rp.r.points.at(i)
+		if !was.replayed {
+			continue
+		}
+		p, err := rp.full(n, i)
+		if err != nil {
+			return 0, 0, err
+		}
+		if w := same(was, p); w != "" {
+			rp.off = fmt.Sprintf("the full trial at %d disagrees with its replay (%s)", n, w)
+		}
+	}
+	if rp.off == "" {
+		return fit, oom, nil
+	}
+	// replay is off: every replayed point again, in full
+	for i := 0; i < rp.r.points.len(); i++ {
+		q := rp.r.points.at(i)
+		if !q.replayed {
+			continue
+		}
+		n, _ := starlark.AsInt32(q.params[rp.param])
+		if _, err := rp.full(n, i); err != nil {
+			return 0, 0, err
+		}
+	}
+	fit, oom = -1, -1
+	for i := 0; i < rp.r.points.len(); i++ {
+		q := rp.r.points.at(i)
+		n, _ := starlark.AsInt32(q.params[rp.param])
+		switch q.status {
+		case "ok":
+			fit = max(fit, n)
+		case "oom":
+			if oom < 0 || n < oom {
+				oom = n
+			}
+		}
+	}
+	return fit, oom, nil
+}
+
+// full runs the trial at n in full, recorded, in place of point i.
+func (rp *replayer) full(n, i int) (*point, error) {
+	at := i
+	p, err := rp.r.runPoint([]string{rp.param}, starlark.StringDict{rp.param: starlark.MakeInt(n)}, nil, starlark.Tuple{starlark.MakeInt(n)}, nil, rp.unit, *rp.step, n, &at)
+	*rp.step++
+	if err != nil {
+		return nil, err
+	}
+	if p.resumed {
+		// a resumed point is added, not set: move it in place
+		last := rp.r.points.len() - 1
+		rp.r.points.recs[i] = rp.r.points.recs[last]
+		rp.r.points.recs = rp.r.points.recs[:last]
+		return p, nil
+	}
+	if rp.model != nil && rp.off == "" && p.stream != nil {
+		if w := rp.matches(p); w != "" {
+			rp.off = w
+		}
+	}
+	return p, nil
+}
+
+// find returns the index of the last point at n, or -1.
+func (rp *replayer) find(n int) int {
+	for i := rp.r.points.len() - 1; i >= 0; i-- {
+		if v, _ := starlark.AsInt32(rp.r.points.at(i).params[rp.param]); v == n {
+			return i
+		}
+	}
+	return -1
+}
+
+// same compares a replayed point with the full trial at its size: status,
+// error text, each GPU's figures but the time, and peak reserved bytes.
+func same(replayed, full *point) string {
+	if replayed.status != full.status {
+		return fmt.Sprintf("%s replayed, %s in full", replayed.status, full.status)
+	}
+	if replayed.err != full.err {
+		return fmt.Sprintf("error %q replayed, %q in full", replayed.err, full.err)
+	}
+	if !slices.Equal(replayed.reserved, full.reserved) {
+		return fmt.Sprintf("peak reserved %v replayed, %v in full", replayed.reserved, full.reserved)
+	}
+	if len(replayed.data.GPUs) != len(full.data.GPUs) {
+		return "other GPUs"
+	}
+	for i, g := range replayed.data.GPUs {
+		if f := full.data.GPUs[i]; g != f {
+			return fmt.Sprintf("%s: %+v replayed, %+v in full", g.Device, g, f)
+		}
+	}
+	return ""
+}
+
+// footer says what replay did.
+func (rp *replayer) footer() string {
+	replayed, total := 0, rp.r.points.len()
+	for i := 0; i < total; i++ {
+		if rp.r.points.at(i).replayed {
+			replayed++
+		}
+	}
+	var b strings.Builder
+	switch {
+	case rp.off != "":
+		fmt.Fprintf(&b, "replay=True: every trial ran in full; replay was turned off: %s", rp.off)
+	case rp.model == nil:
+		fmt.Fprintf(&b, "replay=True: every trial ran in full (no model of the step: %s)", rp.why)
+	default:
+		sizes := make([]string, len(rp.model.Sizes))
+		for i, s := range rp.model.Sizes {
+			sizes[len(sizes)-1-i] = fmt.Sprint(s)
+		}
+		fmt.Fprintf(&b, "replay=True: %d of %d trials replayed from the memory events of full trials at %s (sizes fitted on the last three, verified on the others); the boundary confirmed by full trials",
+			replayed, total, strings.Join(sizes, ", "))
+		if rp.unsafe > 0 {
+			fmt.Fprintf(&b, "; %d trial(s) ran in full where a replay could differ (%s)", rp.unsafe, rp.lastWhy)
+		}
+	}
+	return b.String()
+}
