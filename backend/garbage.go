@@ -17,7 +17,7 @@ const layoutMin = 1 << 20
 // (Starlark code ran, or a call began or ended) or Go code noted garbage
 // (NoteGarbage). Without a clock, always.
 func (m *Manager) mayHaveGarbage() bool {
-	return m.layout.clock == nil || m.layout.noted || m.layout.clock() != m.layout.seen
+	return m.layout.clock == nil || m.layout.notes != m.layout.seenNotes || m.layout.clock() != m.layout.seen
 }
 
 // SetLayoutClock installs the clock layout mode consults (see
@@ -27,7 +27,7 @@ func (m *Manager) mayHaveGarbage() bool {
 func (m *Manager) SetLayoutClock(clock func() uint64) {
 	m.mu.Lock()
 	m.layout.clock = clock
-	m.layout.noted = true
+	m.layout.notes++
 	m.mu.Unlock()
 }
 
@@ -35,7 +35,28 @@ func (m *Manager) SetLayoutClock(clock func() uint64) {
 type layoutState struct {
 	clock func() uint64
 	seen  uint64 // the clock at the last layout reclaim
-	noted bool   // NoteGarbage since then
+	// notes counts the notes of garbage (NoteGarbage and the like);
+	// seenNotes is the count at the last layout reclaim: they differ
+	// when Go code noted garbage since
+	notes, seenNotes uint64
+}
+
+// LayoutSeen returns the layout clock and the count of garbage notes at
+// layout mode's last reclaim (a recorder of a trial's stream starts from
+// them: Event.Clock, Event.Notes).
+func (m *Manager) LayoutSeen() (clock, notes uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.layout.seen, m.layout.seenNotes
+}
+
+// layoutNow returns the layout clock (0 without one) and the count of
+// garbage notes.
+func (m *Manager) layoutNow() (clock, notes uint64, ok bool) {
+	if m.layout.clock == nil {
+		return 0, m.layout.notes, false
+	}
+	return m.layout.clock(), m.layout.notes, true
 }
 
 // caching reports whether a is a caching allocator, whose choice of block
@@ -58,7 +79,7 @@ func (m *Manager) NoteGarbage() { m.note((*Frames).Reset) }
 // longer hold.
 func (m *Manager) note(forget func(*Frames)) {
 	m.mu.Lock()
-	m.layout.noted = true
+	m.layout.notes++
 	if forget != nil {
 		forget(&m.reach.frames)
 	}
@@ -110,6 +131,6 @@ func (m *Manager) NoteHeldGarbage() { m.note(nil) }
 func (m *Manager) Dropped(h *Memory) {
 	m.mu.Lock()
 	h.rec.dropped = true
-	m.layout.noted = true
+	m.layout.notes++
 	m.mu.Unlock()
 }

@@ -55,6 +55,9 @@ type Manager struct {
 	// layout decides when layout mode needs to reclaim (mayHaveGarbage).
 	layout layoutState
 
+	// dense: reclaim before every allocation (SetDense)
+	dense bool
+
 	// global holds one peak counter per allocator, open for the Manager's
 	// life, mirroring PyTorch's ".peak" statistics (max_memory_allocated)
 	// so exact-peak mode keeps those free of garbage too.
@@ -118,6 +121,13 @@ type Event struct {
 	// its arguments.
 	Law  SizeLaw
 	Args []int64
+	// Clock and Notes (alloc): the layout clock and the count of garbage
+	// notes when AllocOn began (what layout mode's mayHaveGarbage
+	// compares with their values at its last reclaim, LayoutSeen);
+	// Clocked: a layout clock is installed (without one layout mode
+	// always reclaims first).
+	Clock, Notes uint64
+	Clocked      bool
 }
 
 // A SizeLaw gives an allocation's requested bytes from integer arguments
@@ -357,6 +367,19 @@ func (m *Manager) SetPeakMode(p PeakMode) PeakMode {
 	return prev
 }
 
+// SetDense makes every allocation reclaim first (on), whatever the peak
+// mode, and returns the previous setting: a trial run so finds every
+// allocation garbage at the first allocation after it became garbage,
+// which a replay of the trial at other sizes needs to know
+// (backend/replay). Its figures are not a reference-counted run's.
+func (m *Manager) SetDense(on bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev := m.dense
+	m.dense = on
+	return prev
+}
+
 // NumGPUs is the number of GPU devices.
 func (m *Manager) NumGPUs() int { return len(m.gpus) }
 
@@ -451,16 +474,21 @@ func (m *Manager) allocOn(a Allocator, nbytes uint64, law SizeLaw, args []int64)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	floor := NoFloor
+	var clock, notes uint64
+	clocked := false
 	if len(m.observers) > 0 {
 		if f, ok := a.Peaks().Floor(); ok {
 			floor = f
 		}
+		clock, notes, clocked = m.layoutNow()
 	}
-	if m.sinceReclaim+nbytes > m.pacing && storesData(a) {
+	if m.dense {
+		m.reclaimFor(TriggerAlloc)
+	} else if m.sinceReclaim+nbytes > m.pacing && storesData(a) {
 		m.reclaimFor(TriggerAlloc)
 	} else if m.peak == PeakLayout && nbytes > layoutMin && caching(a) && m.mayHaveGarbage() {
 		m.reclaimFor(TriggerAlloc)
-		m.layout.seen, m.layout.noted = m.layout.clock(), false
+		m.layout.seen, m.layout.seenNotes = m.layout.clock(), m.layout.notes
 	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && !m.layoutQuiet(a, nbytes) {
 		m.stats.PeakReclaims++
 		m.reclaimFor(TriggerAlloc)
@@ -494,7 +522,7 @@ func (m *Manager) allocOn(a Allocator, nbytes uint64, law SizeLaw, args []int64)
 	}
 	// an empty tensor: PyTorch's allocator records nothing (a detail
 	// event, for ObserveAll)
-	m.emit(a, Event{Kind: EventAlloc, Addr: b.Ptr, Size: b.Size, Requested: nbytes, Seq: rec.seq, Floor: floor, Law: law, Args: args})
+	m.emit(a, Event{Kind: EventAlloc, Addr: b.Ptr, Size: b.Size, Requested: nbytes, Seq: rec.seq, Floor: floor, Law: law, Args: args, Clock: clock, Notes: notes, Clocked: clocked})
 	return h, nil
 }
 

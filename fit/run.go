@@ -166,7 +166,7 @@ func (r *run) search(what string, batch, seq, low, high int, name string) (*Sear
 	if high > 0 {
 		hi = strconv.Itoa(high)
 	}
-	code := fmt.Sprintf("R = sweep.max_fit(%s, low = %d, high = %s, mode = \"binsearch\", max_trials = 40, search = \"layout\", fresh = True, name = %q)\n", fn, low, hi, name)
+	code := fmt.Sprintf("R = sweep.max_fit(%s, low = %d, high = %s, mode = \"binsearch\", max_trials = 40, search = \"layout\", fresh = True, replay = True, name = %q)\n", fn, low, hi, name)
 	v, err := r.eval(code, "R")
 	if err != nil {
 		return nil, err

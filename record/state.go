@@ -28,6 +28,15 @@ type State struct {
 	units   int      // top-level sweep units begun
 	between int      // records written since the last unit began, outside units
 	points  []*Point // running sweep points, outermost first
+	muted   int      // Mute calls not undone: no record is written
+}
+
+// Mute stops records being written until unmute is called: a sweep's
+// trial that is no point of its own (max_fit(replay=True)'s probe of
+// when memory becomes garbage).
+func (s *State) Mute() (unmute func()) {
+	s.muted++
+	return func() { s.muted-- }
 }
 
 // Point is a running sweep point: which sweep, its trial's name and its
@@ -190,7 +199,7 @@ func (s *State) nextPos() Pos {
 }
 
 func (s *State) onFinish(e env.FinishEvent) {
-	if s.writer == nil {
+	if s.writer == nil || s.muted > 0 {
 		return
 	}
 	if s.adjust != nil {

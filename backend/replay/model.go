@@ -10,9 +10,9 @@ import (
 	"github.com/memsh/memsh/backend"
 )
 
-// Probes is the number of streams a Model needs: three to fit each size's
-// polynomial, one more to verify it.
-const Probes = 4
+// Probes is the number of recorded trials a Model is fitted on: each
+// size's polynomial of degree 2 at most. A fourth verifies it (Dense).
+const Probes = 3
 
 // maxRequest is the largest size a prediction may give (backend's).
 const maxRequest = 1 << 62
@@ -32,12 +32,12 @@ type Model struct {
 	// pre, per event: whether AllocOn reclaimed before an Alloc in every
 	// recording (1), in none (0), or in some (-1)
 	pre []int8
-	big []bool // per allocation: over layoutMin in the recordings
 	// per allocation: the last moment a recording found it live, and the
 	// first a recording found it garbage (program)
 	alive, dead []int64
 	keep        []bool     // per allocation: outlives the trial (a library's workspace)
 	progs       []*program // the recordings used, largest first
+	dense       bool       // Dense verified it
 }
 
 // poly is (a·x² + b·x + c) / d in exact integers, d > 0; small says all
@@ -53,22 +53,33 @@ type poly struct {
 // that cannot be replayed or ran out of memory are passed over): the
 // largest size and the next ones down while their program is the same,
 // at least Probes of them; each size fitted on the three largest and
-// verified on the rest. It returns nil and why when it cannot.
+// verified on the rest, down to the first that differs. It returns nil
+// and why when it cannot. The model is to be verified at one more size
+// (Dense) before it predicts.
 func Fit(streams []*Stream) (*Model, string) {
-	var ps []*program
+	var ss []*Stream
 	for _, s := range streams {
-		if s.Why != "" || s.OOM || s.Retried || slices.ContainsFunc(ps, func(p *program) bool { return p.size == s.Size }) {
+		if s.Why != "" || s.OOM || s.Retried || slices.ContainsFunc(ss, func(t *Stream) bool { return t.Size == s.Size }) {
 			continue
 		}
-		p := programOf(s)
-		if p.why != "" {
-			return nil, p.why
-		}
-		ps = append(ps, p)
+		ss = append(ss, s)
 	}
-	sort.Slice(ps, func(i, j int) bool { return ps[i].size > ps[j].size })
-	if len(ps) < Probes {
-		return nil, fmt.Sprintf("%d recorded trials, %d needed", len(ps), Probes)
+	sort.Slice(ss, func(i, j int) bool { return ss[i].Size > ss[j].Size })
+	if len(ss) < Probes {
+		return nil, fmt.Sprintf("%d recorded trials, %d needed", len(ss), Probes)
+	}
+	// a session's first trial creates the cuBLAS handles (driver
+	// memory), the later ones do not: without them, it is theirs
+	drivers := slices.ContainsFunc(ss[0].Ops, func(op Op) bool { return op.Kind == Driver })
+	ps := make([]*program, len(ss))
+	for i, s := range ss {
+		if !drivers {
+			s = withoutDrivers(s)
+		}
+		ps[i] = programOf(s)
+		if ps[i].why != "" {
+			return nil, ps[i].why
+		}
 	}
 	top := ps[0]
 	group := []*program{top}
@@ -111,9 +122,6 @@ func Fit(streams []*Stream) (*Model, string) {
 	}
 	// verify downwards: the model holds from the smallest size verified
 	used := group[:3]
-	if w := m.classes(used[1:], used[0]); w != "" {
-		return nil, w
-	}
 	for _, p := range group[3:] {
 		if w := m.check(p, used); w != "" {
 			why = w
@@ -121,9 +129,7 @@ func Fit(streams []*Stream) (*Model, string) {
 		}
 		used = append(used, p)
 	}
-	if len(used) < Probes {
-		return nil, why
-	}
+
 	if w := m.hostSizes(used); w != "" {
 		return nil, w
 	}
@@ -138,8 +144,7 @@ func Fit(streams []*Stream) (*Model, string) {
 	return m, ""
 }
 
-// check verifies the model's sizes at p, and that each allocation is on
-// the same side of layoutMin as in the programs fitted.
+// check verifies the model's sizes at p.
 func (m *Model) check(p *program, fitted []*program) string {
 	for i, op := range m.ops {
 		if op.Kind != Alloc && op.Kind != Driver {
@@ -161,19 +166,6 @@ func (m *Model) check(p *program, fitted []*program) string {
 		if !ok || want != got {
 			return fmt.Sprintf("the size of %v is not a polynomial of degree 2 at most in the searched value (at %d: %d B, predicted from %d, %d, %d: %s)",
 				op, p.size, got, fitted[0].size, fitted[1].size, fitted[2].size, predicted(want, ok))
-		}
-	}
-	return m.classes([]*program{p}, fitted[0])
-}
-
-// classes requires each allocation of ps to be on the same side of
-// layoutMin as in ref.
-func (m *Model) classes(ps []*program, ref *program) string {
-	for _, p := range ps {
-		for i, op := range m.ops {
-			if op.Kind == Alloc && (p.ops[i].Size > layoutMin) != (ref.ops[i].Size > layoutMin) {
-				return fmt.Sprintf("the size of %v crosses 1 MiB between %d and %d", op, p.size, ref.size)
-			}
 		}
 	}
 	return ""
@@ -214,7 +206,6 @@ func (m *Model) merge(used []*program) string {
 	n := len(used[0].alive)
 	m.alive = make([]int64, n)
 	m.dead = make([]int64, n)
-	m.big = make([]bool, n)
 	for id := range m.dead {
 		m.dead[id] = never
 	}
@@ -243,7 +234,6 @@ func (m *Model) merge(used []*program) string {
 		if op.Kind != Alloc {
 			continue
 		}
-		m.big[op.ID] = op.Size > layoutMin
 		var yes int
 		for _, p := range used {
 			if p.pre[i] {
@@ -263,6 +253,13 @@ func (m *Model) merge(used []*program) string {
 
 // Predict returns the plan of a trial at size n, or why it cannot.
 func (m *Model) Predict(n int) (*Plan, string) {
+	if !m.dense {
+		return nil, "the model is not verified"
+	}
+	return m.predict(n)
+}
+
+func (m *Model) predict(n int) (*Plan, string) {
 	if n < m.Lo {
 		return nil, fmt.Sprintf("%d is below the recorded sizes", n)
 	}
@@ -308,7 +305,7 @@ func (m *Model) argsAt(i int, x int64) ([]int64, bool) {
 }
 
 func (m *Model) plan(ops []Op) *Plan {
-	return &Plan{Ops: ops, Pre: m.pre, Big: m.big, Alive: m.alive, Dead: m.dead, Keep: m.keep}
+	return &Plan{Ops: ops, Pre: m.pre, Alive: m.alive, Dead: m.dead, Keep: m.keep}
 }
 
 // fit3 is the polynomial of degree 2 at most through three points (the
@@ -504,4 +501,70 @@ func (m *Model) Check(s *Stream, oom bool) string {
 		}
 	}
 	return ""
+}
+
+// Dense adds what a trial run with a reclaim before every allocation
+// (backend.Manager.SetDense) at a size the model predicts tells: when
+// each allocation became garbage, to the allocation — so that a replay
+// knows it wherever the allocator's state makes a full trial reclaim. The
+// trial's program must be the model's. It returns why not, or "".
+func (m *Model) Dense(s *Stream) string {
+	if s.Why != "" {
+		return s.Why
+	}
+	if s.OOM || s.Retried {
+		return fmt.Sprintf("the trial at %d with a reclaim before every allocation ran out of memory", s.Size)
+	}
+	m.Lo = min(m.Lo, s.Size)
+	plan, why := m.predict(s.Size)
+	if plan == nil {
+		return why
+	}
+	p := programOf(withoutDrivers(s))
+	if p.why != "" {
+		return p.why
+	}
+	if len(p.ops) != len(plan.Ops) {
+		return fmt.Sprintf("the trial at %d with a reclaim before every allocation made %d events, %d predicted", s.Size, len(p.ops), len(plan.Ops))
+	}
+	for i, op := range p.ops {
+		if op != plan.Ops[i] {
+			return fmt.Sprintf("the trial at %d with a reclaim before every allocation differs from the prediction at event %d: %v, predicted %v", s.Size, i, op, plan.Ops[i])
+		}
+	}
+	for id := range m.alive {
+		a, d := max(m.alive[id], p.alive[id]), min(m.dead[id], p.dead[id])
+		if a >= d {
+			return fmt.Sprintf("the trial at %d with a reclaim before every allocation found allocation #%d garbage at another moment than the recordings", s.Size, id)
+		}
+		m.alive[id], m.dead[id] = a, d
+	}
+	m.dense = true
+	return ""
+}
+
+// withoutDrivers returns s without its Driver events (a session's first
+// trial creates the cuBLAS handles: memory the driver takes outside the
+// allocator, which moves no block).
+func withoutDrivers(s *Stream) *Stream {
+	if !slices.ContainsFunc(s.Ops, func(op Op) bool { return op.Kind == Driver }) {
+		return s
+	}
+	t := *s
+	t.Ops = slices.DeleteFunc(slices.Clone(s.Ops), func(op Op) bool { return op.Kind == Driver })
+	return &t
+}
+
+// DenseSize is the size at which to verify the model (Dense): odd when
+// it can be, between the two largest sizes it was fitted on, where a
+// rounding the three fitted sizes share would show.
+func (m *Model) DenseSize() int {
+	x0, x1 := m.Sizes[0], m.Sizes[1]
+	switch {
+	case x0-1 > x1:
+		return x0 - 1
+	case x0 > 1:
+		return x0 + 1
+	}
+	return x0 + 1
 }

@@ -13,12 +13,16 @@ type Recorder struct {
 	ids    map[uint64]int32 // the Manager's sequence number → the allocation's ID
 	high   []uint64         // per GPU: the largest allocated bytes since the start
 	remove func()
+	// the layout clock and garbage notes at the last allocation (at the
+	// start: at layout mode's last reclaim)
+	clock, notes uint64
 }
 
 // Record starts recording m's events as the stream of a trial at size.
 func Record(m *backend.Manager, size int) *Recorder {
 	r := &Recorder{m: m, s: &Stream{Size: size}, gpus: map[string]int{}, ids: map[uint64]int32{}}
 	r.s.start, r.s.Why = Snapshot(m)
+	r.clock, r.notes = m.LayoutSeen()
 	for i := 0; i < m.NumGPUs(); i++ {
 		a := m.GPU(i)
 		r.gpus[a.Device().Name()] = i
@@ -58,7 +62,8 @@ func (r *Recorder) observe(e backend.Event) {
 		}
 		id := int32(len(s.Blocks))
 		r.ids[e.Seq] = id
-		op := Op{Kind: Alloc, Dev: dev, ID: id, Size: e.Requested}
+		op := Op{Kind: Alloc, Dev: dev, ID: id, Size: e.Requested, Moved: !e.Clocked || e.Clock != r.clock || e.Notes != r.notes}
+		r.clock, r.notes = e.Clock, e.Notes
 		if e.Law != nil {
 			s.Laws = append(s.Laws, LawCall{Law: e.Law, Args: append([]int64(nil), e.Args...)})
 			op.Law = int32(len(s.Laws))

@@ -12,7 +12,7 @@ import (
 )
 
 // layoutMin is backend's: layout mode reclaims before an allocation of
-// more than this when something may have become garbage.
+// more than this when something may have become garbage (and only then).
 const layoutMin = 1 << 20
 
 // Start is the state of a Manager's GPUs at the start of a trial: copies
@@ -79,14 +79,10 @@ type Plan struct {
 	Ops []Op // the program's events (program)
 	// Pre, per event: whether AllocOn reclaimed before an Alloc in
 	// every recording (1), none (0) or some (-1): what a replay follows
-	// where the reclaim does not depend on the size (an allocation over
-	// layoutMin in layout mode: whether something may be garbage; a
-	// host allocation)
+	// for a host allocation, whose reclaims do not depend on the size
 	Pre []int8
-	// Big, per allocation: over layoutMin in the recordings; Alive and
-	// Dead: the last moment it was found live, the first it was found
-	// garbage (never: not by a reclaim)
-	Big         []bool
+	// Alive and Dead, per allocation: the last moment it was found live,
+	// the first it was found garbage (never: not by a reclaim)
 	Alive, Dead []int64
 	// Keep, per allocation: it outlives the trial (a library's
 	// workspace), also one that runs out of memory
@@ -154,11 +150,13 @@ func Replay(st *Start, p *Plan, mode backend.PeakMode) (*Outcome, error) {
 		pk.Reserved = max(pk.Reserved, a.Reserved())
 		high[dev] = max(high[dev], a.Allocated())
 	}
+	dirty := false // layout mode's mayHaveGarbage
 	for i, op := range p.Ops {
 		switch op.Kind {
 		case Alloc:
 			at := 2*int64(i) - 1 // AllocOn's reclaim, if any
 			var decide bool
+			dirty = dirty || op.Moved
 			if op.Dev == Host {
 				// the host's reclaims do not depend on the size
 				if p.Pre[i] < 0 {
@@ -174,23 +172,19 @@ func Replay(st *Start, p *Plan, mode backend.PeakMode) (*Outcome, error) {
 			}
 			a := st.allocs[op.Dev]
 			size := op.Size
-			if layout && (size > layoutMin) != p.Big[op.ID] {
-				return nil, &Unsafe{fmt.Sprintf("allocation #%d crosses 1 MiB (layout mode's reclaims differ)", op.ID)}
-			}
 			if layout && size > layoutMin {
-				// reclaims as recorded: whether something may be
-				// garbage does not depend on the size
-				if p.Pre[i] < 0 {
-					return nil, &Unsafe{fmt.Sprintf("the recordings differ on the reclaim before allocation #%d", op.ID)}
-				}
-				decide = p.Pre[i] == 1
+				// layout mode: a reclaim whenever something may have
+				// become garbage since its last one (and then none for
+				// a peak: nothing can be garbage)
+				decide = dirty
+				dirty = false
 			} else {
 				// AllocOn's peak test: the trial's peak counter, a new
 				// segment
 				decide = size > 0 && (a.Allocated()+a.RoundSize(size) > high[op.Dev] || a.NeedsSegment(size))
-				if p.expect != nil && decide != p.expect[i] {
-					return nil, fmt.Errorf("replay: before allocation #%d the recording reclaimed: %v, the replay: %v", op.ID, p.expect[i], decide)
-				}
+			}
+			if p.expect != nil && decide != p.expect[i] {
+				return nil, fmt.Errorf("replay: before allocation #%d the recording reclaimed: %v, the replay: %v", op.ID, p.expect[i], decide)
 			}
 			if decide {
 				if err := reclaim(at); err != nil {

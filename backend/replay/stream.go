@@ -51,7 +51,12 @@ type Op struct {
 	ID      int32           // Alloc, Free: the allocation's number in the trial, from 0
 	Count   int32           // Reclaim: the allocations it freed
 	Law     int32           // Alloc: 1 + the index of its size's law in Stream.Laws, or 0
-	Size    uint64          // Alloc: requested bytes; Driver: bytes
+	// Moved (Alloc): the layout clock or the garbage notes moved since the
+	// allocation before (or, for the first, since layout mode's last
+	// reclaim): something may have become garbage (backend's
+	// mayHaveGarbage)
+	Moved bool
+	Size  uint64 // Alloc: requested bytes; Driver: bytes
 }
 
 // LawCall is the law an allocation's size came from, and its arguments
@@ -63,7 +68,7 @@ type LawCall struct {
 
 // same reports whether o and p are the same event but for the sizes.
 func (o Op) same(p Op) bool {
-	return o.Kind == p.Kind && o.Trigger == p.Trigger && o.Dev == p.Dev && o.ID == p.ID && o.Count == p.Count && o.Law == p.Law
+	return o.Kind == p.Kind && o.Trigger == p.Trigger && o.Dev == p.Dev && o.ID == p.ID && o.Count == p.Count && o.Law == p.Law && o.Moved == p.Moved
 }
 
 func (o Op) String() string {

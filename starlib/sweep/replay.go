@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.starlark.net/starlark"
+	"go.starlark.net/starlarkstruct"
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/replay"
@@ -35,6 +36,9 @@ type replayer struct {
 	off     string // why replay was turned off for good, or ""
 	unsafe  int    // trials run in full because their replay was unsafe
 	lastWhy string // the last such reason
+	// denseRuns counts the trials run with a reclaim before every
+	// allocation (dense), sizeDense the last one's size
+	denseRuns int
 }
 
 // try answers the trial at n: replayed when the model can, else in full
@@ -61,7 +65,9 @@ func (rp *replayer) try(n int) (*point, error) {
 	if err != nil {
 		return nil, err
 	}
-	rp.learn(p)
+	if err := rp.learn(p); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -140,40 +146,92 @@ func (rp *replayer) data(name string, o *replay.Outcome, d time.Duration) *env.D
 // learn takes a full trial's stream: an ok one is a probe; once there are
 // enough, the model is fitted and its probes replayed against their
 // recordings. A full trial where a model predicts must match it.
-func (rp *replayer) learn(p *point) {
+func (rp *replayer) learn(p *point) error {
 	s := p.stream
 	if s == nil || rp.off != "" {
-		return
+		return nil
 	}
 	if rp.model != nil {
 		if w := rp.matches(p); w != "" {
 			rp.off = w
 		}
-		return
+		return nil
 	}
 	if p.status != "ok" {
-		return
+		return nil
 	}
 	if s.Why != "" {
 		rp.why = s.Why
-		return
+		return nil
 	}
 	rp.streams = append(rp.streams, s)
 	m, why := replay.Fit(rp.streams)
 	if m == nil {
 		rp.why = why
-		return
+		return nil
 	}
 	for _, s := range rp.streams {
 		if slices.Contains(m.Sizes, s.Size) {
 			if w := m.Verify(s, rp.mode); w != "" {
 				rp.off = w
-				return
+				return nil
 			}
 		}
 	}
+	// when memory becomes garbage, to the allocation: a trial with a
+	// reclaim before every allocation, at the smallest size
+	if rp.denseRuns >= maxDense {
+		return nil
+	}
+	rp.denseRuns++
+	n := m.DenseSize()
+	ds, err := rp.dense(n)
+	if err != nil {
+		return err
+	}
+	if w := m.Dense(ds); w != "" {
+		rp.why = w
+		return nil
+	}
 	rp.model = m
 	rp.streams = nil
+	return nil
+}
+
+// maxDense bounds the trials with a reclaim before every allocation that
+// a search runs to verify a model.
+const maxDense = 2
+
+// dense runs the trial at n with a reclaim before every allocation
+// (backend.Manager.SetDense), recorded, and returns its stream. It is no
+// point of the sweep: no row, no record (--out).
+func (rp *replayer) dense(n int) (*replay.Stream, error) {
+	r := rp.r
+	mgr := r.env.Manager
+	if r.fresh {
+		r.freshStart()
+	}
+	r.emptyCaches()
+	params := starlark.StringDict{rp.param: starlark.MakeInt(n)}
+	name := pointName([]string{rp.param}, params) + " (replay: when memory becomes garbage)"
+	unmute := r.rec.Mute()
+	prev := mgr.SetDense(true)
+	rec := replay.Record(mgr, n)
+	v, err := r.env.Session.Trial(r.thread, name, r.fn, starlark.Tuple{starlark.MakeInt(n)}, nil, params)
+	s := rec.Stop()
+	mgr.SetDense(prev)
+	unmute()
+	if err != nil {
+		return nil, err
+	}
+	p := &point{name: name, keys: []string{rp.param}, params: params}
+	if st, ok := v.(*starlarkstruct.Struct); ok {
+		p.value, _ = st.Attr("value")
+	}
+	if err := r.checkBaseline(p, nil); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // matches checks a full trial's stream at a size the model predicts
