@@ -82,9 +82,10 @@ const (
 	EventReclaim    // a reclaim pass ended (Count: allocations it freed, just before; Trigger: why it ran)
 	EventEmptyCache // empty_cache was called on the device's allocator (before its segment_free events)
 	EventDriver     // Size bytes of the device were taken outside the allocator (a cuBLAS handle)
+	EventGuard      // a kernel chose what to allocate by its shapes (Guard): Law, Args; Size the law's value, Requested 1 if it held
 )
 
-var eventNames = [...]string{"alloc", "free", "segment_alloc", "segment_free", "oom", "reclaim", "empty_cache", "driver"}
+var eventNames = [...]string{"alloc", "free", "segment_alloc", "segment_free", "oom", "reclaim", "empty_cache", "driver", "guard"}
 
 // Trigger says why a reclaim pass ran (EventReclaim).
 type Trigger int
@@ -378,6 +379,27 @@ func (m *Manager) SetDense(on bool) bool {
 	prev := m.dense
 	m.dense = on
 	return prev
+}
+
+// Guard tells the ObserveAll observers that code on allocator a chose
+// what to allocate, or whether to, from shapes: law.Bytes(args) is the
+// choice (a kernel's condition on its shapes: whether a layer norm's
+// backward sums per-tile buffers, whether a reduction needs staging),
+// which a replay of the trial at another size (backend/replay) evaluates
+// again — a different choice means a different stream. It costs nothing
+// without observers.
+func (m *Manager) Guard(a Allocator, law SizeLaw, args ...int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.observers) == 0 {
+		return
+	}
+	v, ok := law.Bytes(args)
+	e := Event{Kind: EventGuard, Size: v, Law: law, Args: args}
+	if ok {
+		e.Requested = 1
+	}
+	m.emit(a, e)
 }
 
 // NumGPUs is the number of GPU devices.

@@ -175,6 +175,7 @@ func EmbeddingDenseBackward(g, indices *Tensor, numWeights int, paddingIdx int64
 	}
 	n := indices.Numel()
 	var sorted, orig *Tensor
+	guard(g, overLaw{3072}, int64(n)) // the kernel, by the indices' count
 	if n > 3072 {
 		var err error
 		if sorted, err = newTensor(g.ctx, fname, indices.mem.Device(), indices.dtype, []int{n}); err != nil {

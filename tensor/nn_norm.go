@@ -275,16 +275,18 @@ func NativeLayerNormBackward(g, x *Tensor, normalized []int, mean, rstd, w, b *T
 // nothing here. It returns the gradients to fill.
 func gammaBetaBlocks(fname string, x *Tensor, m, n int, gw, gb *Tensor) (*Tensor, *Tensor, error) {
 	a := presetAllocator(x)
-	if a == nil || m <= 64*1024 {
+	if a == nil {
 		return gw, gb, nil
 	}
 	_, d := x.ctx.deviceOf(x.Device())
 	sms, tpsm, _ := d.(ReduceDevice).Multiprocessors()
-	if n/32 >= sms/2 {
+	tiles := tileLaw{sms: sms, dsize: 0}
+	by := gammaBetaTiles(m, n, sms)
+	if by == 0 {
+		// at other sizes, maybe (a replay of the trial asks)
+		x.ctx.Manager.Guard(a, tiles, int64(m), int64(n))
 		return gw, gb, nil
 	}
-	bx := (n + 31) / 32
-	by := min((m+31)/32, (64*1024/2)/bx)
 	var releases []func()
 	defer func() {
 		for i := len(releases) - 1; i >= 0; i-- {
@@ -295,7 +297,7 @@ func gammaBetaBlocks(fname string, x *Tensor, m, n int, gw, gb *Tensor) (*Tensor
 		if p == nil {
 			continue
 		}
-		r, err := cudaTemporary(x, uint64(by*n*p.dtype.Size()), "layer norm backward's per-tile sums")
+		r, err := cudaTemporaryLaw(x, tileLaw{sms: sms, dsize: p.dtype.Size()}, []int64{int64(m), int64(n)}, 0, "layer norm backward's per-tile sums")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -309,7 +311,7 @@ func gammaBetaBlocks(fname string, x *Tensor, m, n int, gw, gb *Tensor) (*Tensor
 		if err != nil {
 			return nil, err
 		}
-		if err := takeReduceScratch(x.ctx, a, int64(by), int64(n), reduceAccBytes(p.dtype), sms, tpsm); err != nil {
+		if err := takeReduceScratchLaw(x.ctx, a, reduceLaw{acc: reduceAccBytes(p.dtype), sms: sms, tpsm: tpsm, tiles: true}, int64(m), int64(n)); err != nil {
 			x.ctx.Manager.Release(out.mem, "layer norm backward failed")
 			return nil, err
 		}
@@ -330,6 +332,35 @@ func gammaBetaBlocks(fname string, x *Tensor, m, n int, gw, gb *Tensor) (*Tensor
 		return nil, nil, err
 	}
 	return ngw, ngb, nil
+}
+
+// gammaBetaTiles is the number of 32-row tiles whose sums a layer norm
+// backward over m rows of n keeps per gradient on a device with sms
+// multiprocessors (gammaBetaBlocks), or 0 when it keeps none.
+func gammaBetaTiles(m, n, sms int) int {
+	if m <= 64*1024 || n/32 >= sms/2 {
+		return 0
+	}
+	bx := (n + 31) / 32
+	return min((m+31)/32, (64*1024/2)/bx)
+}
+
+// tileLaw is the size of a layer norm backward's per-tile sums of one
+// gradient (dsize bytes per element; 0: whether there are any): args
+// (m, n), the rows and columns.
+type tileLaw struct {
+	sms, dsize int
+}
+
+func (l tileLaw) Bytes(args []int64) (uint64, bool) {
+	if len(args) != 2 {
+		return 0, false
+	}
+	by := gammaBetaTiles(int(args[0]), int(args[1]), l.sms)
+	if by == 0 {
+		return 0, false
+	}
+	return uint64(by * int(args[1]) * l.dsize), true
 }
 
 // newGradParam allocates a gradient of p's shape (zero-filled when there

@@ -136,11 +136,17 @@ func reduceAccBytes(dt DType) int64 {
 // (reduceScratch), as the kernel's launch does; nothing when it needs
 // none.
 func takeReduceScratch(ctx *Context, a backend.Allocator, r, c, acc int64, sms, tpsm int) error {
-	staging, _ := reduceScratch(r, c, acc, sms, tpsm)
+	return takeReduceScratchLaw(ctx, a, reduceLaw{acc: acc, sms: sms, tpsm: tpsm}, r, c)
+}
+
+// takeReduceScratchLaw is takeReduceScratch with the law's arguments
+// (args r, c for a reduceLaw; m, n for a layer norm's tile sums).
+func takeReduceScratchLaw(ctx *Context, a backend.Allocator, law reduceLaw, r, c int64) error {
+	staging, _ := law.Bytes([]int64{r, c})
 	if staging == 0 {
+		ctx.Manager.Guard(a, law, r, c) // none at this size; at others, maybe
 		return nil
 	}
-	law := reduceLaw{acc: acc, sms: sms, tpsm: tpsm}
 	buf, err := ctx.Manager.AllocLaw(a, law, r, c)
 	if err != nil {
 		return err
@@ -177,11 +183,25 @@ func presetAllocator(t *Tensor) backend.Allocator {
 // and the CPU one does not; release frees it. On other devices it does
 // nothing.
 func cudaTemporary(t *Tensor, nbytes uint64, what string) (release func(), err error) {
+	return cudaTemporaryLaw(t, nil, nil, nbytes, what)
+}
+
+// cudaTemporaryLaw is cudaTemporary of law.Bytes(args) bytes (the size
+// told to replays, backend.Manager.AllocLaw), or of nbytes without a law.
+func cudaTemporaryLaw(t *Tensor, law backend.SizeLaw, args []int64, nbytes uint64, what string) (release func(), err error) {
 	a := presetAllocator(t)
+	if law != nil {
+		nbytes, _ = law.Bytes(args)
+	}
 	if a == nil || nbytes == 0 {
 		return func() {}, nil
 	}
-	m, err := t.ctx.Manager.AllocOn(a, nbytes)
+	var m *backend.Memory
+	if law != nil {
+		m, err = t.ctx.Manager.AllocLaw(a, law, args...)
+	} else {
+		m, err = t.ctx.Manager.AllocOn(a, nbytes)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -198,13 +218,22 @@ type reduceLaw struct {
 	acc        int64
 	sms, tpsm  int
 	semaphores bool
+	// tiles: the arguments are a layer norm backward's rows and columns
+	// (m, n), and the rows reduced its tile count (gammaBetaTiles)
+	tiles bool
 }
 
 func (l reduceLaw) Bytes(args []int64) (uint64, bool) {
 	if len(args) != 2 {
 		return 0, false
 	}
-	staging, sem := reduceScratch(args[0], args[1], l.acc, l.sms, l.tpsm)
+	r, c := args[0], args[1]
+	if l.tiles {
+		if r = int64(gammaBetaTiles(int(r), int(c), l.sms)); r == 0 {
+			return 0, false
+		}
+	}
+	staging, sem := reduceScratch(r, c, l.acc, l.sms, l.tpsm)
 	if staging == 0 {
 		return 0, false
 	}
@@ -212,4 +241,31 @@ func (l reduceLaw) Bytes(args []int64) (uint64, bool) {
 		return uint64(sem), true
 	}
 	return uint64(staging), true
+}
+
+// guard tells a replay of the trial at other sizes (backend/replay,
+// through backend.Manager.Guard) that what the op allocates on t's GPU
+// depends on its shapes through law (a kernel chosen by a count): at a
+// size where law says otherwise, the replay runs the trial in full.
+func guard(t *Tensor, law backend.SizeLaw, args ...int64) {
+	if t == nil || t.ctx == nil || t.ctx.Manager == nil || !strings.HasPrefix(t.Device(), "cuda") {
+		return
+	}
+	if a, _ := t.ctx.deviceOf(t.Device()); a != nil {
+		t.ctx.Manager.Guard(a, law, args...)
+	}
+}
+
+// overLaw is whether a count passes a kernel's threshold: args (n);
+// Bytes is 1 when n > min, else 0.
+type overLaw struct{ min int64 }
+
+func (l overLaw) Bytes(args []int64) (uint64, bool) {
+	if len(args) != 1 {
+		return 0, false
+	}
+	if args[0] > l.min {
+		return 1, true
+	}
+	return 0, true
 }

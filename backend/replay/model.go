@@ -100,8 +100,11 @@ func Fit(streams []*Stream) (*Model, string) {
 	m := &Model{ops: top.ops, polys: make([]poly, len(top.ops)), laws: map[int]backend.SizeLaw{}, lawArgs: map[int][]poly{}}
 	x := [3]int64{int64(group[0].size), int64(group[1].size), int64(group[2].size)}
 	for i, op := range top.ops {
-		if op.Kind != Alloc && op.Kind != Driver {
+		if op.Kind != Alloc && op.Kind != Driver && op.Kind != Guard {
 			continue
+		}
+		if op.Kind == Guard && (group[1].ops[i] != op || group[2].ops[i] != op) {
+			return nil, fmt.Sprintf("a kernel allocates otherwise at %d than at %d (%v, %v)", group[2].size, group[0].size, group[2].ops[i], op)
 		}
 		if op.Law != 0 {
 			var calls [3]LawCall
@@ -147,10 +150,13 @@ func Fit(streams []*Stream) (*Model, string) {
 // check verifies the model's sizes at p.
 func (m *Model) check(p *program, fitted []*program) string {
 	for i, op := range m.ops {
-		if op.Kind != Alloc && op.Kind != Driver {
+		if op.Kind != Alloc && op.Kind != Driver && op.Kind != Guard {
 			continue
 		}
 		got := p.ops[i].Size
+		if op.Kind == Guard && p.ops[i] != op {
+			return fmt.Sprintf("a kernel allocates otherwise at %d than at %d (%v, %v)", p.size, fitted[0].size, p.ops[i], op)
+		}
 		if op.Law != 0 {
 			call := p.laws[op.Law-1]
 			if call.Law != m.laws[i] {
@@ -266,7 +272,7 @@ func (m *Model) predict(n int) (*Plan, string) {
 	p := m.plan(make([]Op, len(m.ops)))
 	copy(p.Ops, m.ops)
 	for i, op := range m.ops {
-		if op.Kind != Alloc && op.Kind != Driver {
+		if op.Kind != Alloc && op.Kind != Driver && op.Kind != Guard {
 			continue
 		}
 		if op.Law != 0 {
@@ -275,6 +281,12 @@ func (m *Model) predict(n int) (*Plan, string) {
 				return nil, fmt.Sprintf("the size law's arguments of %v at %d are not whole numbers", op, n)
 			}
 			v, ok := m.laws[i].Bytes(args)
+			if op.Kind == Guard {
+				if v != op.Size || ok != (op.Count == 1) {
+					return nil, fmt.Sprintf("at %d a kernel allocates otherwise than at %d (%v)", n, m.Sizes[0], op)
+				}
+				continue
+			}
 			if !ok {
 				return nil, fmt.Sprintf("at %d the program would not make %v (its size law)", n, op)
 			}
@@ -484,13 +496,14 @@ func (m *Model) Check(s *Stream, oom bool) string {
 		if n > len(plan.Ops) {
 			return fmt.Sprintf("the full trial at %d made more events than predicted", s.Size)
 		}
-	} else if n != len(plan.Ops) {
-		return fmt.Sprintf("the full trial at %d made %d events, %d predicted", s.Size, n, len(plan.Ops))
 	}
-	for i := 0; i < n; i++ {
+	for i := 0; i < min(n, len(plan.Ops)); i++ {
 		if a, b := p.ops[i], plan.Ops[i]; a != b {
 			return fmt.Sprintf("the full trial at %d differs from the prediction at event %d: %v, predicted %v", s.Size, i, a, b)
 		}
+	}
+	if !oom && n != len(plan.Ops) {
+		return fmt.Sprintf("the full trial at %d made %d events, %d predicted", s.Size, n, len(plan.Ops))
 	}
 	if oom {
 		return ""

@@ -107,6 +107,11 @@ func (r *Recorder) observe(e backend.Event) {
 		if dev := r.dev(e.Device); dev != Host {
 			s.Ops = append(s.Ops, Op{Kind: Driver, Dev: dev, Size: e.Size})
 		}
+	case backend.EventGuard:
+		if dev := r.dev(e.Device); dev != Host {
+			s.Laws = append(s.Laws, LawCall{Law: e.Law, Args: append([]int64(nil), e.Args...)})
+			s.Ops = append(s.Ops, Op{Kind: Guard, Dev: dev, Size: e.Size, Count: int32(e.Requested), Law: int32(len(s.Laws))})
+		}
 	case backend.EventSegmentAlloc, backend.EventSegmentFree:
 		if dev := r.dev(e.Device); dev != Host {
 			s.Segments = append(s.Segments, Segment{Dev: dev, Alloc: e.Kind == backend.EventSegmentAlloc, Addr: e.Addr, Size: e.Size})

@@ -34,10 +34,11 @@ const (
 	Reclaim                // a reclaim pass that freed Count allocations: the Count frees just before it
 	EmptyCache             // empty_cache on Dev
 	Driver                 // Size bytes of Dev taken outside the allocator (a cuBLAS handle)
+	Guard                  // a kernel's choice by shapes: its law's value Size, and Count 1 if the law held
 )
 
 func (k Kind) String() string {
-	return [...]string{"alloc", "free", "reclaim", "empty_cache", "driver"}[k]
+	return [...]string{"alloc", "free", "reclaim", "empty_cache", "driver", "guard"}[k]
 }
 
 // Host is the Dev of the host allocator's events.
@@ -50,7 +51,7 @@ type Op struct {
 	Dev     int             // GPU ordinal, or Host
 	ID      int32           // Alloc, Free: the allocation's number in the trial, from 0
 	Count   int32           // Reclaim: the allocations it freed
-	Law     int32           // Alloc: 1 + the index of its size's law in Stream.Laws, or 0
+	Law     int32           // Alloc, Guard: 1 + the index of its size's law in Stream.Laws, or 0
 	// Moved (Alloc): the layout clock or the garbage notes moved since the
 	// allocation before (or, for the first, since layout mode's last
 	// reclaim): something may have become garbage (backend's
@@ -81,6 +82,8 @@ func (o Op) String() string {
 		return fmt.Sprintf("reclaim (trigger %d) freeing %d", o.Trigger, o.Count)
 	case EmptyCache:
 		return fmt.Sprintf("empty_cache on %d", o.Dev)
+	case Guard:
+		return fmt.Sprintf("guard %d (%v) on %d", o.Size, o.Count == 1, o.Dev)
 	}
 	return fmt.Sprintf("driver %d B on %d", o.Size, o.Dev)
 }

@@ -9,3 +9,11 @@ func SetTerminal(f func(io.Writer) bool) (restore func()) {
 	isTerminal = f
 	return func() { isTerminal = old }
 }
+
+// ShowReplayFields makes every sweep's points show their replay fields
+// (replayed, reserved), until restore is called.
+func ShowReplayFields() (restore func()) {
+	old := showReplayFields
+	showReplayFields = true
+	return func() { showReplayFields = old }
+}

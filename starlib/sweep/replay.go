@@ -30,9 +30,12 @@ type replayer struct {
 	step  *int
 	mode  backend.PeakMode
 
-	streams []*replay.Stream // the ok full trials' streams
-	model   *replay.Model
-	why     string // why there is no model (yet)
+	streams []*replay.Stream // the ok full trials' streams no model predicts
+	// models predict the trials, each from a few sizes on, while the
+	// kernels allocate as at those sizes (replay.Model.Predict): past a
+	// threshold where one allocates otherwise, another model
+	models []*replay.Model
+	why    string // why there is no model (yet)
 	off     string // why replay was turned off for good, or ""
 	unsafe  int    // trials run in full because their replay was unsafe
 	lastWhy string // the last such reason
@@ -48,8 +51,8 @@ func (rp *replayer) try(n int) (*point, error) {
 	keys := []string{rp.param}
 	params := starlark.StringDict{rp.param: starlark.MakeInt(n)}
 	args := starlark.Tuple{starlark.MakeInt(n)}
-	if rp.model != nil && rp.off == "" {
-		plan, why := rp.model.Predict(n)
+	if len(rp.models) > 0 && rp.off == "" {
+		plan, why := rp.predict(n)
 		if plan != nil {
 			p, done, err := rp.replay(keys, params, n, plan)
 			if err != nil || done {
@@ -143,21 +146,42 @@ func (rp *replayer) data(name string, o *replay.Outcome, d time.Duration) *env.D
 	return data
 }
 
-// learn takes a full trial's stream: an ok one is a probe; once there are
-// enough, the model is fitted and its probes replayed against their
-// recordings. A full trial where a model predicts must match it.
+// predict returns the plan of the trial at n of the first model that
+// predicts it, or why none does.
+func (rp *replayer) predict(n int) (*replay.Plan, string) {
+	var why string
+	for _, m := range rp.models {
+		plan, w := m.Predict(n)
+		if plan != nil {
+			return plan, ""
+		}
+		why = w
+	}
+	return nil, why
+}
+
+// learn takes a full trial's stream. One that a model predicts must match
+// the prediction (replay.Model.Check), or replay turns off. An ok one no
+// model predicts is a probe; once there are enough with the same program,
+// a model is fitted on them, its probes replayed against their
+// recordings, and verified at one more size by a trial with a reclaim
+// before every allocation (dense).
 func (rp *replayer) learn(p *point) error {
 	s := p.stream
 	if s == nil || rp.off != "" {
 		return nil
 	}
-	if rp.model != nil {
-		if w := rp.matches(p); w != "" {
-			rp.off = w
+	claimed := false
+	for _, m := range rp.models {
+		if plan, _ := m.Predict(s.Size); plan != nil {
+			claimed = true
+			if w := m.Check(s, p.status == "oom"); w != "" {
+				rp.off = w
+				return nil
+			}
 		}
-		return nil
 	}
-	if p.status != "ok" {
+	if claimed || p.status != "ok" {
 		return nil
 	}
 	if s.Why != "" {
@@ -193,14 +217,14 @@ func (rp *replayer) learn(p *point) error {
 		rp.why = w
 		return nil
 	}
-	rp.model = m
-	rp.streams = nil
+	rp.models = append(rp.models, m)
+	rp.streams = slices.DeleteFunc(rp.streams, func(s *replay.Stream) bool { return slices.Contains(m.Sizes, s.Size) })
 	return nil
 }
 
 // maxDense bounds the trials with a reclaim before every allocation that
-// a search runs to verify a model.
-const maxDense = 2
+// a search runs to verify its models.
+const maxDense = 3
 
 // dense runs the trial at n with a reclaim before every allocation
 // (backend.Manager.SetDense), recorded, and returns its stream. It is no
@@ -232,12 +256,6 @@ func (rp *replayer) dense(n int) (*replay.Stream, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// matches checks a full trial's stream at a size the model predicts
-// against the prediction (replay.Model.Check).
-func (rp *replayer) matches(p *point) string {
-	return rp.model.Check(p.stream, p.status == "oom")
 }
 
 // confirm runs the replayed points at fit and oom in full. A full trial
@@ -310,10 +328,8 @@ func (rp *replayer) full(n, i int) (*point, error) {
 		rp.r.points.recs = rp.r.points.recs[:last]
 		return p, nil
 	}
-	if rp.model != nil && rp.off == "" && p.stream != nil {
-		if w := rp.matches(p); w != "" {
-			rp.off = w
-		}
+	if err := rp.learn(p); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
@@ -363,15 +379,19 @@ func (rp *replayer) footer() string {
 	switch {
 	case rp.off != "":
 		fmt.Fprintf(&b, "replay=True: every trial ran in full; replay was turned off: %s", rp.off)
-	case rp.model == nil:
+	case len(rp.models) == 0:
 		fmt.Fprintf(&b, "replay=True: every trial ran in full (no model of the step: %s)", rp.why)
 	default:
-		sizes := make([]string, len(rp.model.Sizes))
-		for i, s := range rp.model.Sizes {
-			sizes[len(sizes)-1-i] = fmt.Sprint(s)
+		var models []string
+		for _, m := range rp.models {
+			sizes := make([]string, len(m.Sizes))
+			for i, s := range m.Sizes {
+				sizes[len(sizes)-1-i] = fmt.Sprint(s)
+			}
+			models = append(models, fmt.Sprintf("%s (verified at %d)", strings.Join(sizes, ", "), m.DenseSize()))
 		}
-		fmt.Fprintf(&b, "replay=True: %d of %d trials replayed from the memory events of full trials at %s (sizes fitted on the last three, verified on the others); the boundary confirmed by full trials",
-			replayed, total, strings.Join(sizes, ", "))
+		fmt.Fprintf(&b, "replay=True: %d of %d trials replayed from the memory events of full trials at %s; the boundary confirmed by full trials",
+			replayed, total, strings.Join(models, "; at "))
 		if rp.unsafe > 0 {
 			fmt.Fprintf(&b, "; %d trial(s) ran in full where a replay could differ (%s)", rp.unsafe, rp.lastWhy)
 		}

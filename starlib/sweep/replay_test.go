@@ -1,0 +1,196 @@
+package sweep_test
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/starlarkstruct"
+
+	"github.com/memsh/memsh/scope"
+	"github.com/memsh/memsh/scripts"
+	"github.com/memsh/memsh/starlib/sweep"
+)
+
+// trialFigures is what a replayed trial must equal its full trial in.
+type trialFigures struct {
+	params, status, err  string
+	peak, used, avail    int64
+	reserved             string
+	replayed             bool
+	consumed, peaked, re int64
+}
+
+// runSearch runs setup then search (which binds R to a sweep.max_fit
+// result) in a fresh Session on device, with replay bound to REPLAY, and
+// returns the trials' figures and the Session's output.
+func runSearch(t *testing.T, device, setup, search string, replay bool) ([]trialFigures, string) {
+	t.Helper()
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: device, Out: &out, Err: &out, Quiet: true, Library: scripts.Library})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Set("REPLAY", starlark.Bool(replay))
+	if err := s.Exec("setup.star", setup); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out.String())
+	}
+	if err := s.Exec("search.star", search); err != nil {
+		t.Fatalf("search: %v\n%s", err, out.String())
+	}
+	r := s.Get("R").(*starlarkstruct.Struct)
+	tv, _ := r.Attr("trials")
+	var got []trialFigures
+	it := starlark.Iterate(tv)
+	defer it.Done()
+	var x starlark.Value
+	for it.Next(&x) {
+		tr := x.(*starlarkstruct.Struct)
+		attr := func(v starlark.Value, name string) starlark.Value {
+			a, err := v.(starlark.HasAttrs).Attr(name)
+			if err != nil {
+				t.Fatalf("trial %v has no %s", v, name)
+			}
+			return a
+		}
+		i64 := func(v starlark.Value) int64 {
+			n, _ := starlark.AsInt32(v)
+			if i, ok := v.(starlark.Int); ok {
+				n64, _ := i.Int64()
+				return n64
+			}
+			return int64(n)
+		}
+		gpu := attr(attr(tr, "data"), "gpu")
+		f := trialFigures{
+			params:   attr(tr, "params").String(),
+			status:   string(attr(tr, "status").(starlark.String)),
+			peak:     i64(attr(gpu, "peak")),
+			used:     i64(attr(gpu, "used")),
+			avail:    i64(attr(gpu, "available")),
+			consumed: i64(attr(gpu, "consumed")),
+			peaked:   i64(attr(gpu, "peaked")),
+			re:       i64(attr(gpu, "reclaimed")),
+			reserved: attr(tr, "reserved").String(),
+			replayed: bool(attr(tr, "replayed").(starlark.Bool)),
+		}
+		if e, ok := attr(tr, "error").(starlark.String); ok {
+			f.err = string(e)
+		}
+		got = append(got, f)
+	}
+	return got, out.String()
+}
+
+// compareReplay runs a search without and with replay and requires every
+// trial of the two to be the same size with the same status, error and
+// figures (peak allocated and reserved included, to the byte). It
+// returns how many trials were replayed.
+func compareReplay(t *testing.T, device, setup, search string) int {
+	t.Helper()
+	restore := sweep.ShowReplayFields()
+	defer restore()
+	full, fullOut := runSearch(t, device, setup, search, false)
+	rep, repOut := runSearch(t, device, setup, search, true)
+	n := 0
+	for i := 0; i < max(len(full), len(rep)); i++ {
+		if i >= len(full) || i >= len(rep) {
+			t.Fatalf("%d trials in full, %d with replay\nfull:\n%s\nreplay:\n%s", len(full), len(rep), fullOut, repOut)
+		}
+		a, b := full[i], rep[i]
+		if b.replayed {
+			n++
+		}
+		if a.replayed {
+			t.Errorf("trial %d (%s) replayed without replay", i, a.params)
+		}
+		b.replayed = false
+		if a != b {
+			t.Errorf("trial %d:\nfull   %+v\nreplay %+v", i, a, full[i])
+		}
+	}
+	if t.Failed() {
+		t.Logf("full:\n%s\nreplay:\n%s", fullOut, repOut)
+	}
+	for _, line := range strings.Split(repOut, "\n") {
+		if strings.HasPrefix(line, "replay=True") {
+			t.Log(line)
+		}
+	}
+	return n
+}
+
+const gpt2Setup = `
+load("models/gpt2.star", "gpt2", "GPT2_SMALL")
+def loss_of(model, x, y):
+    out = model(x)
+    return nn.functional.cross_entropy(out.view(-1, out.shape[-1]), y.view(-1))
+def train(batch, seq, checkpoint):
+    model = gpt2(device = "cuda", checkpoint = checkpoint, **GPT2_SMALL)
+    opt = optim.AdamW(model.parameters(), lr = 1e-4)
+    x = tensor.randint(0, 50257, [batch, seq], device = "cuda")
+    y = tensor.randint(0, 50257, [batch, seq], device = "cuda")
+    for _ in range(2):
+        loss = nn.autocast(loss_of, model, x, y, dtype = "bfloat16")
+        loss.backward()
+        loss = None
+        opt.step()
+        opt.zero_grad(set_to_none = True)
+    return batch
+`
+
+const llamaSetup = `
+load("models/llama.star", "llama", "LLAMA_3_2_1B")
+def loss_of(model, x, y):
+    out = model(x).float()
+    return nn.functional.cross_entropy(out.view(-1, out.shape[-1]), y.view(-1))
+def train(batch, seq, checkpoint):
+    model = llama(device = "cuda", checkpoint = checkpoint, **LLAMA_3_2_1B)
+    opt = optim.AdamW(model.parameters(), lr = 1e-4)
+    x = tensor.randint(0, 128256, [batch, seq], device = "cuda")
+    y = tensor.randint(0, 128256, [batch, seq], device = "cuda")
+    for _ in range(2):
+        loss = nn.autocast(loss_of, model, x, y, dtype = "bfloat16")
+        loss.backward()
+        loss = None
+        opt.step()
+        opt.zero_grad(set_to_none = True)
+    return batch
+`
+
+// TestReplayEqualsFullTrials runs batch and sequence searches of the
+// library's GPT-2 and Llama, with activation checkpointing and without,
+// both ways: every trial replayed must equal the full trial to the byte.
+func TestReplayEqualsFullTrials(t *testing.T) {
+	type search struct {
+		name, device, setup, call string
+		short                     bool // also under -short
+	}
+	searches := []search{
+		{"gpt2 batch", "sim:H100,meta", gpt2Setup, `lambda batch: train(batch, 1024, False)`, true},
+		{"gpt2 batch checkpoint", "sim:H100,meta", gpt2Setup, `lambda batch: train(batch, 1024, True)`, true},
+		{"gpt2 seq", "sim:T4,meta", gpt2Setup, `lambda seq: train(24, seq, False), high = 1024`, false},
+		{"gpt2 seq checkpoint", "sim:T4,meta", gpt2Setup, `lambda seq: train(64, seq, True), high = 1024`, false},
+		{"llama batch", "sim:H100,meta", llamaSetup, `lambda batch: train(batch, 512, False)`, false},
+		{"llama batch checkpoint", "sim:H100,meta", llamaSetup, `lambda batch: train(batch, 2048, True)`, false},
+		{"llama seq", "sim:H100,meta", llamaSetup, `lambda seq: train(1, seq, False), high = 131072`, false},
+	}
+	total := 0
+	for _, sr := range searches {
+		t.Run(strings.ReplaceAll(sr.name, " ", "_"), func(t *testing.T) {
+			if testing.Short() && !sr.short {
+				t.Skip("long search")
+			}
+			call := fmt.Sprintf("R = sweep.max_fit(%s, mode = \"binsearch\", search = \"layout\", fresh = True, max_trials = 60, replay = REPLAY)\n", sr.call)
+			n := compareReplay(t, sr.device, sr.setup, call)
+			t.Logf("%d trials replayed", n)
+			total += n
+		})
+	}
+	if total == 0 {
+		t.Error("no trial was replayed: the test compares nothing")
+	}
+}
