@@ -34,8 +34,8 @@ type replayer struct {
 	// models predict the trials, each from a few sizes on, while the
 	// kernels allocate as at those sizes (replay.Model.Predict): past a
 	// threshold where one allocates otherwise, another model
-	models []*replay.Model
-	why    string // why there is no model (yet)
+	models  []*replay.Model
+	why     string // why there is no model (yet)
 	off     string // why replay was turned off for good, or ""
 	unsafe  int    // trials run in full because their replay was unsafe
 	lastWhy string // the last such reason
