@@ -269,7 +269,19 @@ func (m *Model) predict(n int) (*Plan, string) {
 	if n < m.Lo {
 		return nil, fmt.Sprintf("%d is below the recorded sizes", n)
 	}
-	p := m.plan(make([]Op, len(m.ops)))
+	p, stop, why := m.predictUpTo(n)
+	if stop < len(p.Ops) {
+		return nil, why
+	}
+	return p, ""
+}
+
+// predictUpTo predicts the program at n as far as it can: stop is the
+// index of the first event it cannot tell (a kernel that chooses
+// otherwise at n, a size that is not a whole number), len(ops) when none,
+// and why says why.
+func (m *Model) predictUpTo(n int) (p *Plan, stop int, why string) {
+	p = m.plan(make([]Op, len(m.ops)))
 	copy(p.Ops, m.ops)
 	for i, op := range m.ops {
 		if op.Kind != Alloc && op.Kind != Driver && op.Kind != Guard {
@@ -278,28 +290,28 @@ func (m *Model) predict(n int) (*Plan, string) {
 		if op.Law != 0 {
 			args, ok := m.argsAt(i, int64(n))
 			if !ok {
-				return nil, fmt.Sprintf("the size law's arguments of %v at %d are not whole numbers", op, n)
+				return p, i, fmt.Sprintf("the size law's arguments of %v at %d are not whole numbers", op, n)
 			}
 			v, ok := m.laws[i].Bytes(args)
 			if op.Kind == Guard {
 				if v != op.Size || ok != (op.Count == 1) {
-					return nil, fmt.Sprintf("at %d a kernel allocates otherwise than at %d (%v)", n, m.Sizes[0], op)
+					return p, i, fmt.Sprintf("at %d a kernel allocates otherwise than at %d (%v)", n, m.Sizes[0], op)
 				}
 				continue
 			}
 			if !ok {
-				return nil, fmt.Sprintf("at %d the program would not make %v (its size law)", n, op)
+				return p, i, fmt.Sprintf("at %d the program would not make %v (its size law)", n, op)
 			}
 			p.Ops[i].Size = v
 			continue
 		}
 		v, ok := m.polys[i].at(int64(n))
 		if !ok {
-			return nil, fmt.Sprintf("the size of %v at %d is not a whole number of bytes", op, n)
+			return p, i, fmt.Sprintf("the size of %v at %d is not a whole number of bytes", op, n)
 		}
 		p.Ops[i].Size = v
 	}
-	return p, ""
+	return p, len(m.ops), ""
 }
 
 // argsAt is the arguments of event i's size law at size x.
@@ -468,22 +480,21 @@ func (m *Model) Verify(s *Stream, mode backend.PeakMode) string {
 	return ""
 }
 
-// Check compares the stream of a full trial at a size the model predicts
-// with the prediction: the program's events with their sizes — up to its
-// last allocation for one that ran out of memory — and, for one that ran,
-// when its reclaims found each allocation garbage. It returns the first
-// difference, or "".
+// Check compares the stream of a full trial with the model's prediction
+// at its size, as far as the model predicts (up to a kernel that chooses
+// otherwise there; for a trial that ran out of memory, up to its last
+// allocation): the program's events with their sizes and, for a trial
+// the model predicts whole, when its reclaims found each allocation
+// garbage. A trial below the sizes the model was fitted on is not
+// compared. It returns the first difference, or "".
 func (m *Model) Check(s *Stream, oom bool) string {
-	plan, _ := m.Predict(s.Size)
-	if plan == nil {
-		return "" // below the model's sizes, or not a whole number: nothing to check
+	if s.Size < m.Lo || !m.dense {
+		return ""
 	}
 	if s.Why != "" {
 		return s.Why
 	}
-	if s.Retried && !oom {
-		return fmt.Sprintf("the full trial at %d retried an allocation after a reclaim", s.Size)
-	}
+	plan, stop, _ := m.predictUpTo(s.Size)
 	p := programOf(s)
 	if p.why != "" {
 		return p.why
@@ -493,20 +504,23 @@ func (m *Model) Check(s *Stream, oom bool) string {
 		for n > 0 && p.ops[n-1].Kind != Alloc {
 			n--
 		}
-		if n > len(plan.Ops) {
-			return fmt.Sprintf("the full trial at %d made more events than predicted", s.Size)
-		}
 	}
-	for i := 0; i < min(n, len(plan.Ops)); i++ {
+	for i := 0; i < min(n, stop); i++ {
 		if a, b := p.ops[i], plan.Ops[i]; a != b {
+			if i >= len(plan.Ops) {
+				break
+			}
 			return fmt.Sprintf("the full trial at %d differs from the prediction at event %d: %v, predicted %v", s.Size, i, a, b)
 		}
 	}
-	if !oom && n != len(plan.Ops) {
-		return fmt.Sprintf("the full trial at %d made %d events, %d predicted", s.Size, n, len(plan.Ops))
-	}
-	if oom {
+	if oom || stop < len(plan.Ops) {
 		return ""
+	}
+	if s.Retried {
+		return fmt.Sprintf("the full trial at %d retried an allocation after a reclaim", s.Size)
+	}
+	if n != len(plan.Ops) {
+		return fmt.Sprintf("the full trial at %d made %d events, %d predicted", s.Size, n, len(plan.Ops))
 	}
 	for id := range p.alive {
 		if p.alive[id] >= m.dead[id] || m.alive[id] >= p.dead[id] {

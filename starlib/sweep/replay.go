@@ -102,6 +102,11 @@ func (rp *replayer) replay(keys []string, params starlark.StringDict, n int, pla
 		rp.lastWhy = u.Why
 		return nil, false, nil
 	}
+	if o.Status != "ok" {
+		// an out-of-memory trial runs in full: it ends at its failure,
+		// so it is cheap, and its stream checks the model that far
+		return nil, false, nil
+	}
 	*rp.step++
 	p.replayed = true
 	p.status = o.Status
@@ -175,10 +180,10 @@ func (rp *replayer) learn(p *point) error {
 	for _, m := range rp.models {
 		if plan, _ := m.Predict(s.Size); plan != nil {
 			claimed = true
-			if w := m.Check(s, p.status == "oom"); w != "" {
-				rp.off = w
-				return nil
-			}
+		}
+		if w := m.Check(s, p.status == "oom"); w != "" {
+			rp.off = w
+			return nil
 		}
 	}
 	if claimed || p.status != "ok" {
@@ -258,12 +263,29 @@ func (rp *replayer) dense(n int) (*replay.Stream, error) {
 	return s, nil
 }
 
-// confirm runs the replayed points at fit and oom in full. A full trial
-// that disagrees with its replay (status, peaks, error) or with the
+// confirm runs in full the replayed points at fit and oom and, for each
+// model, its largest replayed point (how far it extrapolated). A full
+// trial that disagrees with its replay (status, peaks, error) or with the
 // model's stream turns replay off; then every replayed point runs again
 // in full and fit and oom are those of the full trials.
 func (rp *replayer) confirm(fit, oom int) (int, int, error) {
-	for _, n := range []int{fit, oom} {
+	// the boundary, and how far each model reached: its largest
+	// replayed trial
+	sizes := []int{fit, oom}
+	for _, m := range rp.models {
+		top := -1
+		for i := 0; i < rp.r.points.len(); i++ {
+			q := rp.r.points.at(i)
+			n, _ := starlark.AsInt32(q.params[rp.param])
+			if plan, _ := m.Predict(n); q.replayed && plan != nil && n > top {
+				top = n
+			}
+		}
+		if top >= 0 && !slices.Contains(sizes, top) {
+			sizes = append(sizes, top)
+		}
+	}
+	for _, n := range sizes {
 		if n < 0 || rp.off != "" {
 			continue
 		}

@@ -2,9 +2,14 @@ package sweep_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"math/rand"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
@@ -109,7 +114,7 @@ func compareReplay(t *testing.T, device, setup, search string) int {
 		}
 		b.replayed = false
 		if a != b {
-			t.Errorf("trial %d:\nfull   %+v\nreplay %+v", i, a, full[i])
+			t.Errorf("trial %d:\nfull   %+v\nreplay %+v", i, a, b)
 		}
 	}
 	if t.Failed() {
@@ -186,6 +191,110 @@ func TestReplayEqualsFullTrials(t *testing.T) {
 			}
 			call := fmt.Sprintf("R = sweep.max_fit(%s, mode = \"binsearch\", search = \"layout\", fresh = True, max_trials = 60, replay = REPLAY)\n", sr.call)
 			n := compareReplay(t, sr.device, sr.setup, call)
+			t.Logf("%d trials replayed", n)
+			total += n
+		})
+	}
+	if total == 0 {
+		t.Error("no trial was replayed: the test compares nothing")
+	}
+}
+
+// randomConfig returns a small random config.json of one of
+// scripts/models/hf.star's families and builders.
+func randomConfig(r *rand.Rand) map[string]any {
+	pick := func(xs ...int) int { return xs[r.Intn(len(xs))] }
+	types := []string{"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt2"}
+	mt := types[r.Intn(len(types))]
+	heads := pick(2, 4, 8)
+	hd := pick(16, 32, 64)
+	layers := pick(1, 2, 3)
+	vocab := pick(512, 1000, 4096, 8192)
+	if mt == "gpt2" {
+		return map[string]any{"model_type": "gpt2", "n_embd": heads * hd, "n_head": heads, "n_layer": layers,
+			"n_positions": 1024, "vocab_size": vocab, "attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0}
+	}
+	kv := heads
+	for kv > 1 && r.Intn(2) == 0 {
+		kv /= 2
+	}
+	c := map[string]any{"model_type": mt, "hidden_size": heads * hd, "num_attention_heads": heads, "num_key_value_heads": kv,
+		"head_dim": hd, "num_hidden_layers": layers, "intermediate_size": pick(2, 3, 4) * heads * hd, "vocab_size": vocab,
+		"max_position_embeddings": 4096, "tie_word_embeddings": r.Intn(2) == 0, "rms_norm_eps": 1e-6}
+	switch mt {
+	case "mistral", "phi3", "gemma2", "gemma3_text":
+		if w := pick(0, 64, 256); w > 0 || mt == "gemma2" || mt == "gemma3_text" {
+			c["sliding_window"] = max(w, 128)
+		}
+	case "qwen2", "qwen3":
+		if r.Intn(2) == 0 {
+			c["use_sliding_window"], c["sliding_window"], c["max_window_layers"] = true, 128, 1
+		}
+	}
+	if mt == "gemma3_text" {
+		c["sliding_window_pattern"] = 2
+	}
+	return c
+}
+
+// TestReplayRandomModels is TestReplayEqualsFullTrials over random small
+// models of the library's builders: a batch or a sequence search, with
+// activation checkpointing or without, in bf16 autocast or float32, on a
+// simulated T4 or H100. MEMSH_REPLAY_SEEDS=N runs N seeds more.
+func TestReplayRandomModels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long searches")
+	}
+	seeds := []int64{1, 2, 3, 4, 5, 6}
+	if n, _ := strconv.Atoi(os.Getenv("MEMSH_REPLAY_SEEDS")); n > 0 {
+		for i := 0; i < n; i++ {
+			seeds = append(seeds, time.Now().UnixNano()+int64(i))
+		}
+	}
+	total := 0
+	for _, seed := range seeds {
+		r := rand.New(rand.NewSource(seed))
+		cfg := randomConfig(r)
+		js, err := json.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		device := []string{"sim:T4,meta", "sim:H100,meta"}[r.Intn(2)]
+		checkpoint := []string{"False", "True"}[r.Intn(2)]
+		amp := []string{"None", `"bfloat16"`}[r.Intn(2)]
+		maxSeq := 1024
+		if cfg["model_type"] != "gpt2" {
+			maxSeq = 4096
+		}
+		call := fmt.Sprintf("lambda batch: train(batch, %d)", []int{64, 128, 256, 512}[r.Intn(4)])
+		if r.Intn(2) == 0 {
+			call = fmt.Sprintf("lambda seq: train(%d, seq), high = %d", []int{1, 4, 16}[r.Intn(3)], maxSeq)
+		}
+		name := fmt.Sprintf("seed_%d_%s", seed, cfg["model_type"])
+		t.Run(name, func(t *testing.T) {
+			t.Logf("config %s, %s, checkpoint %s, autocast %s, %s", js, device, checkpoint, amp, call)
+			setup := fmt.Sprintf(`
+load("models/hf.star", "from_config", hf_inputs = "inputs")
+CFG = json.decode(%q)
+def step(model, args):
+    return model(*args)
+def train(batch, seq):
+    model = from_config(CFG, attention = "sdpa", checkpoint = %s, device = "cuda")
+    opt = optim.AdamW(model.parameters(), lr = 1e-4)
+    args = hf_inputs(CFG, batch, seq, "cuda")
+    for _ in range(2):
+        if %s != None:
+            loss = nn.autocast(step, model, args, dtype = %s)
+        else:
+            loss = step(model, args)
+        loss.backward()
+        loss = None
+        opt.step()
+        opt.zero_grad(set_to_none = True)
+    return batch
+`, js, checkpoint, amp, amp)
+			search := fmt.Sprintf("R = sweep.max_fit(%s, mode = \"binsearch\", search = \"layout\", fresh = True, max_trials = 60, replay = REPLAY)\n", call)
+			n := compareReplay(t, device, setup, search)
 			t.Logf("%d trials replayed", n)
 			total += n
 		})
