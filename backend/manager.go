@@ -368,8 +368,10 @@ func (m *Manager) SetPeakMode(p PeakMode) PeakMode {
 	return prev
 }
 
-// SetDense makes every allocation reclaim first (on), whatever the peak
-// mode, and returns the previous setting: a trial run so finds every
+// SetDense makes every allocation reclaim first (on), whatever its size
+// and the peak mode — also where layout mode's clock says nothing may
+// have become garbage, since Go code may drop a small temporary without
+// a note — and returns the previous setting: a trial run so finds every
 // allocation garbage at the first allocation after it became garbage,
 // which a replay of the trial at other sizes needs to know
 // (backend/replay). Its figures are not a reference-counted run's.
@@ -506,6 +508,9 @@ func (m *Manager) allocOn(a Allocator, nbytes uint64, law SizeLaw, args []int64)
 	}
 	if m.dense {
 		m.reclaimFor(TriggerAlloc)
+		if m.layout.clock != nil {
+			m.layout.seen, m.layout.seenNotes = m.layout.clock(), m.layout.notes
+		}
 	} else if m.sinceReclaim+nbytes > m.pacing && storesData(a) {
 		m.reclaimFor(TriggerAlloc)
 	} else if m.peak == PeakLayout && nbytes > layoutMin && caching(a) && m.mayHaveGarbage() {

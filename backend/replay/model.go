@@ -265,6 +265,10 @@ func (m *Model) Predict(n int) (*Plan, string) {
 	return m.predict(n)
 }
 
+// PredictUnverified is Predict before Dense: from what the fitted
+// trials tell (to decide whether verifying the model is worth a trial).
+func (m *Model) PredictUnverified(n int) (*Plan, string) { return m.predict(n) }
+
 func (m *Model) predict(n int) (*Plan, string) {
 	if n < m.Lo {
 		return nil, fmt.Sprintf("%d is below the recorded sizes", n)
@@ -454,8 +458,7 @@ func (m *Model) Verify(s *Stream, mode backend.PeakMode) string {
 	if p == nil || s.start == nil {
 		return fmt.Sprintf("no recording at %d", s.Size)
 	}
-	st := s.start
-	s.start = nil // Replay uses it up
+	st := s.start.clone() // Replay uses it up
 	plan := m.plan(p.ops)
 	plan.expect = p.pre
 	o, err := Replay(st, plan, mode)

@@ -50,6 +50,17 @@ func Snapshot(m *backend.Manager) (*Start, string) {
 	return st, ""
 }
 
+// clone returns a copy of st (a Replay uses its Start up).
+func (st *Start) clone() *Start {
+	c := &Start{}
+	for i, d := range st.devs {
+		cd := d.Clone()
+		c.devs = append(c.devs, cd)
+		c.allocs = append(c.allocs, st.allocs[i].Clone(cd))
+	}
+	return c
+}
+
 // Outcome is a replayed trial's result.
 type Outcome struct {
 	Status string // "ok" or "oom"

@@ -108,7 +108,7 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		var p *point
 		var err error
 		if rp != nil {
-			p, err = rp.try(n)
+			p, err = rp.try(n, fit, oom)
 		} else {
 			p, err = r.run([]string{param}, starlark.StringDict{param: starlark.MakeInt(n)}, nil, starlark.Tuple{starlark.MakeInt(n)}, nil, unit, step)
 			step++

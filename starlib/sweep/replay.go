@@ -34,23 +34,28 @@ type replayer struct {
 	// models predict the trials, each from a few sizes on, while the
 	// kernels allocate as at those sizes (replay.Model.Predict): past a
 	// threshold where one allocates otherwise, another model
-	models  []*replay.Model
+	models []*replay.Model
+	// pending is the last model fitted, before its verification (activate)
+	pending *replay.Model
 	why     string // why there is no model (yet)
 	off     string // why replay was turned off for good, or ""
 	unsafe  int    // trials run in full because their replay was unsafe
 	lastWhy string // the last such reason
 	// denseRuns counts the trials run with a reclaim before every
-	// allocation (dense), sizeDense the last one's size
+	// allocation (dense)
 	denseRuns int
 }
 
-// try answers the trial at n: replayed when the model can, else in full
-// (recorded).
-func (rp *replayer) try(n int) (*point, error) {
+// try answers the trial at n: replayed when a model can, else in full
+// (recorded). fit and oom are the search's boundary so far (-1: none).
+func (rp *replayer) try(n, fit, oom int) (*point, error) {
 	r := rp.r
 	keys := []string{rp.param}
 	params := starlark.StringDict{rp.param: starlark.MakeInt(n)}
 	args := starlark.Tuple{starlark.MakeInt(n)}
+	if err := rp.activate(n, fit, oom); err != nil {
+		return nil, err
+	}
 	if len(rp.models) > 0 && rp.off == "" {
 		plan, why := rp.predict(n)
 		if plan != nil {
@@ -207,14 +212,41 @@ func (rp *replayer) learn(p *point) error {
 			}
 		}
 	}
-	// when memory becomes garbage, to the allocation: a trial with a
-	// reclaim before every allocation, at the smallest size
-	if rp.denseRuns >= maxDense {
+	rp.pending = m
+	return nil
+}
+
+// activate verifies the pending model (activate's trial with a reclaim
+// before every allocation, dense, which also tells when each allocation
+// becomes garbage) when the trial at n looks worth replaying: the model,
+// unverified, replays it without running out of memory (or cannot tell),
+// and the search may go on long enough for replays to pay for that
+// trial — it has found no out-of-memory size yet, or its interval is
+// still wide.
+func (rp *replayer) activate(n, fit, oom int) error {
+	m := rp.pending
+	if m == nil || rp.off != "" || rp.denseRuns >= maxDense || (oom >= 0 && oom-fit <= 64) {
 		return nil
 	}
+	plan, _ := m.PredictUnverified(n)
+	if plan == nil {
+		return nil
+	}
+	if rp.r.fresh {
+		rp.r.freshStart()
+	}
+	rp.r.emptyCaches()
+	st, why := replay.Snapshot(rp.r.env.Manager)
+	if st == nil {
+		rp.off = why
+		return nil
+	}
+	if o, err := replay.Replay(st, plan, rp.mode); err == nil && o.Status != "ok" {
+		return nil // it runs out of memory: a full trial, cheap
+	}
+	rp.pending = nil
 	rp.denseRuns++
-	n := m.DenseSize()
-	ds, err := rp.dense(n)
+	ds, err := rp.dense(m.DenseSize())
 	if err != nil {
 		return err
 	}

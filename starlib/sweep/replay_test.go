@@ -212,7 +212,7 @@ func randomConfig(r *rand.Rand) map[string]any {
 	vocab := pick(512, 1000, 4096, 8192)
 	if mt == "gpt2" {
 		return map[string]any{"model_type": "gpt2", "n_embd": heads * hd, "n_head": heads, "n_layer": layers,
-			"n_positions": 1024, "vocab_size": vocab, "attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0}
+			"n_positions": 1024, "vocab_size": vocab}
 	}
 	kv := heads
 	for kv > 1 && r.Intn(2) == 0 {
