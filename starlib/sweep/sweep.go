@@ -22,7 +22,7 @@ import (
 
 // Module is the sweep module:
 //
-//	max_fit(fn, low=1, high=None, mode="power", margin=0.0, max_trials=25, name="", search="exact", confirm=None, fresh=False)
+//	max_fit(fn, low=1, high=None, mode="power", margin=0.0, max_trials=25, name="", search="exact", confirm=None, fresh=False, replay=False)
 //	    the largest int n in [low, high] for which fn(n) does not run out of
 //	    memory, PyTorch Lightning's batch-size finder: "power" doubles n from
 //	    low until the first OOM; "binsearch" then bisects between the last
@@ -53,7 +53,24 @@ import (
 //	    trial's first matrix products allocate them again where the
 //	    allocator then puts them, and no trial's outcome depends on the
 //	    trials before it; the table says so, and its peaks are above what
-//	    a trial started with.
+//	    a trial started with. replay=True (search "exact" or "layout",
+//	    simulated meta GPUs) records each full trial's memory events and,
+//	    once three ok trials have the same program but for the sizes,
+//	    fits each allocation's size as a polynomial of degree 2 at most
+//	    in n (verified by a trial at a fourth size, run with a reclaim
+//	    before every allocation, which is no point of the sweep), then
+//	    answers the trials that replay runs without running out of
+//	    memory by replaying the predicted events through a copy of the
+//	    caching allocator (backend/replay): no Starlark runs. Trials that
+//	    run out of memory, and those a replay cannot answer as a full
+//	    trial would, run in full. The boundary (fit) and each model's
+//	    largest replayed trial are confirmed by full trials; one that
+//	    disagrees turns replay off and every replayed trial runs again in
+//	    full. Replayed trials are marked (replayed) in the table, have
+//	    value None and host figures of zero, are not recorded (--out), and
+//	    leave the allocators' statistics as they were; the points of a
+//	    replay=True search have two more fields: replayed (bool) and
+//	    reserved (each GPU's peak reserved bytes).
 //	grid(fn, **values)
 //	    runs fn(**point) for every combination of the given lists of
 //	    values (the last parameter varying fastest). Returns struct(trials).
