@@ -369,12 +369,11 @@ func (m *Manager) SetPeakMode(p PeakMode) PeakMode {
 }
 
 // SetDense makes every allocation reclaim first (on), whatever its size
-// and the peak mode — also where layout mode's clock says nothing may
-// have become garbage, since Go code may drop a small temporary without
-// a note — and returns the previous setting: a trial run so finds every
-// allocation garbage at the first allocation after it became garbage,
-// which a replay of the trial at other sizes needs to know
-// (backend/replay). Its figures are not a reference-counted run's.
+// and the peak mode (denseReclaim), and returns the previous setting: a
+// trial run so finds every allocation garbage at the first allocation
+// after it became garbage, which a replay of the trial at other sizes
+// needs to know (backend/replay). Its figures are not a
+// reference-counted run's.
 func (m *Manager) SetDense(on bool) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -402,6 +401,37 @@ func (m *Manager) Guard(a Allocator, law SizeLaw, args ...int64) {
 		e.Requested = 1
 	}
 	m.emit(a, e)
+}
+
+// denseReclaim is SetDense's reclaim before an allocation: a reclaim
+// when something may have become garbage (layout mode's clock and notes
+// moved), else — Go code may have dropped a temporary without a note —
+// the reach walk alone, which is told (an EventReclaim) only when it
+// settles what is garbage without the collector: a collection between
+// two allocations of one builtin would cost more than the trial.
+func (m *Manager) denseReclaim() {
+	if m.mayHaveGarbage() {
+		m.reclaimFor(TriggerAlloc)
+		if m.layout.clock != nil {
+			m.layout.seen, m.layout.seenNotes = m.layout.clock(), m.layout.notes
+		}
+		return
+	}
+	res, ok, _ := m.walkReclaim()
+	if !ok {
+		return
+	}
+	m.dropFreedEntries()
+	m.stats.Reclaims++
+	m.stats.ReclaimedBytes += res.Freed
+	if res.Count > 0 {
+		m.stats.WalkReclaims++
+	} else {
+		m.stats.ProvenReclaims++
+	}
+	if len(m.observers) > 0 {
+		m.emitReclaim(TriggerAlloc, res.Count)
+	}
 }
 
 // NumGPUs is the number of GPU devices.
@@ -507,10 +537,7 @@ func (m *Manager) allocOn(a Allocator, nbytes uint64, law SizeLaw, args []int64)
 		clock, notes, clocked = m.layoutNow()
 	}
 	if m.dense {
-		m.reclaimFor(TriggerAlloc)
-		if m.layout.clock != nil {
-			m.layout.seen, m.layout.seenNotes = m.layout.clock(), m.layout.notes
-		}
+		m.denseReclaim()
 	} else if m.sinceReclaim+nbytes > m.pacing && storesData(a) {
 		m.reclaimFor(TriggerAlloc)
 	} else if m.peak == PeakLayout && nbytes > layoutMin && caching(a) && m.mayHaveGarbage() {
