@@ -132,7 +132,6 @@ func Fit(streams []*Stream) (*Model, string) {
 		}
 		used = append(used, p)
 	}
-
 	if w := m.hostSizes(used); w != "" {
 		return nil, w
 	}

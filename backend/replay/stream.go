@@ -1,21 +1,24 @@
 // Package replay records the stream of a trial's device memory events —
 // allocations with their requested sizes, frees, reclaims, empty_cache
-// calls, device memory taken outside the allocator — and answers a trial
-// at another size by replaying a predicted stream through a copy of the
-// device's caching allocator, with no Starlark, autograd or reclaim walk.
+// calls, device memory taken outside the allocator, kernels' choices by
+// shape — and answers a trial at another size by replaying a predicted
+// stream through a copy of the device's caching allocator, with no
+// Starlark, autograd or reach walk.
 //
 // A Model is learnt from full trials at several sizes of one searched
-// dimension (Fit): when their streams have the same structure (the same
-// events in the same order, the same frees of the same allocations), each
-// allocation's requested bytes are fitted by a polynomial of degree at
-// most 2 in the size, in exact integer arithmetic, from three of them and
-// verified on the others. Replay then runs the stream the model predicts
-// at a size n and gives its status (ok or out of memory) and the peaks
-// of allocated and reserved bytes; it refuses (Unsafe) when what it would
-// report might not be what a full trial reports (an allocation that
-// would cross the size past which layout mode reclaims first, or a reclaim
-// a full trial would make where the recorded ones did not, with garbage
-// then possibly pending). docs/architecture.md ("Replay") says why this
+// dimension (Fit): when their programs are the same (the same events in
+// the same order, the same frees of the same allocations, program.go),
+// each allocation's requested bytes are fitted by a polynomial of degree
+// at most 2 in the size, in exact integer arithmetic, from three of them
+// (or, for a size law, its arguments are) and verified on the others;
+// a trial at one more size with a reclaim before every allocation (Dense)
+// verifies it again and tells when each allocation became garbage.
+// Replay then runs the program the model predicts at a size n, making
+// the reclaims the Manager would make, and gives its status (ok or out of
+// memory) and the peaks of allocated and reserved bytes; it refuses
+// (Unsafe) when what it would report might not be what a full trial
+// reports (a reclaim where the recordings cannot tell whether some
+// allocation was garbage). docs/architecture.md ("Replay") says why this
 // is exact.
 package replay
 
