@@ -101,7 +101,20 @@ type Plan struct {
 	// expect, if set, is the recording's own reclaims (Verify): a replay
 	// that decides otherwise fails
 	expect []bool
+	// Assume, for an estimate only, what a reclaim does with an
+	// allocation the recordings cannot tell is garbage yet: Unsafe
+	// (refuse: the default), or take it for live or for garbage
+	Assume Assumption
 }
+
+// Assumption is Plan.Assume.
+type Assumption int
+
+const (
+	AssumeNothing Assumption = iota // refuse (Unsafe): a replay to report
+	AssumeLive                      // an estimate: the allocation is live
+	AssumeGarbage                   // an estimate: the allocation is garbage
+)
 
 // Replay runs p from st (which it uses up) in peak mode mode: each
 // allocation as AllocOn would make it — the reclaim first when AllocOn
@@ -149,10 +162,20 @@ func Replay(st *Start, p *Plan, mode backend.PeakMode) (*Outcome, error) {
 			}
 			free(id)
 		}
-		if id, ok := live.unknownAt(at); ok {
+		for {
+			id, ok := live.unknownAt(at)
+			if !ok {
+				return nil
+			}
+			switch p.Assume {
+			case AssumeLive:
+				return nil
+			case AssumeGarbage:
+				free(id)
+				continue
+			}
 			return &Unsafe{fmt.Sprintf("a full trial reclaims where allocation #%d may or may not be garbage", id)}
 		}
-		return nil
 	}
 	observe := func(dev int) {
 		a := st.allocs[dev]

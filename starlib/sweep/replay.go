@@ -236,13 +236,23 @@ func (rp *replayer) activate(n, fit, oom int) error {
 		rp.r.freshStart()
 	}
 	rp.r.emptyCaches()
-	st, why := replay.Snapshot(rp.r.env.Manager)
-	if st == nil {
-		rp.off = why
-		return nil
+	// whether it runs out of memory, under either assumption on what the
+	// recordings cannot tell yet: then it is a full trial, cheap
+	short := true
+	for _, assume := range []replay.Assumption{replay.AssumeLive, replay.AssumeGarbage} {
+		st, why := replay.Snapshot(rp.r.env.Manager)
+		if st == nil {
+			rp.off = why
+			return nil
+		}
+		p := *plan
+		p.Assume = assume
+		if o, err := replay.Replay(st, &p, rp.mode); err != nil || o.Status == "ok" {
+			short = false
+		}
 	}
-	if o, err := replay.Replay(st, plan, rp.mode); err == nil && o.Status != "ok" {
-		return nil // it runs out of memory: a full trial, cheap
+	if short {
+		return nil
 	}
 	rp.pending = nil
 	rp.denseRuns++
