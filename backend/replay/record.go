@@ -7,12 +7,15 @@ import (
 // Recorder records a Manager's events into a Stream, from Record until
 // Stop (a trial's).
 type Recorder struct {
-	m      *backend.Manager
-	s      *Stream
-	gpus   map[string]int
-	ids    map[uint64]int32 // the Manager's sequence number → the allocation's ID
-	high   []uint64         // per GPU: the largest allocated bytes since the start
-	remove func()
+	m    *backend.Manager
+	s    *Stream
+	gpus map[string]int
+	seq0 uint64   // the Manager's sequence number before the first allocation: allocation seq has ID seq-seq0-1
+	high []uint64 // per GPU: the largest allocated bytes since the start
+	// the last device name looked up, and its index
+	lastDev string
+	lastIdx int
+	remove  func()
 	// the layout clock and garbage notes at the last allocation (at the
 	// start: at layout mode's last reclaim)
 	clock, notes uint64
@@ -20,7 +23,7 @@ type Recorder struct {
 
 // Record starts recording m's events as the stream of a trial at size.
 func Record(m *backend.Manager, size int) *Recorder {
-	r := &Recorder{m: m, s: &Stream{Size: size}, gpus: map[string]int{}, ids: map[uint64]int32{}}
+	r := &Recorder{m: m, s: &Stream{Size: size}, gpus: map[string]int{}, seq0: m.Seq(), lastIdx: Host}
 	r.s.start, r.s.Why = Snapshot(m)
 	r.clock, r.notes = m.LayoutSeen()
 	for i := 0; i < m.NumGPUs(); i++ {
@@ -46,10 +49,15 @@ func (r *Recorder) refuse(why string) {
 }
 
 func (r *Recorder) dev(name string) int {
-	if i, ok := r.gpus[name]; ok {
-		return i
+	if name == r.lastDev {
+		return r.lastIdx
 	}
-	return Host
+	i, ok := r.gpus[name]
+	if !ok {
+		i = Host
+	}
+	r.lastDev, r.lastIdx = name, i
+	return i
 }
 
 func (r *Recorder) observe(e backend.Event) {
@@ -57,11 +65,12 @@ func (r *Recorder) observe(e backend.Event) {
 	switch e.Kind {
 	case backend.EventAlloc:
 		dev := r.dev(e.Device)
-		if _, ok := r.ids[e.Seq]; ok {
-			r.refuse("the trial moves memory between devices")
-		}
 		id := int32(len(s.Blocks))
-		r.ids[e.Seq] = id
+		if e.Seq != r.seq0+uint64(id)+1 {
+			// an allocation moved (Manager.Migrate keeps its number)
+			r.refuse("the trial moves memory between devices")
+			return
+		}
 		op := Op{Kind: Alloc, Dev: dev, ID: id, Size: e.Requested, Moved: !e.Clocked || e.Clock != r.clock || e.Notes != r.notes}
 		r.clock, r.notes = e.Clock, e.Notes
 		if e.Law != nil {
@@ -81,11 +90,11 @@ func (r *Recorder) observe(e backend.Event) {
 			r.peak(dev, e)
 		}
 	case backend.EventFree:
-		id, ok := r.ids[e.Seq]
-		if !ok {
+		if e.Seq <= r.seq0 || e.Seq > r.seq0+uint64(len(s.Blocks)) {
 			r.refuse("the trial frees memory allocated before it")
 			return
 		}
+		id := int32(e.Seq - r.seq0 - 1)
 		s.Ops = append(s.Ops, Op{Kind: Free, Dev: r.dev(e.Device), ID: id})
 	case backend.EventReclaim:
 		if e.Trigger == backend.TriggerOOM {

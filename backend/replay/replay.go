@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"strconv"
@@ -318,8 +317,10 @@ func (l *liveSet) add(id int32) {
 		l.initialized = true
 	}
 	l.in[id] = true
-	heap.Push(&l.byDead, id)
-	heap.Push(&l.byAlive, id)
+	if l.plan.Dead[id] != never {
+		l.byDead.push(id)
+	}
+	l.byAlive.push(id)
 }
 
 func (l *liveSet) drop(id int32) {
@@ -331,14 +332,14 @@ func (l *liveSet) drop(id int32) {
 // deadBy returns a live allocation found garbage by moment at.
 func (l *liveSet) deadBy(at int64) (int32, bool) {
 	h := &l.byDead
-	for h.Len() > 0 {
+	for len(h.ids) > 0 {
 		id := h.ids[0]
 		if !l.in[id] {
-			heap.Pop(h)
+			h.pop()
 			continue
 		}
 		if h.key[id] <= at {
-			heap.Pop(h)
+			h.pop()
 			return id, true
 		}
 		break
@@ -350,10 +351,10 @@ func (l *liveSet) deadBy(at int64) (int32, bool) {
 // (deadBy has taken those known garbage).
 func (l *liveSet) unknownAt(at int64) (int32, bool) {
 	h := &l.byAlive
-	for h.Len() > 0 {
+	for len(h.ids) > 0 {
 		id := h.ids[0]
 		if !l.in[id] {
-			heap.Pop(h)
+			h.pop()
 			continue
 		}
 		return id, h.key[id] < at
@@ -367,12 +368,43 @@ type idHeap struct {
 	key []int64
 }
 
-func (h idHeap) Len() int           { return len(h.ids) }
-func (h idHeap) Less(i, j int) bool { return h.key[h.ids[i]] < h.key[h.ids[j]] }
-func (h idHeap) Swap(i, j int)      { h.ids[i], h.ids[j] = h.ids[j], h.ids[i] }
-func (h *idHeap) Push(x any)        { h.ids = append(h.ids, x.(int32)) }
-func (h *idHeap) Pop() any {
-	x := h.ids[len(h.ids)-1]
-	h.ids = h.ids[:len(h.ids)-1]
-	return x
+func (h *idHeap) push(id int32) {
+	h.ids = append(h.ids, id)
+	i := len(h.ids) - 1
+	k := h.key[id]
+	for i > 0 {
+		p := (i - 1) / 2
+		if h.key[h.ids[p]] <= k {
+			break
+		}
+		h.ids[i] = h.ids[p]
+		i = p
+	}
+	h.ids[i] = id
+}
+
+func (h *idHeap) pop() {
+	n := len(h.ids) - 1
+	last := h.ids[n]
+	h.ids = h.ids[:n]
+	if n == 0 {
+		return
+	}
+	k := h.key[last]
+	i := 0
+	for {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if c+1 < n && h.key[h.ids[c+1]] < h.key[h.ids[c]] {
+			c++
+		}
+		if h.key[h.ids[c]] >= k {
+			break
+		}
+		h.ids[i] = h.ids[c]
+		i = c
+	}
+	h.ids[i] = last
 }
