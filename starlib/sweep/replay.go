@@ -17,12 +17,17 @@ import (
 
 // replayer is max_fit(replay=True)'s record and replay: the search's full
 // trials record their streams of memory events; once replay.Probes of
-// them, ok, have the same stream but for the sizes, a replay.Model
-// predicts the stream at any larger size and later trials are answered
-// by replaying it through a copy of the caching allocator (marked
-// replayed), unless replay.Replay finds that unsafe. The boundary is then
-// confirmed by full trials; one that disagrees with its replay turns
-// replay off, and every replayed trial runs again in full.
+// them, ok, have the same program but for the sizes, a replay.Model is
+// fitted (pending), and verified by a trial at one more size with a
+// reclaim before every allocation (dense) when a trial looks worth
+// replaying (activate). Later trials are then answered by replaying the
+// model's stream through a copy of the caching allocator (marked
+// replayed), unless the replay runs out of memory (such a trial runs in
+// full: it is cheap) or replay.Replay finds it unsafe. The boundary and
+// each model's largest replayed trial are confirmed by full trials; one
+// that disagrees with its replay, or a full trial whose stream is not
+// what a model predicts, turns replay off, and every replayed trial runs
+// again in full.
 type replayer struct {
 	r     *runner
 	param string
