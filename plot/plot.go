@@ -6,6 +6,7 @@
 package plot
 
 import (
+	"bytes"
 	"fmt"
 	"image/color"
 	"io"
@@ -99,7 +100,11 @@ func WriteImage(w io.Writer, plots []*gplot.Plot, png bool, width, height vg.Len
 			plots[i].Draw(row[0])
 		}
 	}
-	_, err := c.WriteTo(w)
+	var buf bytes.Buffer
+	if _, err := c.WriteTo(&buf); err != nil {
+		return err
+	}
+	_, err := w.Write(markImage(buf.Bytes(), png))
 	return err
 }
 

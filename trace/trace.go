@@ -28,6 +28,7 @@ package trace
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -399,4 +400,28 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+func init() { fsafe.RegisterVerifier(fsafe.Trace, Verify) }
+
+// Verify proves that r holds a trace memsh wrote: one JSON object with a
+// traceEvents array and otherData.tool "memsh", and nothing after it.
+func Verify(r io.Reader) error {
+	var t struct {
+		TraceEvents []json.RawMessage `json:"traceEvents"`
+		OtherData   struct {
+			Tool string `json:"tool"`
+		} `json:"otherData"`
+	}
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(&t); err != nil {
+		return errors.New("not a JSON trace")
+	}
+	if t.TraceEvents == nil || t.OtherData.Tool != "memsh" {
+		return errors.New("no memsh mark (otherData.tool)")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("something after the trace object")
+	}
+	return nil
 }

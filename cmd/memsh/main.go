@@ -147,10 +147,18 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 	}
 	defer s.Close()
 	defer func() { // after the cleanups: a record lost on the way out fails too
-		if rc == 0 && outputsFailed(s) {
+		if rc == 0 && outputsFailed(s, stderr) {
 			rc = 1
 		}
+		if sig := repl.Terminated(); sig != nil {
+			rc = repl.ExitCode(sig)
+		}
 	}()
+	// SIGTERM and SIGHUP end memsh as Ctrl-C ends a statement, outputs
+	// flushed (the cleanups run once, here or from the signal)
+	term := repl.StartTerminator(s)
+	defer term.Stop()
+	defer term.RunCleanups()
 	for _, setup := range setups {
 		cleanup, err := setup(s)
 		if err != nil {
@@ -158,7 +166,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 			return 2
 		}
 		if cleanup != nil {
-			defer cleanup()
+			term.OnExit(cleanup)
 		}
 	}
 
@@ -232,6 +240,11 @@ func unknownCommand(arg string) error {
 // failure's status ("oom" or "error") in its report, record and trace.
 // It returns the exit status.
 func failed(s *scope.Session, stderr io.Writer, err error) int {
+	if sig := repl.Terminated(); sig != nil {
+		fmt.Fprintf(stderr, "memsh: %v: the open experiments are finished and recorded\n", &repl.SignalError{Sig: sig})
+		s.FinishOpen(&repl.SignalError{Sig: sig})
+		return repl.ExitCode(sig)
+	}
 	printError(stderr, err)
 	s.FinishOpen(err)
 	return exitCode(err)

@@ -13,6 +13,7 @@ import (
 	gplot "gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/memsh/memsh/fsafe"
 	"github.com/memsh/memsh/plot"
 	"github.com/memsh/memsh/record"
 )
@@ -54,7 +55,7 @@ func plotCommand(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		var f *os.File
-		if f, err = os.Open(files[0]); err == nil {
+		if f, err = fsafe.OpenRegular(files[0]); err == nil {
 			var p *gplot.Plot
 			if p, err = plot.Timeline(bufio.NewReader(f)); err == nil {
 				plots = []*gplot.Plot{p}
@@ -98,7 +99,7 @@ func isTrace(name string) bool {
 	case ".json":
 		return true
 	}
-	f, err := os.Open(name)
+	f, err := fsafe.OpenRegular(name)
 	if err != nil {
 		return false
 	}
