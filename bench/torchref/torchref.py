@@ -537,6 +537,30 @@ def micro_cases():
     M["index_select"] = ("torch.index_select(x[1024,256] requiring grad, 0, idx[64] int64)",
                          lambda: dict(x=_r(1024, 256), idx=torch.randint(0, 1024, (64,))),
                          lambda i: torch.index_select(i["x"], 0, i["idx"]))
+    # The Mixture-of-Experts ops (transformers' MixtralSparseMoeBlock): topk of
+    # the router's probabilities, advanced indexing with int64 index tensors
+    # (IndexBackward0), index_add_ (IndexAddBackward0).
+    M["topk"] = ("torch.topk(x[4096,8] requiring grad, 2, dim=-1).values (largest, sorted); "
+                 "the indices are kept by TopkBackward0",
+                 lambda: dict(x=_r(4096, 8)),
+                 lambda i: torch.topk(i["x"], 2, dim=-1).values)
+    M["index_none_tensor"] = ("x[1024,256] requiring grad indexed x[None, idx] with idx[96] int64 "
+                              "(a [1,96,256] copy; IndexBackward0 saves idx)",
+                              lambda: dict(x=_r(1024, 256), idx=torch.randint(0, 1024, (96,))),
+                              lambda i: i["x"][None, i["idx"]])
+    M["index_pair_none"] = ("w[1024,4] requiring grad indexed w[i0, i1, None] with i0[512] in [0,1024) "
+                            "and i1[512] in [0,4) int64 (a [512,1] copy)",
+                            lambda: dict(w=_r(1024, 4), i0=torch.randint(0, 1024, (512,)),
+                                         i1=torch.randint(0, 4, (512,))),
+                            lambda i: i["w"][i["i0"], i["i1"], None])
+    M["index_add"] = ("torch.index_add(z[1024,256], 0, idx[96] int64, src[96,256]) z and src requiring grad "
+                      "(IndexAddBackward0 saves idx and src)",
+                      lambda: dict(z=_r(1024, 256), idx=torch.randint(0, 1024, (96,)), src=_r(96, 256)),
+                      lambda i: torch.index_add(i["z"], 0, i["idx"], i["src"]))
+    M["index_add_"] = ("torch.zeros(1024, 256).index_add_(0, idx[96] int64, src[96,256] requiring grad): "
+                       "the zeros made in the op region, as MoE's final_hidden_states",
+                       lambda: dict(idx=torch.randint(0, 1024, (96,)), src=_r(96, 256)),
+                       lambda i: torch.zeros(1024, 256).index_add_(0, i["idx"], i["src"]))
     M["pow"] = ("torch.pow(x[64,1024], 2)", lambda: dict(x=_r(64, 1024)), lambda i: torch.pow(i["x"], 2))
     M["rsqrt"] = ("torch.rsqrt(x[64,1024]) (x = randn.abs() + 1)",
                   lambda: dict(x=(torch.randn(64, 1024).abs() + 1).requires_grad_(True)),
