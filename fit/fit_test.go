@@ -89,7 +89,7 @@ func TestUsageErrors(t *testing.T) {
 		{"gpt2-small", map[string]any{"optimizer": "lion"}, `--optimizer: want adamw, adam or sgd, got "lion"`},
 		{"gpt2-small", map[string]any{"attention": "xformers"}, `--attention: want eager, sdpa or flash`},
 		{"llama-3.2-1b", map[string]any{"gpu": "T4", "attention": "flash"}, "--attention flash: FlashAttention-2 needs sm80 or newer; Tesla T4 is sm75"},
-		{bad, nil, `model_type "mamba" is not one memsh builds (gemma2, gemma3, gemma3_text, gpt2, llama, mistral, phi3, qwen2, qwen3); write the model as a .star file`},
+		{bad, nil, `model_type "mamba" is not one memsh builds (gemma2, gemma3, gemma3_text, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe); write the model as a .star file`},
 		{filepath.Join(dir, "none.json"), nil, "none.json: no such file or directory"},
 		{nostar, nil, "m.star: a model file defines build(device, checkpoint) and inputs(batch, seq, device); it has no inputs"},
 		{filepath.Join(dir, "none.star"), nil, "none.star: no such file or directory"},
