@@ -100,7 +100,9 @@ func runGolden(t *testing.T, c goldenCase) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts.LoadPath = []string{dir}
+		// scripts/ too: load("models/hf.star") and the library's own
+		// load("models/decoder.star") resolve in the working tree
+		opts.LoadPath = []string{dir, filepath.Dir(dir)}
 	}
 	s, err := scope.New(opts)
 	if err != nil {
