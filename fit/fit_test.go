@@ -46,6 +46,8 @@ func options(src string, set map[string]any) fit.Options {
 			o.MaxNewTokens = v.(int)
 		case "kv-cache":
 			o.KVCache = v.(string)
+		case "routing":
+			o.Routing = v.(string)
 		}
 	}
 	return o
@@ -65,6 +67,13 @@ func TestUsageErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "config.json")
 	if err := os.WriteFile(bad, []byte(`{"model_type": "mamba", "hidden_size": 8}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	moe := filepath.Join(dir, "moe", "config.json")
+	if err := os.MkdirAll(filepath.Dir(moe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(moe, []byte(tinyMixtral), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	nostar := filepath.Join(dir, "m.star")
@@ -96,6 +105,8 @@ func TestUsageErrors(t *testing.T) {
 		{"gpt2-small", map[string]any{"inference": true}, "--inference: generation with a KV cache is modelled for the Llama-family configs"},
 		{"llama-3.2-1b", map[string]any{"inference": true, "optimizer": "sgd"}, "--optimizer: a training option; --inference generates under no_grad"},
 		{"llama-3.2-1b", map[string]any{"inference": true, "kv-cache": "paged"}, `--kv-cache: want dynamic or static (transformers' DynamicCache, StaticCache), got "paged"`},
+		{"llama-3.2-1b", map[string]any{"routing": "worst"}, "--routing: llama-3.2-1b has no Mixture-of-Experts layers"},
+		{moe, map[string]any{"routing": "best"}, `--routing: want balanced or worst (a Mixture-of-Experts model's tokens per expert: even, or all on the same experts), got "best"`},
 		{"llama-3.2-1b", map[string]any{"inference": true, "max-new-tokens": 0}, "--max-new-tokens: want a positive integer, got 0"},
 		{"llama-3.2-1b", map[string]any{"inference": true, "seq": 131000, "max-new-tokens": 100}, "--seq 131000 + --max-new-tokens 100: llama-3.2-1b takes at most 131072 positions"},
 	} {

@@ -2,12 +2,14 @@ package fit_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"go.starlark.net/starlark"
 
+	"github.com/memsh/memsh/fit"
 	"github.com/memsh/memsh/scope"
 	"github.com/memsh/memsh/scripts"
 )
@@ -64,4 +66,46 @@ for p in m.parameters():
 	}
 	n, _ := s.Get("N").(starlark.Int).Int64()
 	return n
+}
+
+// tinyMixtral is a small Mixtral config (4 experts, 2 per token).
+const tinyMixtral = `{"model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+"num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+"vocab_size": 1024, "max_position_embeddings": 512, "tie_word_embeddings": false, "torch_dtype": "bfloat16"}`
+
+// memsh fit of an MoE config runs with either routing plan and says which
+// it used; the plans give the model different memory (with "worst" two
+// of the four experts get every token and the other two none, so their
+// parameters get no gradients and no optimizer state).
+func TestFitMoERouting(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(tinyMixtral), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	peaks := map[string]int64{}
+	for _, routing := range []string{"balanced", "worst"} {
+		set := map[string]any{"gpu": "1GiB", "seq": 256, "json": true}
+		if routing == "worst" {
+			set["routing"] = routing
+		}
+		rc, out, errs := runMain(t, options(dir, set))
+		if rc != 0 {
+			t.Fatalf("%s: exit %d: %s", routing, rc, errs)
+		}
+		var r fit.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Routing != routing {
+			t.Errorf("routing %q in the report, want %q", r.Routing, routing)
+		}
+		if r.LargestBatch == nil || r.Peak == nil {
+			t.Fatalf("%s: no batch fits: %s", routing, out)
+		}
+		peaks[routing] = r.Peak.Allocated
+		t.Logf("%s: largest batch %d, peak allocated %d", routing, *r.LargestBatch, r.Peak.Allocated)
+	}
+	if peaks["worst"] == peaks["balanced"] {
+		t.Errorf("both plans peak at %d: the routing did not reach the model", peaks["worst"])
+	}
 }
