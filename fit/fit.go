@@ -126,6 +126,8 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 	if o.Inference {
 		rep.Inference, rep.MaxNewTokens, rep.KVCache = true, o.MaxNewTokens, o.KVCache
 		rep.Optimizer, rep.Steps = "", 0
+	} else if o.GradAccum > 1 {
+		rep.GradAccum = o.GradAccum
 	}
 	if m.Entry != nil {
 		rep.PublishedParameters = m.Entry.Published

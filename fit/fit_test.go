@@ -48,6 +48,8 @@ func options(src string, set map[string]any) fit.Options {
 			o.KVCache = v.(string)
 		case "routing":
 			o.Routing = v.(string)
+		case "grad-accum":
+			o.GradAccum = v.(int)
 		}
 	}
 	return o
@@ -108,6 +110,8 @@ func TestUsageErrors(t *testing.T) {
 		{"llama-3.2-1b", map[string]any{"routing": "worst"}, "--routing: llama-3.2-1b has no Mixture-of-Experts layers"},
 		{moe, map[string]any{"routing": "best"}, `--routing: want balanced or worst (a Mixture-of-Experts model's tokens per expert: even, or all on the same experts), got "best"`},
 		{"llama-3.2-1b", map[string]any{"inference": true, "max-new-tokens": 0}, "--max-new-tokens: want a positive integer, got 0"},
+		{"gpt2-small", map[string]any{"grad-accum": 0}, "--grad-accum: want a positive integer, got 0"},
+		{"llama-3.2-1b", map[string]any{"inference": true, "grad-accum": 2}, "--grad-accum: a training option; --inference generates under no_grad"},
 		{"llama-3.2-1b", map[string]any{"inference": true, "seq": 131000, "max-new-tokens": 100}, "--seq 131000 + --max-new-tokens 100: llama-3.2-1b takes at most 131072 positions"},
 	} {
 		o := options(tc.src, tc.set)
@@ -529,5 +533,34 @@ func TestInference(t *testing.T) {
 		if r.PeakIn != "prefill" && r.PeakIn != "decode" || r.PrefillPeak <= 0 || r.PrefillPeak > r.Peak.Allocated {
 			t.Errorf("%s: peak in %q, prefill peak %d of %d", kv, r.PeakIn, r.PrefillPeak, r.Peak.Allocated)
 		}
+	}
+}
+
+// Gradient accumulation: the gradients of the first micro-batch are
+// there during the next ones, so at the loss's peak (the logits of a
+// later micro-batch) every parameter's gradient is allocated — at least
+// the parameters' bytes (a block may keep the unsplit rest of its
+// segment, as PyTorch's allocator does), where without accumulation the
+// peak (the second step's loss, after zero_grad(set_to_none=True)) has
+// none.
+func TestGradAccum(t *testing.T) {
+	report := func(accum int) fit.Report {
+		rc, out, errs := runMain(t, options("gpt2-small", map[string]any{"gpu": "L4", "grad-accum": accum, "json": true}))
+		if rc != 0 {
+			t.Fatalf("exit %d: %s", rc, errs)
+		}
+		var r fit.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	one, two := report(1), report(2)
+	if two.GradAccum != 2 || one.GradAccum != 0 || two.LargestBatch == nil {
+		t.Fatalf("%+v", two)
+	}
+	paramBytes := int64(124439808 * 4) // float32, each tensor a multiple of 512 bytes already
+	if one.Breakdown.Gradients != 0 || two.Breakdown.Gradients < paramBytes {
+		t.Errorf("gradients at the peak: %d without accumulation, %d with 2 micro-batches (parameters %d)", one.Breakdown.Gradients, two.Breakdown.Gradients, paramBytes)
 	}
 }

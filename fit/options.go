@@ -47,8 +47,11 @@ type Options struct {
 	Inference    bool
 	MaxNewTokens int
 	KVCache      string
-	JSON         bool
-	Out          string // --out FILE.jsonl: the trials' records
+	// GradAccum is the micro-batches of each optimizer step (gradient
+	// accumulation; the searched batch is the micro-batch).
+	GradAccum int
+	JSON      bool
+	Out       string // --out FILE.jsonl: the trials' records
 	// Set records which flags the user gave (so an error never mentions
 	// a flag they did not type).
 	Set map[string]bool
@@ -189,6 +192,14 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 	}
 	if m.Kind == KindStar && o.Set["attention"] {
 		return nil, usageErr("--attention: a .star model chooses its own attention (its build())")
+	}
+	if o.Set["grad-accum"] {
+		if o.Inference {
+			return nil, usageErr("--grad-accum: a training option; --inference generates under no_grad")
+		}
+		if o.GradAccum < 1 {
+			return nil, usageErr("--grad-accum: want a positive integer, got %d", o.GradAccum)
+		}
 	}
 	if o.Set["seq"] && o.Seq < 1 {
 		return nil, usageErr("--seq: want a positive integer, got %d", o.Seq)

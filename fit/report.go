@@ -32,6 +32,7 @@ type Report struct {
 	SDPABackend         string `json:"sdpa_backend,omitempty"`   // cudnn, flash, efficient or math
 	Routing             string `json:"routing,omitempty"`        // a Mixture-of-Experts model's routing plan: balanced or worst
 	Steps               int    `json:"steps"`
+	GradAccum           int    `json:"grad_accum,omitempty"` // micro-batches per step (the searched batch is the micro-batch)
 	// Inference: generation of MaxNewTokens tokens with a KVCache
 	// ("dynamic" or "static") instead of training; PrefillPeak is the
 	// allocator's peak up to the end of the prefill and PeakIn where the
@@ -176,7 +177,11 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Inference {
 		p("  inference: %s, greedy generation of %d new tokens with a %s under no_grad; attention %s\n", weightsText(r.Precision), r.MaxNewTokens, cacheText(r.KVCache), att)
 	} else {
-		p("  training: %s, %s, %s, %d steps per trial; attention %s\n", precisionText(r.Precision), r.Optimizer, checkpointText(r.Checkpoint), r.Steps, att)
+		accum := ""
+		if r.GradAccum > 1 {
+			accum = fmt.Sprintf(", %d micro-batches per step (the batch below is the micro-batch)", r.GradAccum)
+		}
+		p("  training: %s, %s, %s, %d steps per trial%s; attention %s\n", precisionText(r.Precision), r.Optimizer, checkpointText(r.Checkpoint), r.Steps, accum, att)
 	}
 	if r.Search == "seq" && r.Inference {
 		p("  batch %d, longest prompt: ", r.Batch)

@@ -86,8 +86,8 @@ func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Wri
 	if routing == "" {
 		routing = "balanced"
 	}
-	spec := fmt.Sprintf(`SPEC = dict(kind = %q, preset = PRESET, config = %s, attention = %q, precision = %q, optimizer = %q, checkpoint = %s, sequence = %s, inference = %s, max_new_tokens = %d, kv_cache = %q, routing = %q)
-`, m.Kind, configExpr(m), o.Attention, o.Precision, o.Optimizer, pyBool(o.Checkpoint), pyBool(m.Sequence), pyBool(o.Inference), o.MaxNewTokens, o.KVCache, routing)
+	spec := fmt.Sprintf(`SPEC = dict(kind = %q, preset = PRESET, config = %s, attention = %q, precision = %q, optimizer = %q, checkpoint = %s, sequence = %s, inference = %s, max_new_tokens = %d, kv_cache = %q, grad_accum = %d, routing = %q)
+`, m.Kind, configExpr(m), o.Attention, o.Precision, o.Optimizer, pyBool(o.Checkpoint), pyBool(m.Sequence), pyBool(o.Inference), o.MaxNewTokens, o.KVCache, max(1, o.GradAccum), routing)
 	if err := s.Exec("<memsh fit>", load+spec+driverSrc); err != nil {
 		s.Close()
 		return nil, err

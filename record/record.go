@@ -105,7 +105,7 @@ func (r *Record) validate() error {
 	return nil
 }
 
-// Figures are one resource's figures (DESIGN.md §5), as in env.Figures,
+// Figures are one resource's figures (docs/starlark.md), as in env.Figures,
 // plus the resource's capacity.
 type Figures struct {
 	Device    string `json:"device"` // "host", "cuda:0", ...

@@ -367,7 +367,8 @@ func (s *Session) Close() {
 	host.Trim() // the freed host blocks glibc-style retention kept (backend/host)
 }
 
-// fileOptions turns every Starlark dialect option on, as DESIGN.md §2 asks.
+// fileOptions turns every Starlark dialect option on, as memsh's scripts
+// expect (sets, while loops, top-level control flow, recursion).
 var fileOptions = &syntax.FileOptions{
 	Set:               true,
 	While:             true,

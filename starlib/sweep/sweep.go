@@ -1,5 +1,5 @@
 // Package sweep is the Starlark module `sweep`: searches and grids over a
-// workload's parameters in which every point is a trial (DESIGN.md §3): an
+// workload's parameters in which every point is a trial (docs/starlark.md: trials): an
 // out-of-memory error is data, memory is verified back at its baseline
 // between points, and each point is recorded (--out), resumable, and
 // assigned to a shard (--shard) by package record.
