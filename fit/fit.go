@@ -120,6 +120,9 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 	}
 	rep := &Report{Model: m.Name, Title: m.Title, Source: sourceKind(m), GPU: o.GPU, Precision: o.Precision,
 		Optimizer: o.Optimizer, Checkpoint: o.Checkpoint, Attention: o.Attention, Steps: Steps}
+	if m.HF != nil && m.HF.IsMoE() {
+		rep.Routing = o.Routing
+	}
 	if o.Inference {
 		rep.Inference, rep.MaxNewTokens, rep.KVCache = true, o.MaxNewTokens, o.KVCache
 		rep.Optimizer, rep.Steps = "", 0

@@ -30,6 +30,7 @@ type Report struct {
 	Attention           string `json:"attention"`                // eager, sdpa or flash (what ran)
 	AttentionNote       string `json:"attention_note,omitempty"` // why it differs from --attention
 	SDPABackend         string `json:"sdpa_backend,omitempty"`   // cudnn, flash, efficient or math
+	Routing             string `json:"routing,omitempty"`        // a Mixture-of-Experts model's routing plan: balanced or worst
 	Steps               int    `json:"steps"`
 	GradAccum           int    `json:"grad_accum,omitempty"` // micro-batches per step (the searched batch is the micro-batch)
 	// Inference: generation of MaxNewTokens tokens with a KVCache
@@ -169,6 +170,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	if r.AttentionNote != "" {
 		att += " (" + r.AttentionNote + ")"
+	}
+	if r.Routing != "" {
+		att += "; routing " + routingText(r.Routing)
 	}
 	if r.Inference {
 		p("  inference: %s, greedy generation of %d new tokens with a %s under no_grad; attention %s\n", weightsText(r.Precision), r.MaxNewTokens, cacheText(r.KVCache), att)
@@ -358,4 +362,12 @@ func commas(n int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// routingText says what a routing plan puts on the experts.
+func routingText(plan string) string {
+	if plan == "worst" {
+		return "worst (every token on the same experts)"
+	}
+	return "balanced (tokens spread evenly over the experts)"
 }
