@@ -34,6 +34,7 @@ const (
 	Snapshot Kind = "memory snapshot (pickle)"
 	SVG      Kind = "SVG image"
 	PNG      Kind = "PNG image"
+	Log      Kind = "memsh log"
 	Empty    Kind = "empty file"
 	Unknown  Kind = "unrecognized content"
 )
@@ -439,6 +440,47 @@ func OpenRegular(path string) (*os.File, error) {
 	if !fi.Mode().IsRegular() {
 		f.Close()
 		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	return f, nil
+}
+
+// OpenAppend opens path for appending lines of kind: a new file is
+// created holding header; an existing one must be a regular, writable file
+// that Verify proves of kind (a FIFO, a device, a directory, a read-only
+// file or any other content is refused, untouched, with the reason). The
+// open never blocks.
+func OpenAppend(path string, kind Kind, header []byte) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0o644)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) && errors.Is(pe.Err, syscall.EISDIR) {
+			return nil, fmt.Errorf("%s: a directory, not a file", path)
+		}
+		return nil, fmt.Errorf("%s: %v", path, unwrapPath(err))
+	}
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		f.Close()
+		return nil, fmt.Errorf("%s: %v", path, err)
+	case !fi.Mode().IsRegular():
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	if err := writable(path, fi); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	if fi.Size() == 0 {
+		if _, err := f.Write(header); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: %v", path, unwrapPath(err))
+		}
+		return f, nil
+	}
+	if err := verify(f, kind); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: refusing to append to an existing file that is not a %s (%v)", path, kind, err)
 	}
 	return f, nil
 }

@@ -96,6 +96,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 		fmt.Fprintln(stdout, "memsh", versionString())
 		return 0
 	}
+	if err := distinctOutputs(fs, "out", "trace", "log-file"); err != nil {
+		fmt.Fprintln(stderr, "memsh:", err)
+		return 2
+	}
 	if err := loadPath.check(); err != nil {
 		fmt.Fprintln(stderr, "memsh:", err)
 		return 2
@@ -209,14 +213,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 }
 
 // unknownCommand is the usage error for a first argument that is neither
-// a subcommand nor a script: a bare word (no ".star", no path) that names
-// no file, such as a mistyped subcommand.
+// a subcommand nor a script: memsh runs only FILE.star and - (a file of
+// another name is refused unread), and a bare word that names no file is
+// a mistyped subcommand.
 func unknownCommand(arg string) error {
-	if arg == "-" || strings.HasSuffix(arg, ".star") || strings.ContainsRune(arg, filepath.Separator) || strings.HasPrefix(arg, "-") {
+	if arg == "-" || strings.HasSuffix(arg, ".star") {
 		return nil
 	}
-	if _, err := os.Stat(arg); err == nil {
-		return nil
+	if _, err := os.Lstat(arg); err == nil || strings.ContainsRune(arg, filepath.Separator) || strings.HasPrefix(arg, "-") {
+		// never read: an error must not show a foreign file's content
+		return fmt.Errorf("%s: not a script: memsh runs FILE.star, - (standard input) or -c CODE", arg)
 	}
 	names := []string{"devices", "help", "test", "version"}
 	for n := range subcommands {
@@ -414,4 +420,36 @@ func versionString() string {
 		rev += "+modified"
 	}
 	return fmt.Sprintf("%s commit %s %s %s/%s", v, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// distinctOutputs is the usage error for one file named by two output
+// flags (--out X --trace X would lose every record): the same path, or
+// two paths to the same existing file.
+func distinctOutputs(fs *flag.FlagSet, names ...string) error {
+	type named struct{ flag, path, abs string }
+	var seen []named
+	for _, n := range names {
+		f := fs.Lookup(n)
+		if f == nil || f.Value.String() == "" || f.Value.String() == os.DevNull {
+			continue
+		}
+		p := f.Value.String()
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			abs = filepath.Clean(p)
+		}
+		for _, o := range seen {
+			same := o.abs == abs
+			if !same {
+				a, errA := os.Stat(o.path)
+				b, errB := os.Stat(p)
+				same = errA == nil && errB == nil && os.SameFile(a, b)
+			}
+			if same {
+				return fmt.Errorf("--%s and --%s name the same file %s: each output needs its own", o.flag, n, p)
+			}
+		}
+		seen = append(seen, named{n, p, abs})
+	}
+	return nil
 }
