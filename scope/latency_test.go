@@ -13,11 +13,11 @@ import (
 // container built-ins over large inputs, str/repr/print of huge values and
 // the REPL's echo of one. Each case would run for seconds to hours; the
 // interrupt comes 200 ms in and must stop it: the statement fails with
-// the interrupt instead of finishing. How soon it stops is a speed goal
-// (100 ms), logged here and measured in bench/README.md (go test ./scope
-// -run InterruptLatency -v), not asserted: a loaded machine's collector
-// moves it. The Session stays usable and its GPU memory returns to what
-// it held.
+// the interrupt instead of finishing, and within a generous bound (15 s:
+// CI's loaded 2-core machine once took 3.3 s, its collector busy with
+// another package's heap). The goal, 100 ms, is measured in
+// bench/README.md (go test ./scope -run InterruptLatency -v). The
+// Session stays usable and its GPU memory returns to what it held.
 func TestInterruptLatency(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long built-ins")
@@ -77,6 +77,9 @@ func TestInterruptLatency(t *testing.T) {
 			}
 			lat := done.Sub(at)
 			t.Logf("interrupt latency %v", lat.Round(100*time.Microsecond))
+			if lat > 15*time.Second {
+				t.Errorf("interrupt latency %v, want well under 15 s (goal 100 ms)", lat)
+			}
 			if err := s.Exec("after.star", "x = None\ns = None\nbig = None\nwords = None\nok = True"); err != nil {
 				t.Fatal(err)
 			}
