@@ -11,7 +11,9 @@ import (
 // Every built-in that can run long stops on Ctrl-C (Session.Interrupt):
 // reductions and copies over expanded views of any size, sorting and the
 // container built-ins over large inputs, str/repr/print of huge values and
-// the REPL's echo of one. Each case would run for seconds to hours; the
+// the REPL's echo of one. Each case would run for seconds to hours (the
+// container built-ins' for a second or two: larger, their results' Go
+// arrays would be the host's memory, not the loop, under test); the
 // interrupt comes 200 ms in and must stop it: the statement fails with
 // the interrupt instead of finishing, and within a generous bound (15 s:
 // CI's loaded 2-core machine once took 3.3 s, its collector busy with
@@ -34,10 +36,10 @@ func TestInterruptLatency(t *testing.T) {
 		{"contiguous copy of an expanded view", "", `x = tensor.ones([1], device="cuda").expand([1 << 31]).contiguous()`, false},
 		{"sorted(range(10^8))", "", `x = sorted(range(100000000))`, false},
 		{"sorted with reverse", "", `x = sorted(range(100000000), reverse=True)`, false},
-		{"list(range(3*10^8))", "", `x = list(range(300000000))`, false},
-		{"tuple(range(3*10^8))", "", `x = tuple(range(300000000))`, false},
-		{"zip", "", `x = zip(range(300000000), range(300000000))`, false},
-		{"enumerate", "", `x = enumerate(range(300000000))`, false},
+		{"list(range(10^8))", "", `x = list(range(100000000))`, false},
+		{"tuple(range(10^8))", "", `x = tuple(range(100000000))`, false},
+		{"zip", "", `x = zip(range(20000000), range(20000000))`, false},
+		{"enumerate", "", `x = enumerate(range(20000000))`, false},
 		{"max(range)", "", `x = max(range(3000000000))`, false},
 		{"all(range)", "", `x = all(range(1, 3000000000))`, false},
 		{"str of a huge list", "big = [[1] * 1000] * 100000", `s = str(big)`, false},
