@@ -34,6 +34,26 @@ func Room() (uint64, string) {
 	if r, ok := cgroupRoom(); ok {
 		consider(r, "the memory cgroup's limit")
 	}
+	for _, l := range rlimits() {
+		if l.used >= l.limit {
+			consider(0, l.name)
+		} else {
+			consider(l.limit-l.used, l.name)
+		}
+	}
+	return room, name
+}
+
+// rlimit is a resource limit in force and what the process uses of it.
+type rlimit struct {
+	name        string
+	limit, used uint64
+}
+
+// rlimits returns RLIMIT_AS against VmSize and RLIMIT_DATA against
+// VmData, those that are set and readable.
+func rlimits() []rlimit {
+	var out []rlimit
 	for _, l := range []struct {
 		res   int
 		field string
@@ -50,13 +70,9 @@ func Room() (uint64, string) {
 		if err != nil {
 			continue
 		}
-		if used >= rl.Cur {
-			consider(0, l.name)
-		} else {
-			consider(rl.Cur-used, l.name)
-		}
+		out = append(out, rlimit{name: l.name, limit: rl.Cur, used: used})
 	}
-	return room, name
+	return out
 }
 
 // AllocCheckMin is the smallest allocation CheckAlloc checks: below it an
@@ -97,26 +113,15 @@ func SetGoMemoryLimit() uint64 {
 			limit = v
 		}
 	}
-	for _, l := range []struct {
-		res   int
-		field string
-	}{{syscall.RLIMIT_AS, "VmSize"}, {syscall.RLIMIT_DATA, "VmData"}} {
-		var rl syscall.Rlimit
-		if syscall.Getrlimit(l.res, &rl) != nil || rl.Cur >= 1<<62 {
-			continue
-		}
-		used, err := statusField(l.field)
-		if err != nil {
-			continue
-		}
+	for _, l := range rlimits() {
 		// what is mapped now but is not Go's heap stays mapped
 		goNow := goMapped()
 		other := uint64(0)
-		if used > goNow {
-			other = used - goNow
+		if l.used > goNow {
+			other = l.used - goNow
 		}
-		if rl.Cur > other {
-			take(rl.Cur - other)
+		if l.limit > other {
+			take(l.limit - other)
 		} else {
 			take(1)
 		}
