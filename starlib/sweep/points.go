@@ -44,11 +44,13 @@ type pointRec struct {
 	reserved int32 // offset into resv: the GPUs' peak reserved bytes, in device order
 	nres     int32
 	hasData  bool
-	gpus     int32 // offset into figs
-	ngpus    int32
-	current  int32 // index of data.GPU among the point's GPU figures, -1 for none
-	time     time.Duration
-	host     figs
+	// unrecorded: its record could not be written to --out
+	unrecorded bool
+	gpus       int32 // offset into figs
+	ngpus      int32
+	current    int32 // index of data.GPU among the point's GPU figures, -1 for none
+	time       time.Duration
+	host       figs
 }
 
 // figs is env.Figures without its device name (an index into devices).
@@ -81,18 +83,19 @@ func (ps *points) len() int { return len(ps.recs) }
 // add stores p.
 func (ps *points) add(p *point) {
 	r := pointRec{
-		keys:     ps.keySet(p.keys),
-		params:   int32(len(ps.params)),
-		value:    -1,
-		err:      -1,
-		dataName: -1,
-		status:   statusCode(p.status),
-		resumed:  p.resumed,
-		current:  -1,
-		replayed: p.replayed,
-		replay:   p.reserved != nil,
-		reserved: int32(len(ps.resv)),
-		nres:     int32(len(p.reserved)),
+		keys:       ps.keySet(p.keys),
+		params:     int32(len(ps.params)),
+		value:      -1,
+		err:        -1,
+		dataName:   -1,
+		status:     statusCode(p.status),
+		resumed:    p.resumed,
+		unrecorded: p.unrecorded,
+		current:    -1,
+		replayed:   p.replayed,
+		replay:     p.reserved != nil,
+		reserved:   int32(len(ps.resv)),
+		nres:       int32(len(p.reserved)),
 	}
 	ps.resv = append(ps.resv, p.reserved...)
 	if p.pidx != nil {
@@ -132,7 +135,7 @@ func (ps *points) add(p *point) {
 func (ps *points) at(i int) *point {
 	r := &ps.recs[i]
 	keys := ps.keySets[r.keys]
-	p := &point{keys: keys, params: make(starlark.StringDict, len(keys)), status: statusNames[r.status], resumed: r.resumed, replayed: r.replayed}
+	p := &point{keys: keys, params: make(starlark.StringDict, len(keys)), status: statusNames[r.status], resumed: r.resumed, replayed: r.replayed, unrecorded: r.unrecorded}
 	if r.replay {
 		p.reserved = append([]uint64{}, ps.resv[r.reserved:r.reserved+r.nres]...)
 	}

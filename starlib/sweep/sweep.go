@@ -120,6 +120,9 @@ type point struct {
 	replayed bool
 	reserved []uint64
 	stream   *replay.Stream
+	// unrecorded: its record could not be written to --out (the table
+	// says so; the sweep fails)
+	unrecorded bool
 }
 
 // Value returns struct(name, params, status, error, value, data, resumed).
@@ -377,6 +380,8 @@ func (r *runner) runPoint(keys []string, params starlark.StringDict, pidx []int3
 	if s, ok := v.(*starlarkstruct.Struct); ok {
 		p.value, _ = s.Attr("value")
 	}
+	recErr := r.rec.Err()
+	p.unrecorded = recErr != nil
 	if at != nil {
 		r.points.set(*at, p)
 	} else {
@@ -386,8 +391,8 @@ func (r *runner) runPoint(keys []string, params starlark.StringDict, pidx []int3
 	if err := r.checkBaseline(p, got.Leaks); err != nil {
 		return nil, err
 	}
-	if err := r.rec.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %v", r.builtin, err)
+	if recErr != nil {
+		return nil, fmt.Errorf("%s: %v", r.builtin, recErr)
 	}
 	if p.status == "error" {
 		return nil, fmt.Errorf("%s: trial %s failed with an error (not out of memory): %s", r.builtin, p.name, p.err)

@@ -81,6 +81,9 @@ func writeTable(w io.Writer, header string, ps *points, gpus []string, base []ui
 		if p.replayed {
 			b.WriteString("  (replayed)")
 		}
+		if p.unrecorded {
+			b.WriteString("  (record not written to --out)")
+		}
 		b.WriteByte('\n')
 	}
 	for _, f := range footer {
