@@ -3,6 +3,7 @@ package scope_test
 import (
 	"fmt"
 	"io"
+	"reflect"
 	"testing"
 
 	"go.starlark.net/starlark"
@@ -265,7 +266,7 @@ r = sorted([tensor.ones([8 * i + 8], device="cuda") for i in range(4)], key=lamb
 				}
 				t.Logf("collections: %d of %d reclaims with MEMSH_RECLAIM=gc, %d of %d without", gcStats.Collections(), gcStats.Reclaims, st.Collections(), st.Reclaims)
 				for i := range min(len(got), len(want)) {
-					if got[i] != want[i] {
+					if !reflect.DeepEqual(got[i], want[i]) { // Event.Args is a slice
 						t.Fatalf("event %d: %+v, with the collector %+v", i, got[i], want[i])
 					}
 				}
