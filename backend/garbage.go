@@ -1,10 +1,10 @@
 package backend
 
-// When garbage may exist: layout mode's clock (a reclaim before a GPU
+// When garbage may exist: the layout clock (a reclaim before a GPU
 // allocation only when something may have become garbage since the last
 // one) and the notes Go code gives the Manager when it lets go of memory.
 
-// layoutMin: layout mode reclaims before allocations larger than this
+// layoutMin: exact mode reclaims before allocations larger than this
 // only (PyTorch's small-pool limit, 1 MiB). Smaller ones come from 2 MiB
 // small-pool segments, where which block a request gets moves reserved
 // bytes by a segment at most; they skip the reclaim (half of a GPT-2
@@ -12,7 +12,7 @@ package backend
 // left.
 const layoutMin = 1 << 20
 
-// mayHaveGarbage reports, for layout mode, whether something may have
+// mayHaveGarbage reports, for exact mode, whether something may have
 // become garbage since the last layout reclaim: the layout clock moved
 // (Starlark code ran, or a call began or ended) or Go code noted garbage
 // (NoteGarbage). Without a clock, always.
@@ -20,7 +20,7 @@ func (m *Manager) mayHaveGarbage() bool {
 	return m.layout.clock == nil || m.layout.notes != m.layout.seenNotes || m.layout.clock() != m.layout.seen
 }
 
-// SetLayoutClock installs the clock layout mode consults (see
+// SetLayoutClock installs the clock exact mode consults (see
 // mayHaveGarbage): a counter that moves whenever values the Manager's
 // allocations hang off may have been dropped (scope: the Starlark
 // thread's call counter). nil makes every allocation reclaim first.
@@ -31,7 +31,7 @@ func (m *Manager) SetLayoutClock(clock func() uint64) {
 	m.mu.Unlock()
 }
 
-// layoutState is layout mode's memory of its last reclaim.
+// layoutState is exact mode's memory of its last reclaim.
 type layoutState struct {
 	clock func() uint64
 	seen  uint64 // the clock at the last layout reclaim
@@ -42,7 +42,7 @@ type layoutState struct {
 }
 
 // LayoutSeen returns the layout clock and the count of garbage notes at
-// layout mode's last reclaim (a recorder of a trial's stream starts from
+// exact mode's last reclaim (a recorder of a trial's stream starts from
 // them: Event.Clock, Event.Notes).
 func (m *Manager) LayoutSeen() (clock, notes uint64) {
 	m.mu.Lock()
@@ -60,7 +60,7 @@ func (m *Manager) layoutNow() (clock, notes uint64, ok bool) {
 }
 
 // caching reports whether a is a caching allocator, whose choice of block
-// depends on which blocks are free (PeakLayout).
+// depends on which blocks are free (exact mode's reclaims for the layout).
 func caching(a Allocator) bool {
 	_, ok := a.(interface{ NeedsSegment(uint64) bool })
 	return ok
@@ -74,7 +74,7 @@ func caching(a Allocator) bool {
 // reach may no longer hold that memory.
 func (m *Manager) NoteGarbage() { m.note((*Frames).Reset) }
 
-// note is what the notes share: layout mode looks for garbage before its
+// note is what the notes share: exact mode looks for garbage before its
 // next allocation; forget, if not nil, drops the frames' credits that no
 // longer hold.
 func (m *Manager) note(forget func(*Frames)) {
@@ -125,7 +125,7 @@ func (m *Manager) NoteHeldGarbage() { m.note(nil) }
 // longer holds it: a reach walk that does not reach h may free it even
 // though h was made after the walk's Horizon (which otherwise leaves h to
 // the collector). The caller must hold no other handle to h's memory
-// that the walk cannot see. Layout mode looks for garbage before its next
+// that the walk cannot see. Exact mode looks for garbage before its next
 // allocation, as after NoteDropped; no value changed, so the frames'
 // credits stand (NoteHeldGarbage).
 func (m *Manager) Dropped(h *Memory) {

@@ -52,7 +52,7 @@ type Manager struct {
 	// (reach.go).
 	reach reachState
 
-	// layout decides when layout mode needs to reclaim (mayHaveGarbage).
+	// layout decides when exact mode needs to reclaim (mayHaveGarbage).
 	layout layoutState
 
 	// dense: reclaim before every allocation (SetDense)
@@ -123,9 +123,9 @@ type Event struct {
 	Law  SizeLaw
 	Args []int64
 	// Clock and Notes (alloc): the layout clock and the count of garbage
-	// notes when AllocOn began (what layout mode's mayHaveGarbage
+	// notes when AllocOn began (what exact mode's mayHaveGarbage
 	// compares with their values at its last reclaim, LayoutSeen);
-	// Clocked: a layout clock is installed (without one layout mode
+	// Clocked: a layout clock is installed (without one exact mode
 	// always reclaims first).
 	Clock, Notes uint64
 	Clocked      bool
@@ -404,7 +404,7 @@ func (m *Manager) Guard(a Allocator, law SizeLaw, args ...int64) {
 }
 
 // denseReclaim is SetDense's reclaim before an allocation: a reclaim
-// when something may have become garbage (layout mode's clock and notes
+// when something may have become garbage (the layout clock and notes
 // moved), else — Go code may have dropped a temporary without a note —
 // the reach walk alone, which is told (an EventReclaim) only when it
 // settles what is garbage without the collector: a collection between
@@ -540,7 +540,7 @@ func (m *Manager) allocOn(a Allocator, nbytes uint64, law SizeLaw, args []int64)
 		m.denseReclaim()
 	} else if m.sinceReclaim+nbytes > m.pacing && storesData(a) {
 		m.reclaimFor(TriggerAlloc)
-	} else if m.peak == PeakLayout && nbytes > layoutMin && caching(a) && m.mayHaveGarbage() {
+	} else if m.peak == PeakExact && nbytes > layoutMin && caching(a) && m.mayHaveGarbage() {
 		m.reclaimFor(TriggerAlloc)
 		m.layout.seen, m.layout.seenNotes = m.layout.clock(), m.layout.notes
 	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && !m.layoutQuiet(a, nbytes) {
@@ -580,16 +580,16 @@ func (m *Manager) allocOn(a Allocator, nbytes uint64, law SizeLaw, args []int64)
 	return h, nil
 }
 
-// layoutQuiet reports that layout mode's clock says nothing may have
+// layoutQuiet reports that the layout clock says nothing may have
 // become garbage since its last reclaim (mayHaveGarbage), for an
-// allocation of nbytes from a that the clock decides layout mode's
+// allocation of nbytes from a that the clock decides exact mode's
 // reclaims for (over layoutMin, from the caching allocator): a reclaim
 // for a peak would find nothing either (an optimizer's first step making
 // its state). Smaller allocations still reclaim for a peak: Go code that
 // drops a small temporary without a note (where's scalar_tensor(0) in its
 // backward) leaves it to them.
 func (m *Manager) layoutQuiet(a Allocator, nbytes uint64) bool {
-	return m.peak == PeakLayout && nbytes > layoutMin && caching(a) && m.layout.clock != nil && !m.mayHaveGarbage()
+	return m.peak == PeakExact && nbytes > layoutMin && caching(a) && m.layout.clock != nil && !m.mayHaveGarbage()
 }
 
 // wouldRaise reports whether allocating nbytes from a would raise an open

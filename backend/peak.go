@@ -110,45 +110,53 @@ func (p *Peak) Close() {
 type PeakMode int
 
 const (
-	// PeakExact: an allocation that would raise an open peak counter reclaims
-	// first, so no unreachable byte ever counts toward a peak. The default.
+	// PeakExact, the default, gives PyTorch's allocator state: every
+	// garbage block is free before the next allocation that its being
+	// free could change, as in a reference-counted runtime, so the
+	// caching allocator picks the blocks PyTorch's picks, and allocated
+	// bytes, peaks, reserved bytes, fragmentation and out-of-memory
+	// errors are PyTorch's. An allocation reclaims first when something
+	// may have become garbage since the last such reclaim
+	// (mayHaveGarbage: Starlark code ran, a call began or ended, Go code
+	// noted garbage) and it is over layoutMin from a caching allocator
+	// (which blocks it gets depends on which are free), or when it would
+	// raise an open peak counter or need a new segment (so no garbage
+	// counts toward a peak); over layoutMin it does not reclaim for a
+	// peak when the clock says nothing can have become garbage
+	// (layoutQuiet).
+	//
+	// Until 2026-11 this was layout mode (--peak layout, still accepted),
+	// and exact mode reclaimed only for a peak or a segment: its peaks
+	// had no garbage, but a garbage block still held could change which
+	// block the allocator picked, and with it reserved bytes, a large
+	// block's unsplit remainder (allocated bytes) and the batch that runs
+	// out of memory.
 	PeakExact PeakMode = iota
-	// PeakLazy skips that reclaim: faster, but garbage the tracing GC has not
-	// found yet may count toward peaks. Reports say so.
+	// PeakLazy reclaims only before an out-of-memory retry and every
+	// DefaultPacing bytes of data: faster, but garbage the tracing GC has
+	// not found yet may count toward peaks and take blocks PyTorch would
+	// have reused. Reports say so.
 	PeakLazy
-	// PeakLayout is PeakExact, and an allocation of more than 1 MiB from
-	// a caching allocator reclaims first whenever something may have
-	// become garbage since the last such reclaim (mayHaveGarbage), so
-	// every garbage block is free before it, as in a reference-counted
-	// runtime: the caching allocator then picks the blocks PyTorch's
-	// picks, and reserved bytes, fragmentation and out-of-memory errors
-	// are PyTorch's too, not only allocated bytes and peaks. Slower: a
-	// reclaim (usually a Go collection) per such allocation.
-	PeakLayout
 )
 
 func (m PeakMode) String() string {
-	switch m {
-	case PeakLazy:
+	if m == PeakLazy {
 		return "lazy"
-	case PeakLayout:
-		return "layout"
 	}
 	return "exact"
 }
 
-// Exact reports whether peaks are exact in mode m (PeakExact, PeakLayout).
+// Exact reports whether m is PeakExact: peaks without garbage, the
+// allocator's blocks PyTorch's.
 func (m PeakMode) Exact() bool { return m != PeakLazy }
 
-// ParsePeakMode parses "exact", "lazy" or "layout".
+// ParsePeakMode parses "exact" (or "layout", its former name) or "lazy".
 func ParsePeakMode(s string) (PeakMode, error) {
 	switch s {
-	case "exact", "":
+	case "exact", "layout", "":
 		return PeakExact, nil
 	case "lazy":
 		return PeakLazy, nil
-	case "layout":
-		return PeakLayout, nil
 	}
-	return 0, fmt.Errorf("unknown peak mode %q (want exact, lazy or layout)", s)
+	return 0, fmt.Errorf("unknown peak mode %q (want exact or lazy; layout is exact's former name)", s)
 }

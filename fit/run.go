@@ -155,7 +155,7 @@ type Trial struct {
 	PeakAllocated int64 `json:"peak_allocated"`
 }
 
-// search runs sweep.max_fit over what (in layout peak mode, fresh trials).
+// search runs sweep.max_fit over what (in exact peak mode, fresh trials).
 func (r *run) search(what string, batch, seq, low, high int, name string) (*Search, error) {
 	sr := &Search{What: what, Batch: batch, Seq: seq, Low: low, High: high}
 	seqArg := "None"
@@ -170,7 +170,7 @@ func (r *run) search(what string, batch, seq, low, high int, name string) (*Sear
 	if high > 0 {
 		hi = strconv.Itoa(high)
 	}
-	code := fmt.Sprintf("R = sweep.max_fit(%s, low = %d, high = %s, mode = \"binsearch\", max_trials = 40, search = \"layout\", fresh = True, replay = True, name = %q)\n", fn, low, hi, name)
+	code := fmt.Sprintf("R = sweep.max_fit(%s, low = %d, high = %s, mode = \"binsearch\", max_trials = 40, search = \"exact\", fresh = True, replay = True, name = %q)\n", fn, low, hi, name)
 	v, err := r.eval(code, "R")
 	if err != nil {
 		return nil, err
@@ -212,7 +212,7 @@ type Measurement struct {
 	Requested    int64            // the allocation that did not fit
 }
 
-// measure runs the driver's measure(b, s) in layout peak mode, quietly.
+// measure runs the driver's measure(b, s) in exact peak mode, quietly.
 func (r *run) measure(batch, seq int) (*Measurement, error) {
 	seqArg := "None"
 	if seq > 0 {
@@ -220,7 +220,7 @@ func (r *run) measure(batch, seq int) (*Measurement, error) {
 	}
 	mgr := r.s.Manager()
 	prev := mgr.PeakMode()
-	mgr.SetPeakMode(backend.PeakLayout)
+	mgr.SetPeakMode(backend.PeakExact)
 	defer mgr.SetPeakMode(prev)
 	var requested uint64 // the last allocation that did not fit
 	stop := mgr.Observe(func(e backend.Event) {

@@ -273,13 +273,13 @@ func BenchmarkDeepRecursionPerLevel(b *testing.B) {
 
 // BenchmarkLayoutTrainingStep runs training steps of GPT-2 small
 // (scripts/models, bf16 autocast, AdamW) on a simulated H100 without
-// data in layout peak mode, as memsh fit's trials do: ns/op is one step,
+// data in exact peak mode, as memsh fit's trials do: ns/op is one step,
 // and it reports the reclaims per step, the Go collections among them
 // and the mean time of a reclaim (almost all of it the reach walk, whose
 // cost follows what the session holds: parameters, optimizer state, the
 // autograd graph).
 func BenchmarkLayoutTrainingStep(b *testing.B) {
-	s, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard, LoadPath: []string{"../scripts"}})
+	s, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakExact, Out: io.Discard, Err: io.Discard, LoadPath: []string{"../scripts"}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -130,7 +130,7 @@ func (s *Session) stamp() uint64 {
 	return s.stepBase + s.thread.Steps + s.thread.Calls + s.tctx.Ticks()
 }
 
-// layoutClock is the layout mode's clock (backend.Manager.SetLayoutClock):
+// layoutClock is the layout clock (backend.Manager.SetLayoutClock):
 // the steps the main thread has run (across the per-statement reset of
 // --max-steps) plus its call entries and exits. It moves between two
 // allocations whenever Starlark may have dropped a value: in

@@ -137,7 +137,7 @@ ngrad = deep(40, lst, d, train)
 // TestForwardKeepsFrames: in a model's training step (modules with
 // Starlark forwards calling built-in layers, nn.functional and tensor
 // methods, under bf16 autocast, with and without checkpointing, the model
-// held by the step function's frame), layout mode's reclaims keep the
+// held by the step function's frame), exact mode's reclaims keep the
 // credits of the frames below the running one — module calls, the
 // functional forms and the tensor methods that make new tensors are
 // pure, and autocast's casts are noted as held garbage — and do not look
@@ -241,7 +241,7 @@ for i in range(3):
 	}
 }
 
-// compareKeeping runs src in layout mode keeping what walks found
+// compareKeeping runs src in exact mode keeping what walks found
 // (backend.Frames) and keeping nothing (MEMSH_REACH_KEEP=0), checks that
 // the reclaims and every allocator figure are the same, and returns the
 // runs' statistics.
@@ -302,16 +302,16 @@ def forward(ckpt):
 	}
 }
 
-// TestLayoutSkipsFruitlessPeakReclaims: in layout mode, an allocation
+// TestLayoutSkipsFruitlessPeakReclaims: in exact mode, an allocation
 // over 1 MiB that would raise a peak reclaims first only when something
-// may have become garbage since layout mode's last reclaim (its clock
+// may have become garbage since exact mode's last reclaim (its clock
 // moved or Go code noted garbage): AdamW's first step makes its 2 × 16
 // moments of 2 MiB one after another in Go code that drops nothing, and
 // reclaims for none but the first (before: one reclaim per moment), with
 // the peak exact. A smaller allocation still reclaims for a peak: where's
 // backward drops a 0-dim scalar_tensor(0) without a note, and the second
 // one's allocation frees the first, as PyTorch has (the golden
-// op_where's peak in exact mode, here in layout mode).
+// op_where's peak).
 func TestLayoutSkipsFruitlessPeakReclaims(t *testing.T) {
 	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
 	s := newLayoutSession(t, "sim:4GiB")
@@ -390,11 +390,11 @@ func sameFigures(t *testing.T, runs string, a, b map[string]int64) {
 	}
 }
 
-// newLayoutSession returns a Session on device in layout peak mode with
+// newLayoutSession returns a Session on device in exact peak mode with
 // its output discarded, closed when the test ends.
 func newLayoutSession(t *testing.T, device string) *scope.Session {
 	t.Helper()
-	s, err := scope.New(scope.Options{Device: device, Peak: backend.PeakLayout, Out: io.Discard, Err: io.Discard})
+	s, err := scope.New(scope.Options{Device: device, Peak: backend.PeakExact, Out: io.Discard, Err: io.Discard})
 	if err != nil {
 		t.Fatal(err)
 	}

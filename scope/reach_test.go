@@ -204,7 +204,7 @@ func TestReachNoLiveAllocation(t *testing.T) {
 
 // TestWalkFreesAsTheCollector: the collector is the oracle. The same
 // scripts run twice, once with every reclaim left to the collector
-// (MEMSH_RECLAIM=gc) and once as usual, in exact and in layout peak mode;
+// (MEMSH_RECLAIM=gc) and once as usual, in exact peak mode;
 // every memory event — each allocation and free and each segment, in
 // order, with its size and the allocator's figures after it — must be the
 // same (addresses aside: they are the process's mappings).
@@ -240,7 +240,7 @@ r = sorted([tensor.ones([8 * i + 8], device="cuda") for i in range(4)], key=lamb
 `,
 	}
 	for name, src := range scripts {
-		for _, mode := range []backend.PeakMode{backend.PeakExact, backend.PeakLayout} {
+		for _, mode := range []backend.PeakMode{backend.PeakExact} {
 			t.Run(name+"/"+mode.String(), func(t *testing.T) {
 				run := func(reclaim string) ([]backend.Event, backend.ManagerStats) {
 					t.Setenv("MEMSH_RECLAIM", reclaim)
@@ -325,19 +325,15 @@ def f(n):
 m = nn.Sequential(nn.Linear(1024, 1024), nn.Linear(1024, 1024), nn.Linear(1024, 16)).to("cuda")
 opt = optim.AdamW(m.parameters(), lr=0.001)
 m(tensor.randn([8, 1024], device="cuda")).sum().backward()
-`, "opt.step()", backend.PeakLayout},
+`, "opt.step()", backend.PeakExact},
 		{"rms_norm in a checkpointed region", `
 blk = nn.Sequential(nn.RMSNorm(1024), nn.Linear(1024, 1024)).to("cuda")
 x = tensor.randn([256, 1024], device="cuda", requires_grad=True)
-`, `y = nn.autocast(lambda: nn.checkpoint(blk, x).sum(), dtype="bfloat16")`, backend.PeakLayout},
+`, `y = nn.autocast(lambda: nn.checkpoint(blk, x).sum(), dtype="bfloat16")`, backend.PeakExact},
 		{"a convolutional block", `
 blk = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2)).to("cuda")
 x = tensor.randn([64, 16, 32, 32], device="cuda")
 `, "blk(x).sum().backward()", backend.PeakExact},
-		{"a convolutional block, layout mode", `
-blk = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2)).to("cuda")
-x = tensor.randn([64, 16, 32, 32], device="cuda")
-`, "blk(x).sum().backward()", backend.PeakLayout},
 		{"layer norm, embedding and cross entropy", `
 emb = nn.Embedding(1000, 256).to("cuda")
 ln = nn.LayerNorm(256).to("cuda")
@@ -353,7 +349,7 @@ def build():
 `, "blk = build()", backend.PeakExact},
 		{"flash attention", `
 q = tensor.randn([4, 8, 512, 64], device="cuda", dtype="bfloat16", requires_grad=True)
-`, `o = nn.sdpa_kernel("flash", nn.functional.scaled_dot_product_attention, q, q, q)`, backend.PeakLayout},
+`, `o = nn.sdpa_kernel("flash", nn.functional.scaled_dot_product_attention, q, q, q)`, backend.PeakExact},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -17,7 +17,7 @@ type Recorder struct {
 	lastIdx int
 	remove  func()
 	// the layout clock and garbage notes at the last allocation (at the
-	// start: at layout mode's last reclaim)
+	// start: at exact mode's last reclaim)
 	clock, notes uint64
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/memsh/memsh/backend/sim"
 )
 
-// layoutMin is backend's: layout mode reclaims before an allocation of
+// layoutMin is backend's: exact mode reclaims before an allocation of
 // more than this when something may have become garbage (and only then).
 const layoutMin = 1 << 20
 
@@ -124,7 +124,7 @@ func Replay(st *Start, p *Plan, mode backend.PeakMode) (*Outcome, error) {
 	if mode == backend.PeakLazy {
 		return nil, &Unsafe{"lazy peak mode"}
 	}
-	layout := mode == backend.PeakLayout
+	layout := mode == backend.PeakExact // exact mode's reclaims for the layout
 	n := len(st.allocs)
 	o := &Outcome{Status: "ok", Peaks: make([]Peak, n), Allocated: make([]uint64, n), Free: make([]uint64, n)}
 	high := make([]uint64, n)
@@ -183,7 +183,7 @@ func Replay(st *Start, p *Plan, mode backend.PeakMode) (*Outcome, error) {
 		pk.Reserved = max(pk.Reserved, a.Reserved())
 		high[dev] = max(high[dev], a.Allocated())
 	}
-	dirty := false // layout mode's mayHaveGarbage
+	dirty := false // exact mode's mayHaveGarbage
 	for i, op := range p.Ops {
 		switch op.Kind {
 		case Alloc:
@@ -206,7 +206,7 @@ func Replay(st *Start, p *Plan, mode backend.PeakMode) (*Outcome, error) {
 			a := st.allocs[op.Dev]
 			size := op.Size
 			if layout && size > layoutMin {
-				// layout mode: a reclaim whenever something may have
+				// exact mode: a reclaim whenever something may have
 				// become garbage since its last one (and then none for
 				// a peak: nothing can be garbage)
 				decide = dirty

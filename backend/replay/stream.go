@@ -56,7 +56,7 @@ type Op struct {
 	Count   int32           // Reclaim: the allocations it freed
 	Law     int32           // Alloc, Guard: 1 + the index of its size's law in Stream.Laws, or 0
 	// Moved (Alloc): the layout clock or the garbage notes moved since the
-	// allocation before (or, for the first, since layout mode's last
+	// allocation before (or, for the first, since exact mode's last
 	// reclaim): something may have become garbage (backend's
 	// mayHaveGarbage)
 	Moved bool

@@ -71,7 +71,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 	fs := flag.NewFlagSet("memsh", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	device := fs.String("device", "auto", "GPU backend: auto, cuda, sim[:SPEC] (e.g. sim:16GiB, sim:2x80GiB,ctx=300MiB, sim:H100; memsh devices --presets), or cpu")
-	peak := fs.String("peak", "exact", "peak mode: exact (reclaim before an allocation that would raise a peak), layout (exact, and reclaim before every GPU allocation, so reserved memory, fragmentation and OOMs are PyTorch's too; slower) or lazy")
+	peak := fs.String("peak", "exact", "peak mode: exact (PyTorch's allocator state: garbage freed before any allocation it could change, so peaks, reserved memory, fragmentation and OOMs are PyTorch's; layout is its former name) or lazy (reclaim only every 256 MiB of data and to retry an OOM: faster, peaks may include garbage)")
 	quiet := fs.Bool("quiet", false, "do not print experiment reports")
 	code := fs.String("c", "", "run `CODE` and exit")
 	interactive := fs.Bool("i", false, "run the script, then start the REPL")

@@ -54,7 +54,7 @@ func TestRealGPULlamaPhases(t *testing.T) {
 		if len(want) != 12 {
 			t.Fatalf("checkpoint %v: %d points in the golden file, want 12", ckpt, len(want))
 		}
-		args := []string{"--peak", "layout", "--device", "sim:H100,meta", "../../scripts/fit_phases.star", "llama-3.2-1b", "--batch", "1", "--seq", "2048"}
+		args := []string{"--peak", "exact", "--device", "sim:H100,meta", "../../scripts/fit_phases.star", "llama-3.2-1b", "--batch", "1", "--seq", "2048"}
 		if ckpt {
 			args = append(args, "--checkpoint")
 		}
@@ -125,7 +125,7 @@ func TestRealGPULlamaBoundary(t *testing.T) {
 // trainTrials runs memsh fit's trial (two steps of bf16 autocast forward
 // and cross entropy, backward, AdamW, zero_grad) of the model build makes
 // (a Starlark expression with a %s for checkpoint=, after load) on device
-// in layout mode at batches 1, fit and oom, and returns the trials'
+// in exact mode at batches 1, fit and oom, and returns the trials'
 // statuses as Starlark prints the list. upcast follows the logits
 // (".float()" for Llama, "" for GPT-2).
 func trainTrials(t *testing.T, device, load, build, upcast string, vocab, seq int, ckpt bool, fit, oom int) string {
@@ -151,7 +151,7 @@ r = sweep.grid(train, b = [1, %d, %d])
 print("STATUS", [t.status for t in r.trials])
 `, load, upcast, model, vocab, seq, vocab, seq, fit, oom)
 	var out, errb bytes.Buffer
-	args := []string{"--peak", "layout", "--quiet", "--device", device, "--load-path", "../../scripts", "-c", code}
+	args := []string{"--peak", "exact", "--quiet", "--device", device, "--load-path", "../../scripts", "-c", code}
 	if rc := run(args, strings.NewReader(""), &out, &errb); rc != 0 {
 		t.Fatalf("%s: exit %d\n%s\n%s", device, rc, out.String(), errb.String())
 	}
@@ -163,7 +163,7 @@ print("STATUS", [t.status for t in r.trials])
 // TestRealGPULlamaTrace: every allocator event of the Llama 3.2 1B trial
 // (batch 1, sequence 2048) from the model's construction to the first
 // backward — 1,300-odd allocations and frees of every size — memsh on the
-// H100 preset in layout mode makes in the order torch 2.11 made them on
+// H100 preset in exact mode makes in the order torch 2.11 made them on
 // the H100 (h100_trace_llama_b1_cpp.jsonl.gz, whose C++ frames name the
 // first backward node), frees between two allocations compared as a set.
 // Its backward differs by the PyTorch twin's rotate_half, which sliced x2

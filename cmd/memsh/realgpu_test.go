@@ -18,7 +18,7 @@ import (
 
 // The figures PyTorch 2.11 measured on a real H100 80GB HBM3 and H200
 // (testdata/torchref/cuda, made by bench/gpu/run.sh; its README says
-// how), against memsh on the same card's preset in layout peak mode.
+// how), against memsh on the same card's preset in exact peak mode.
 
 const realGPUDir = "../../testdata/torchref/cuda/"
 
@@ -53,7 +53,7 @@ func readPoints(t *testing.T, data []byte) []phasePoint {
 }
 
 // TestRealGPUPhases runs the GPT-2 small training trial of memsh fit
-// (scripts/fit_phases.star) on sim:H100,meta in layout mode and compares
+// (scripts/fit_phases.star) on sim:H100,meta in exact mode and compares
 // every point with PyTorch's on the real H100, with the math attention and
 // with scaled_dot_product_attention (cuDNN's on the card, as on memsh's
 // H100 preset). Until the forward's end (parameters, optimizer, data, the
@@ -86,7 +86,7 @@ func TestRealGPUPhases(t *testing.T) {
 		t.Fatalf("%d configurations in the golden file, want 4", len(order))
 	}
 	for _, c := range order {
-		args := []string{"--peak", "layout", "--device", "sim:H100,meta", "../../scripts/fit_phases.star", "--batch", fmt.Sprint(c.batch), "--attention", c.attn}
+		args := []string{"--peak", "exact", "--device", "sim:H100,meta", "../../scripts/fit_phases.star", "--batch", fmt.Sprint(c.batch), "--attention", c.attn}
 		if c.ckpt {
 			args = append(args, "--checkpoint")
 		}
@@ -132,7 +132,7 @@ func TestRealGPUPhases(t *testing.T) {
 // (GPT-2 small, sequence 1024, bf16 autocast, AdamW, two steps, each
 // trial after empty_cache, the first of the search having made cuBLAS's
 // workspaces), with and without activation checkpointing, fits in memsh's
-// layout mode on the card's preset, and the next batch runs out of
+// exact mode on the card's preset, and the next batch runs out of
 // memory, as it did on the card.
 func TestRealGPUBoundary(t *testing.T) {
 	for _, tc := range []struct {
@@ -173,7 +173,7 @@ func TestRealGPUBoundary(t *testing.T) {
 // small training trial makes (two steps, batch 1; with and without
 // activation checkpointing), and every free of one, in the order torch
 // 2.11 made them on the H100 (its allocator trace,
-// h100_trace_b1*.jsonl.gz), memsh on the H100 preset in layout mode makes
+// h100_trace_b1*.jsonl.gz), memsh on the H100 preset in exact mode makes
 // in the same order: the caching allocator's layout follows from it.
 // Frees between two allocations are compared as a set (their order does
 // not change what the next allocation finds).
@@ -224,12 +224,12 @@ type traceEvent struct {
 }
 
 // phasesEvents runs scripts/fit_phases.star with args on sim:H100,meta in
-// layout mode and returns its allocations and frees of more than min
+// exact mode and returns its allocations and frees of more than min
 // bytes (requested), in order.
 func phasesEvents(t *testing.T, args []string, min uint64) []traceEvent {
 	t.Helper()
 	var out bytes.Buffer
-	sess, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakLayout, Out: &out, Err: &out, Argv: args})
+	sess, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakExact, Out: &out, Err: &out, Argv: args})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestRealGPUPlacement(t *testing.T) {
 	})
 
 	var out bytes.Buffer
-	sess, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakLayout, Out: &out, Err: &out, Argv: []string{"--batch", "122", "--checkpoint"}})
+	sess, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakExact, Out: &out, Err: &out, Argv: []string{"--batch", "122", "--checkpoint"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	if search != "exact" && search != "lazy" && search != "layout" {
 		return nil, fmt.Errorf("%s: for parameter search: unknown search %q (want \"exact\", \"lazy\" or \"layout\")", b.Name(), search)
 	}
-	// confirm: whether the boundary is confirmed by layout-mode trials;
+	// confirm: whether the boundary is confirmed by exact-mode trials;
 	// by default only after a lazy search
 	confirm := search == "lazy"
 	switch c := confirmV.(type) {
@@ -38,9 +38,6 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		confirm = bool(c)
 	default:
 		return nil, fmt.Errorf("%s: for parameter confirm: got %s, want bool or None", b.Name(), confirmV.Type())
-	}
-	if search == "layout" && confirm {
-		return nil, fmt.Errorf("%s: for parameter confirm: search=\"layout\" trials need no confirmation", b.Name())
 	}
 	high := maxSize
 	switch h := highV.(type) {
@@ -135,18 +132,21 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	// before each peak-raising allocation: fast, but their peak figures
 	// may include garbage, and garbage freed late changes which blocks
 	// the allocator picks). search="exact": in the session's mode.
-	// confirm: the boundary is then confirmed in layout mode, where
-	// reserved memory and OOMs are a reference-counted run's.
-	// search="layout": every trial runs in layout mode.
+	// confirm: a search not in exact mode is then confirmed in exact
+	// mode, where reserved memory and OOMs are a reference-counted run's.
+	// search="layout" (exact mode's former name): every trial runs in
+	// exact mode, whatever the session's.
 	mgr := r.env.Manager
 	session := mgr.PeakMode()
-	confirm = confirm && session != backend.PeakLayout
 	searchMode := session
 	switch {
 	case search == "lazy":
 		searchMode = backend.PeakLazy
 	case search == "layout":
-		searchMode = backend.PeakLayout
+		searchMode = backend.PeakExact
+	}
+	if confirm && searchMode == backend.PeakExact {
+		return nil, fmt.Errorf("%s: for parameter confirm: the search runs in exact peak mode, whose trials need no confirmation", b.Name())
 	}
 	if searchMode != session || confirm {
 		mgr.SetPeakMode(searchMode)
@@ -211,12 +211,12 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		footer = append(footer, replayNote)
 	}
 	if confirm {
-		mgr.SetPeakMode(backend.PeakLayout)
+		mgr.SetPeakMode(backend.PeakExact)
 		var err error
-		if fit, oom, err = confirmLayout(r, param, unit, &step, low, high, fit, oom, maxTrials); err != nil {
+		if fit, oom, err = confirmExact(r, param, unit, &step, low, high, fit, oom, maxTrials); err != nil {
 			return fail(err)
 		}
-		footer = append(footer, fmt.Sprintf("search trials ran in %s peak mode; the boundary was confirmed by layout-mode trials (confirm=True)", searchMode))
+		footer = append(footer, fmt.Sprintf("search trials ran in %s peak mode; the boundary was confirmed by exact-mode trials (confirm=True)", searchMode))
 	}
 	converged := fit == high || (oom >= 0 && (mode == "power" || oom-fit <= 1))
 	if fit < 0 && oom == low {
@@ -263,13 +263,13 @@ func fitResult(r *runner, fit, oom, low int, margin float64, skipped bool) starl
 	})
 }
 
-// confirmLayout re-runs the boundary found by a lazy search in layout
-// peak mode — fit must run and fit+1 run out of memory — and, where
-// layout mode disagrees (the allocator's fragmentation differs when
-// garbage is freed later), moves the boundary with layout-mode trials
-// until it holds. Its trials carry confirm=True, so records keep them
+// confirmExact re-runs the boundary found by a lazy search in exact peak
+// mode — fit must run and fit+1 run out of memory — and, where exact
+// mode disagrees (the allocator's fragmentation differs when garbage is
+// freed later), moves the boundary with exact-mode trials until it
+// holds. Its trials carry confirm=True, so records keep them
 // apart from the search's.
-func confirmLayout(r *runner, param string, unit int, step *int, low, high, fit, oom, maxTrials int) (int, int, error) {
+func confirmExact(r *runner, param string, unit int, step *int, low, high, fit, oom, maxTrials int) (int, int, error) {
 	keys := []string{param, "confirm"}
 	try := func(n int) (string, error) {
 		p, err := r.run(keys, starlark.StringDict{param: starlark.MakeInt(n), "confirm": starlark.True}, nil, starlark.Tuple{starlark.MakeInt(n)}, nil, unit, *step)

@@ -36,18 +36,18 @@ import (
 //	    search="lazy" runs the search trials in lazy peak mode (fast: no
 //	    reclaim before each peak-raising allocation, so their peaks may
 //	    include garbage) and then confirms the boundary with trials in
-//	    layout peak mode (params confirm=True) — fit runs and fit+1 does
+//	    exact peak mode (params confirm=True) — fit runs and fit+1 does
 //	    not, with the allocator's layout (and so its fragmentation and
 //	    OOMs) that of a reference-counted run, moving the boundary with
-//	    more such trials if layout mode disagrees. search="layout" runs
-//	    every trial in layout mode; search="exact" (the default) in the
-//	    session's mode, whose peaks are exact but whose OOM boundary can
-//	    differ from PyTorch's by fragmentation (--peak layout makes it
-//	    PyTorch's). confirm (default: True for search="lazy", else False)
-//	    confirms the boundary with layout-mode trials as above; where
-//	    fragmentation makes the sizes that train not an interval, that
-//	    can be another boundary than a search="layout" one, whose trials
-//	    are the ones PyTorch's own search makes. fresh=True starts every
+//	    more such trials if exact mode disagrees. search="exact" (the
+//	    default) runs the trials in the session's mode (exact: PyTorch's
+//	    allocator state, unless --peak lazy); search="layout" (exact
+//	    mode's former name) in exact mode whatever the session's. confirm
+//	    (default: True for search="lazy", else False) confirms the
+//	    boundary of a search not in exact mode with exact-mode trials as
+//	    above; where fragmentation makes the sizes that train not an
+//	    interval, that can be another boundary than an exact search's,
+//	    whose trials are the ones PyTorch's own search makes. fresh=True starts every
 //	    trial as in a fresh process: the cuBLAS and cuBLASLt workspaces
 //	    are freed first (torch._C._cuda_clearCublasWorkspaces()), so the
 //	    trial's first matrix products allocate them again where the

@@ -129,7 +129,7 @@ func castArgs(policy castPolicy, args ...**tensor.Tensor) (release func(), err e
 		unhold()
 		if ctx != nil {
 			// The casts not saved by the graph become garbage when the
-			// op returns: layout mode looks for garbage before the next
+			// op returns: exact mode looks for garbage before the next
 			// allocation. Only this op held them.
 			ctx.Manager.NoteHeldGarbage()
 		}

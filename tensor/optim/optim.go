@@ -120,7 +120,7 @@ func noGrad(params []*tensor.Tensor, f func() error) error {
 }
 
 // dropped tells p's Manager that the step let go of temporaries (as
-// PyTorch's Python step rebinds or deletes them): layout peak mode looks
+// PyTorch's Python step rebinds or deletes them): exact peak mode looks
 // for garbage before the next allocation.
 func dropped(p *tensor.Tensor) {
 	if ctx := p.Context(); ctx != nil && ctx.Manager != nil {
