@@ -542,7 +542,9 @@ func (m *Manager) allocOn(a Allocator, nbytes uint64, law SizeLaw, args []int64)
 		m.reclaimFor(TriggerAlloc)
 	} else if m.peak == PeakExact && nbytes > layoutMin && caching(a) && m.mayHaveGarbage() {
 		m.reclaimFor(TriggerAlloc)
-		m.layout.seen, m.layout.seenNotes = m.layout.clock(), m.layout.notes
+		if m.layout.clock != nil {
+			m.layout.seen, m.layout.seenNotes = m.layout.clock(), m.layout.notes
+		}
 	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && !m.layoutQuiet(a, nbytes) {
 		m.stats.PeakReclaims++
 		m.reclaimFor(TriggerAlloc)
