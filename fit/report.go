@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/memsh/memsh/backend"
@@ -207,6 +208,9 @@ func (r *Report) WriteText(w io.Writer) {
 	default:
 		p("%d (%d runs out of memory)\n", *largest, *r.FirstOOM)
 	}
+	if len(r.Trials) > 0 {
+		p("  %s\n", trialsText(r.Trials, unit))
+	}
 	if r.Peak != nil && largest != nil {
 		where := "the " + phaseText(r.PeakPhase)
 		if r.Inference {
@@ -374,4 +378,26 @@ func routingText(plan string) string {
 		return "worst (every token on the same experts)"
 	}
 	return "balanced (tokens spread evenly over the experts)"
+}
+
+// trialsText says which of the search's trials ran in full and which
+// were replayed from the memory events of full ones.
+func trialsText(ts []Trial, unit string) string {
+	var full, rep []string
+	for _, t := range ts {
+		v := strconv.Itoa(t.Value)
+		if t.Status != "ok" {
+			v += " (oom)"
+		}
+		if t.Replayed {
+			rep = append(rep, v)
+		} else {
+			full = append(full, v)
+		}
+	}
+	s := fmt.Sprintf("search: %d trials; run in full at %s %s", len(ts), unit, strings.Join(full, ", "))
+	if len(rep) == 0 {
+		return s + "; none replayed"
+	}
+	return s + fmt.Sprintf("; replayed at %s", strings.Join(rep, ", "))
 }

@@ -153,6 +153,9 @@ type Trial struct {
 	Status string `json:"status"`
 	// PeakAllocated is the trial's peak allocated bytes on the card.
 	PeakAllocated int64 `json:"peak_allocated"`
+	// Replayed: answered by replaying the memory events recorded from
+	// the search's full trials (sweep.max_fit(replay=True)), not run
+	Replayed bool `json:"replayed"`
 }
 
 // search runs sweep.max_fit over what (in exact peak mode, fresh trials).
@@ -187,6 +190,9 @@ func (r *run) search(what string, batch, seq, low, high int, name string) (*Sear
 			}
 		}
 		tr := Trial{Value: n, Status: strAttr(t, "status")}
+		if rp, ok := attr(t, "replayed").(starlark.Bool); ok {
+			tr.Replayed = bool(rp)
+		}
 		if gpu := attr(attr(t, "data"), "gpu"); gpu != nil {
 			tr.PeakAllocated = int64(intAttr(gpu, "peak"))
 		}
