@@ -173,7 +173,7 @@ func (r *run) search(what string, batch, seq, low, high int, name string) (*Sear
 	if high > 0 {
 		hi = strconv.Itoa(high)
 	}
-	code := fmt.Sprintf("R = sweep.max_fit(%s, low = %d, high = %s, mode = \"binsearch\", max_trials = 40, search = \"exact\", fresh = True, replay = True, name = %q)\n", fn, low, hi, name)
+	code := fmt.Sprintf("R = sweep.max_fit(%s, low = %d, high = %s, mode = \"binsearch\", max_trials = 40, search = \"exact\", fresh = \"search\", replay = True, name = %q)\n", fn, low, hi, name)
 	v, err := r.eval(code, "R")
 	if err != nil {
 		return nil, err

@@ -19,11 +19,15 @@ const maxSize = 1 << 62
 // running out of memory. See Module.
 func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var fn starlark.Callable
-	var highV, marginV, confirmV starlark.Value = starlark.None, starlark.Float(0), starlark.None
-	low, mode, maxTrials, name, search, fresh, replayOn := 1, "power", 25, "", "exact", false, false
+	var highV, marginV, confirmV, freshV starlark.Value = starlark.None, starlark.Float(0), starlark.None, starlark.False
+	low, mode, maxTrials, name, search, replayOn := 1, "power", 25, "", "exact", false
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "fn", &fn, "low?", &low, "high?", &highV,
-		"mode?", &mode, "margin?", &marginV, "max_trials?", &maxTrials, "name?", &name, "search?", &search, "confirm?", &confirmV, "fresh?", &fresh,
+		"mode?", &mode, "margin?", &marginV, "max_trials?", &maxTrials, "name?", &name, "search?", &search, "confirm?", &confirmV, "fresh?", &freshV,
 		"replay?", &replayOn); err != nil {
+		return nil, err
+	}
+	fresh, freshSearch, err := parseFresh(b.Name(), freshV)
+	if err != nil {
 		return nil, err
 	}
 	if search != "exact" && search != "lazy" && search != "layout" {
@@ -83,7 +87,7 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		return nil, err
 	}
 	defer r.close()
-	r.fresh = fresh
+	r.fresh, r.freshSearch = fresh, freshSearch
 	r.replayFields = replayOn || showReplayFields
 	header := fmt.Sprintf("%s %q (%s, low=%d", b.Name(), name, mode, low)
 	if high != maxSize {
@@ -342,4 +346,18 @@ func confirmExact(r *runner, param string, unit int, step *int, low, high, fit, 
 		}
 	}
 	return okE, oomE, nil
+}
+
+// parseFresh reads max_fit's fresh: True (every trial as in a fresh
+// process), False, or "search" (the first trial only).
+func parseFresh(fname string, v starlark.Value) (fresh, search bool, err error) {
+	switch x := v.(type) {
+	case starlark.Bool:
+		return bool(x), false, nil
+	case starlark.String:
+		if x == "search" {
+			return false, true, nil
+		}
+	}
+	return false, false, fmt.Errorf("%s: for parameter fresh: got %s, want True, False or \"search\"", fname, v.String())
 }

@@ -237,9 +237,7 @@ func (rp *replayer) activate(n, fit, oom int) error {
 	if plan == nil {
 		return nil
 	}
-	if rp.r.fresh {
-		rp.r.freshStart()
-	}
+	rp.r.freshIfDue()
 	rp.r.emptyCaches()
 	// whether it runs out of memory, under either assumption on what the
 	// recordings cannot tell yet: then it is a full trial, cheap
@@ -284,9 +282,7 @@ const maxDense = 3
 func (rp *replayer) dense(n int) (*replay.Stream, error) {
 	r := rp.r
 	mgr := r.env.Manager
-	if r.fresh {
-		r.freshStart()
-	}
+	r.freshIfDue()
 	r.emptyCaches()
 	params := starlark.StringDict{rp.param: starlark.MakeInt(n)}
 	name := pointName([]string{rp.param}, params) + " (replay: when memory becomes garbage)"

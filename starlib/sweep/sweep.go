@@ -53,7 +53,10 @@ import (
 //	    trial's first matrix products allocate them again where the
 //	    allocator then puts them, and no trial's outcome depends on the
 //	    trials before it; the table says so, and its peaks are above what
-//	    a trial started with. replay=True (search "exact" or "layout",
+//	    a trial started with. fresh="search" does that before the
+//	    search's first trial only: the trials after it keep the
+//	    workspaces it allocated, as the trials of one PyTorch process
+//	    do. replay=True (search "exact" or "layout",
 //	    simulated meta GPUs) records each full trial's memory events and,
 //	    once three ok trials have the same program but for the sizes,
 //	    fits each allocation's size as a polynomial of degree 2 at most
@@ -174,6 +177,9 @@ type runner struct {
 	libSeq  uint64 // the Manager's sequence number up to which library memory is in base
 	release func() // ends the runner's being a root of the reach walk
 	fresh   bool   // each trial starts as in a fresh process (freshStart)
+	// freshSearch: the first trial starts as in a fresh process, the
+	// others keep what it made (fresh="search")
+	freshSearch bool
 	// freshBase is the GPUs' allocated bytes at the start of the last
 	// fresh trial (what its peaks are above), nil before one
 	freshBase []uint64
@@ -263,6 +269,14 @@ func (r *runner) freshStart() {
 	r.freshBase = append(r.freshBase[:0], r.base...)
 }
 
+// freshIfDue starts a trial as in a fresh process when the sweep says
+// so: every trial (fresh=True) or the first (fresh="search").
+func (r *runner) freshIfDue() {
+	if r.fresh || r.freshSearch && r.freshBase == nil {
+		r.freshStart()
+	}
+}
+
 // baseline is the GPUs' allocated bytes before the sweep, by device.
 func (r *runner) baseline() map[string]int64 {
 	m := map[string]int64{}
@@ -298,10 +312,8 @@ func (r *runner) begin(keys []string, params starlark.StringDict, pidx []int32, 
 		return nil, false, fmt.Errorf("%s: %v", r.builtin, err)
 	}
 	r.bar.describe(r.builtin + " " + r.sweep + ": " + p.name)
-	if r.fresh {
-		// before the lookup: a record's baseline is a fresh trial's
-		r.freshStart()
-	}
+	// before the lookup: a record's baseline is a fresh trial's
+	r.freshIfDue()
 	prev, stale := r.rec.Lookup(unit, r.sweep, j, r.baseline())
 	if stale {
 		fmt.Fprintf(r.env.Out, "%s: the record of %s in %s was measured on another device or with other memory allocated before the sweep; running it again\n",
@@ -464,7 +476,11 @@ func (r *runner) finish(header string, footer ...string) {
 	r.env.Manager.Reclaim()
 	r.emptyCaches()
 	base := r.base
-	if r.freshBase != nil {
+	switch {
+	case r.freshBase != nil && r.freshSearch:
+		base = r.freshBase
+		footer = append(footer, `the search started as in a fresh process (fresh="search"): the cuBLAS workspaces freed before its first trial, which allocated them again, and kept by the trials after it, as in one PyTorch process`)
+	case r.freshBase != nil:
 		base = r.freshBase
 		footer = append(footer, "each trial started as in a fresh process (fresh=True): the cuBLAS workspaces freed first, as torch._C._cuda_clearCublasWorkspaces() does")
 	}
