@@ -48,45 +48,7 @@ func runSearch(t *testing.T, device, setup, search string, replay bool) ([]trial
 	}
 	r := s.Get("R").(*starlarkstruct.Struct)
 	tv, _ := r.Attr("trials")
-	var got []trialFigures
-	it := starlark.Iterate(tv)
-	defer it.Done()
-	var x starlark.Value
-	for it.Next(&x) {
-		tr := x.(*starlarkstruct.Struct)
-		attr := func(v starlark.Value, name string) starlark.Value {
-			a, err := v.(starlark.HasAttrs).Attr(name)
-			if err != nil {
-				t.Fatalf("trial %v has no %s", v, name)
-			}
-			return a
-		}
-		i64 := func(v starlark.Value) int64 {
-			n, _ := starlark.AsInt32(v)
-			if i, ok := v.(starlark.Int); ok {
-				n64, _ := i.Int64()
-				return n64
-			}
-			return int64(n)
-		}
-		gpu := attr(attr(tr, "data"), "gpu")
-		f := trialFigures{
-			params:   attr(tr, "params").String(),
-			status:   string(attr(tr, "status").(starlark.String)),
-			peak:     i64(attr(gpu, "peak")),
-			used:     i64(attr(gpu, "used")),
-			avail:    i64(attr(gpu, "available")),
-			consumed: i64(attr(gpu, "consumed")),
-			peaked:   i64(attr(gpu, "peaked")),
-			re:       i64(attr(gpu, "reclaimed")),
-			reserved: attr(tr, "reserved").String(),
-			replayed: bool(attr(tr, "replayed").(starlark.Bool)),
-		}
-		if e, ok := attr(tr, "error").(starlark.String); ok {
-			f.err = string(e)
-		}
-		got = append(got, f)
-	}
+	got := trialsOf(t, tv)
 	return got, out.String()
 }
 
@@ -240,12 +202,21 @@ func randomConfig(r *rand.Rand) map[string]any {
 // TestReplayRandomModels is TestReplayEqualsFullTrials over random small
 // models of the library's builders: a batch or a sequence search, with
 // activation checkpointing or without, in bf16 autocast or float32, on a
-// simulated T4 or H100. MEMSH_REPLAY_SEEDS=N runs N seeds more.
+// simulated T4 or H100: seeds 1 to 4 (-tags long: 1 to 40).
+// MEMSH_REPLAY_SEEDS=N runs N random seeds more.
 func TestReplayRandomModels(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long searches")
 	}
-	seeds := []int64{1, 2, 3, 4, 5, 6}
+	checkRandomModels(t, 1, 4)
+}
+
+// checkRandomModels is TestReplayRandomModels over seeds from to to.
+func checkRandomModels(t *testing.T, from, to int64) {
+	var seeds []int64
+	for s := from; s <= to; s++ {
+		seeds = append(seeds, s)
+	}
 	if n, _ := strconv.Atoi(os.Getenv("MEMSH_REPLAY_SEEDS")); n > 0 {
 		for i := 0; i < n; i++ {
 			seeds = append(seeds, time.Now().UnixNano()+int64(i))
@@ -302,4 +273,42 @@ def train(batch, seq):
 	if total == 0 {
 		t.Error("no trial was replayed: the test compares nothing")
 	}
+}
+
+// figuresOf returns a trial's figures (with the replay fields shown:
+// sweep.ShowReplayFields).
+func figuresOf(t *testing.T, tr *starlarkstruct.Struct) trialFigures {
+	t.Helper()
+	attr := func(v starlark.Value, name string) starlark.Value {
+		a, err := v.(starlark.HasAttrs).Attr(name)
+		if err != nil {
+			t.Fatalf("trial %v has no %s", v, name)
+		}
+		return a
+	}
+	i64 := func(v starlark.Value) int64 {
+		n, _ := starlark.AsInt32(v)
+		if i, ok := v.(starlark.Int); ok {
+			n64, _ := i.Int64()
+			return n64
+		}
+		return int64(n)
+	}
+	gpu := attr(attr(tr, "data"), "gpu")
+	f := trialFigures{
+		params:   attr(tr, "params").String(),
+		status:   string(attr(tr, "status").(starlark.String)),
+		peak:     i64(attr(gpu, "peak")),
+		used:     i64(attr(gpu, "used")),
+		avail:    i64(attr(gpu, "available")),
+		consumed: i64(attr(gpu, "consumed")),
+		peaked:   i64(attr(gpu, "peaked")),
+		re:       i64(attr(gpu, "reclaimed")),
+		reserved: attr(tr, "reserved").String(),
+		replayed: bool(attr(tr, "replayed").(starlark.Bool)),
+	}
+	if e, ok := attr(tr, "error").(starlark.String); ok {
+		f.err = string(e)
+	}
+	return f
 }

@@ -1,0 +1,23 @@
+//go:build long
+
+package sweep_test
+
+import "testing"
+
+// TestLongReplayEqualsFullTrialsFitStar runs every search of
+// scripts/fit.star — every model, with and without checkpointing, batch
+// and sequence — on the H100 preset in full and with replay, and compares
+// every trial (TestReplayEqualsFullTrialsFitStar does a part of it in the
+// default suite). .ci/run's long step: go test -tags long.
+func TestLongReplayEqualsFullTrialsFitStar(t *testing.T) {
+	trials, replayed := compareFitStar(t, "sim:H100,meta")
+	t.Logf("%d trials, %d replayed", trials, replayed)
+	if replayed == 0 {
+		t.Error("no trial was replayed: the test compares nothing")
+	}
+}
+
+// TestLongReplayRandomModels is TestReplayRandomModels over 40 seeds.
+func TestLongReplayRandomModels(t *testing.T) {
+	checkRandomModels(t, 1, 40)
+}
