@@ -14,8 +14,9 @@
 // (sim:H100,meta: allocations only, PyTorch's allocator and layout) with
 // the embedded driver (driver.star), which builds the model from the
 // library (scripts.Library), trains it for two steps per trial under
-// sweep.max_fit's binary search in exact peak mode with fresh trials,
-// and measures the boundary sizes under nn.track (memtrack's categories:
+// sweep.max_fit's binary search in exact peak mode (a fresh process per
+// search, fresh="search"; trials replayed where a replay is the full
+// trial's), and measures the boundary sizes under nn.track (memtrack's categories:
 // parameters, gradients, optimizer state, activations, temporaries,
 // other). When batch 1 does not fit, Advise runs the changes that could
 // (activation checkpointing, a shorter sequence, another optimizer, lower
