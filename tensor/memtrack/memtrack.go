@@ -80,8 +80,8 @@ var rank = [NumCategories]int{Parameter: 0, Buffer: 1, Gradient: 2, Optstate: 3,
 type Snapshot struct {
 	Bytes [NumCategories]uint64 // by category
 	Total uint64                // the sum: the device's allocated bytes
-	// Library is the part of Bytes[Other] that libraries allocated while
-	// tracking (the cuBLAS workspaces).
+	// Library is the part of Bytes[Other] that is libraries' (the cuBLAS
+	// workspaces), allocated while tracking or before.
 	Library uint64
 	// Phase is what was running when it was taken: "forward" (a module's
 	// forward), "backward" (a node of the backward engine), "optimizer
@@ -458,17 +458,23 @@ func (t *Tracker) snapshot() Snapshot {
 		}
 	}
 	// library memory made while tracking (a cuBLAS workspace at the first
-	// matrix product) is Other, as what was there before
-	var lib uint64
+	// matrix product) is Other, as what was there before; Library is all
+	// of it that is live, made before Start too (the workspaces an
+	// earlier trial of the process allocated)
+	var lib, libBefore uint64
 	for _, m := range t.ctx.LibraryMemory() {
-		if n, ok := t.live[m.Seq()]; ok && m.Seq() > t.startSeq {
+		if n, ok := t.live[m.Seq()]; ok {
 			if _, known := cat[m.Seq()]; !known {
-				lib += n
+				if m.Seq() > t.startSeq {
+					lib += n
+				} else {
+					libBefore += n
+				}
 			}
 		}
 	}
 	s.Bytes[Other] = t.preTotal - pre + lib
-	s.Library = lib
+	s.Library = lib + libBefore
 	s.Bytes[Temp] = t.total - sum - s.Bytes[Other]
 	s.Total = t.total
 	switch {
