@@ -444,6 +444,8 @@ func (rp *replayer) footer() string {
 	switch {
 	case rp.off != "":
 		fmt.Fprintf(&b, "replay=True: every trial ran in full; replay was turned off: %s", rp.off)
+	case len(rp.models) == 0 && rp.why == "":
+		fmt.Fprintf(&b, "replay=True: every trial ran in full (no model of the step: fewer than three trials ran with one program)")
 	case len(rp.models) == 0:
 		fmt.Fprintf(&b, "replay=True: every trial ran in full (no model of the step: %s)", rp.why)
 	default:
