@@ -395,7 +395,11 @@ func trialsText(ts []Trial, unit string) string {
 			full = append(full, v)
 		}
 	}
-	s := fmt.Sprintf("search: %d trials; run in full at %s %s", len(ts), unit, strings.Join(full, ", "))
+	n := fmt.Sprintf("%d trials", len(ts))
+	if len(ts) == 1 {
+		n = "1 trial"
+	}
+	s := fmt.Sprintf("search: %s; run in full at %s %s", n, unit, strings.Join(full, ", "))
 	if len(rep) == 0 {
 		return s + "; none replayed"
 	}
