@@ -754,5 +754,16 @@ def main():
         print(f"{c}: {summ}")
 
 
+# --------------------------------------------------------------------------
+# Optimizer, clipping and gradient-accumulation cases live in optim_refs.py
+# (kept apart: it adds its cases to MODELS and routes them through
+# run_model and check_model).
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import optim_refs  # noqa: E402
+
+optim_refs.register(globals())
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,42 @@
+package nn_test
+
+import "fmt"
+
+// Golden cases of the optimizers people pick to save memory, gradient
+// accumulation and clipping (bench/torchref/optim_refs.py): the MLP of the
+// mlp_* cases trained for two optimizer steps.
+
+const mlpSetup = `
+model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)).to("cuda")
+`
+
+func init() {
+	// Gradient accumulation: accum micro-batches, each forward, loss / accum
+	// and backward (AccumulateGrad steals the first micro-batch's gradients
+	// and adds the later ones in place, freeing each incoming gradient),
+	// then one SGD step without momentum (no state, no temporaries: the
+	// step allocates nothing). No correction: nothing host-only is counted
+	// (the wrapped divisor and its float copy are host tensors).
+	const accum = 3
+	setup := mlpSetup
+	for k := 1; k <= accum; k++ {
+		setup += fmt.Sprintf("x%d = tensor.randn(64, 512, device=\"cuda\")\ny%d = tensor.randint(0, 10, [64], device=\"cuda\")\n", k, k)
+	}
+	setup += "opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.0)\n"
+	var phases []goldenPhase
+	for step := 1; step <= 2; step++ {
+		for k := 1; k <= accum; k++ {
+			phases = append(phases,
+				goldenPhase{fmt.Sprintf("forward.%d", k), step, fmt.Sprintf("out = model(x%d)", k)},
+				goldenPhase{fmt.Sprintf("loss.%d", k), step, fmt.Sprintf("loss = nn.functional.cross_entropy(out, y%d) / %d", k, accum)},
+				goldenPhase{fmt.Sprintf("backward.%d", k), step, "loss.backward()"},
+				goldenPhase{fmt.Sprintf("release.%d", k), step, "out = None\nloss = None"},
+			)
+		}
+		phases = append(phases,
+			goldenPhase{"step", step, "opt.step()"},
+			goldenPhase{"zero_grad", step, "opt.zero_grad(set_to_none=True)"},
+		)
+	}
+	addGolden(goldenCase{name: "optim_grad_accum", setup: setup, phases: phases})
+}
