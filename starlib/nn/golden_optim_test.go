@@ -40,3 +40,32 @@ func init() {
 	}
 	addGolden(goldenCase{name: "optim_grad_accum", setup: setup, phases: phases})
 }
+
+func init() {
+	// Gradient clipping after backward, as PyTorch 2.x's clip_grad_norm_
+	// with foreach=True: the six 0-dim norms, their stack and its norm
+	// (peak 8 × 512 above the start), then clip_coef's sum, reciprocal and
+	// product, the clamp, the in-place multiply; the total norm stays
+	// (norm, until release). CUDA's fast _foreach_norm also makes its
+	// output_per_tensor scratch (6 tensors × 16 chunks of 65536 = 96
+	// floats, one 512-byte block) before the norms and frees it after:
+	// 7 blocks then, below the 8 of the stack, so the CPU reference's peak
+	// stands. No correction.
+	setup := mlpSetup + `x = tensor.randn(64, 512, device="cuda")
+y = tensor.randint(0, 10, [64], device="cuda")
+opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.0)
+`
+	var phases []goldenPhase
+	for step := 1; step <= 2; step++ {
+		phases = append(phases,
+			goldenPhase{"forward", step, "out = model(x)"},
+			goldenPhase{"loss", step, "loss = nn.functional.cross_entropy(out, y)"},
+			goldenPhase{"backward", step, "loss.backward()"},
+			goldenPhase{"clip", step, "norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0, foreach=True)"},
+			goldenPhase{"step", step, "opt.step()"},
+			goldenPhase{"zero_grad", step, "opt.zero_grad(set_to_none=True)"},
+			goldenPhase{"release", step, "out = None\nloss = None\nnorm = None"},
+		)
+	}
+	addGolden(goldenCase{name: "optim_clip_grad", setup: setup, phases: phases})
+}

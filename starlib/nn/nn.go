@@ -26,6 +26,7 @@
 //	    scaled_dot_product_attention's backends: "math", "flash", "efficient", "cudnn" (sdpa_kernel.go)
 //	track(fn, *args, **kwargs)                                      (track.go)
 //	functional: the functional forms (see functional.go)
+//	utils: clip_grad_norm_, get_total_norm, clip_grads_with_norm_   (clip_grad.go)
 //
 // Conv2d and nn.functional.conv2d model cudnn_convolution's tensors only:
 // the cuDNN workspace (its size depends on the algorithm cuDNN picks) is
