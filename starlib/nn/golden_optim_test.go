@@ -69,3 +69,20 @@ opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.0)
 	}
 	addGolden(goldenCase{name: "optim_clip_grad", setup: setup, phases: phases})
 }
+
+func init() {
+	// Adafactor: transformers' (optim.transformers.Adafactor) with
+	// Trainer's options and with its defaults plus beta1 and weight decay
+	// (the learning rate then a 0-dim tensor: RMS × step size), and
+	// torch.optim.Adafactor's loop and foreach paths. The references are
+	// the sources' code in plain PyTorch 1.13 (optim_refs.py); their 0-dim
+	// results (norms, RMS, the bool comparison, the learning rate, a row
+	// mean) are device tensors, counted. No correction: the host step
+	// counters and wrapped scalars are left out of the figures.
+	addGolden(
+		mlpCase("optim_adafactor_hf", "optim.transformers.Adafactor(model.parameters(), lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False)", nil),
+		mlpCase("optim_adafactor_hf_beta1", "optim.transformers.Adafactor(model.parameters(), beta1=0.9, weight_decay=0.01)", nil),
+		mlpCase("optim_adafactor_torch", "optim.Adafactor(model.parameters(), lr=1e-2)", nil),
+		mlpCase("optim_adafactor_torch_foreach", "optim.Adafactor(model.parameters(), lr=1e-2, foreach=True)", nil),
+	)
+}
