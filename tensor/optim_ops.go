@@ -242,3 +242,11 @@ func Reciprocal(t *Tensor) (*Tensor, error) {
 	}
 	return mapNew("tensor.reciprocal", t, t.dtype, []*Tensor{t}, func(x []float64) float64 { return 1 / x[0] })
 }
+
+// MapInPlace sets dst[i] = f(dst[i], others[0][i], ...) in place (the
+// others broadcast to dst's shape, on dst's device), computing in
+// float64: the arithmetic of a fused kernel that reads several tensors and
+// writes one (a fused optimizer's update), with no allocation.
+func MapInPlace(fname string, dst *Tensor, others []*Tensor, f func(x []float64) float64) error {
+	return inPlace(fname, dst, others, f)
+}

@@ -230,12 +230,23 @@ func newAdam(decoupled bool) func(*starlark.Thread, *starlark.Builtin, starlark.
 			wdN = 0.01
 		}
 		var betas starlark.Tuple = starlark.Tuple{starlark.Float(0.9), starlark.Float(0.999)}
-		var amsgrad bool
-		var foreachV starlark.Value = starlark.None
+		var amsgrad, differentiable bool
+		var foreachV, fusedV starlark.Value = starlark.None, starlark.None
 		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "params", &paramsV, "lr?", &lrN, "betas?", &betas, "eps?", &epsN,
 			"weight_decay?", &wdN, "amsgrad?", &amsgrad, "foreach?", &foreachV, "maximize?", new(bool), "capturable?", new(bool),
-			"differentiable?", new(bool), "fused?", new(starlark.Value)); err != nil {
+			"differentiable?", &differentiable, "fused?", &fusedV); err != nil {
 			return nil, err
+		}
+		fused := false
+		switch v := fusedV.(type) {
+		case starlark.NoneType:
+		case starlark.Bool:
+			fused = bool(v)
+		default:
+			return nil, fmt.Errorf("%s: for parameter fused: got %s, want bool or None", b.Name(), fusedV.Type())
+		}
+		if fused && foreachV == starlark.True {
+			return nil, fmt.Errorf("%s: `fused` and `foreach` cannot be `True` together.", b.Name())
 		}
 		lr, eps, wd := float64(lrN), float64(epsN), float64(wdN)
 		if len(betas) != 2 {
@@ -258,9 +269,14 @@ func newAdam(decoupled bool) func(*starlark.Thread, *starlark.Builtin, starlark.
 		if err != nil {
 			return nil, err
 		}
+		if fused {
+			if err := o.SetFused(differentiable); err != nil {
+				return nil, err
+			}
+		}
 		return &Optimizer{o: o, params: vals, group: starlark.StringDict{
 			"lr": starlark.Float(lr), "betas": betas, "eps": starlark.Float(eps), "weight_decay": starlark.Float(wd),
-			"amsgrad": starlark.Bool(amsgrad), "foreach": foreachV,
+			"amsgrad": starlark.Bool(amsgrad), "foreach": foreachV, "fused": fusedV,
 		}}, nil
 	}
 }
