@@ -250,3 +250,34 @@ func Reciprocal(t *Tensor) (*Tensor, error) {
 func MapInPlace(fname string, dst *Tensor, others []*Tensor, f func(x []float64) float64) error {
 	return inPlace(fname, dst, others, f)
 }
+
+// SetFloat64s writes vals (row-major, one per element, rounded to t's
+// dtype) into t in place: no allocation on any device. For an op whose
+// arithmetic runs on the host over a copy of the values (ToFloat64s), as
+// the simulator's share of a fused kernel with block-wise state (the 8-bit
+// optimizers). t must hold data.
+func (t *Tensor) SetFloat64s(vals []float64) error {
+	const fname = "tensor.set_values"
+	if err := t.checkLive(fname); err != nil {
+		return err
+	}
+	if len(vals) != t.Numel() {
+		return errorf(fname, "got %d values for a tensor of %d elements", len(vals), t.Numel())
+	}
+	if err := t.needData(fname); err != nil {
+		return err
+	}
+	if onGPU(t) != nil {
+		return staged(t.ctx, fname, []*Tensor{t}, func(s *staging) error { return s.shadowOf(t).SetFloat64s(vals) })
+	}
+	store := storeF64[t.dtype]
+	i := 0
+	forEachElem(t, func(p elemPtr) bool {
+		store(p, vals[i])
+		i++
+		return true
+	})
+	runtime.KeepAlive(t)
+	t.st.BumpVersion()
+	return nil
+}

@@ -64,8 +64,13 @@ func (o *Optimizer) Truth() starlark.Bool  { return true }
 func (o *Optimizer) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable: %s", o.Type()) }
 
 func (o *Optimizer) AttrNames() []string {
-	return []string{"param_groups", "state", "step", "zero_grad"}
+	return []string{"paged_bytes", "param_groups", "state", "step", "zero_grad"}
 }
+
+// pagedMemory is an engine optimizer whose state is partly in paged
+// (managed) memory, outside the caching allocator (bitsandbytes' paged
+// optimizers).
+type pagedMemory interface{ PagedBytes() uint64 }
 
 func (o *Optimizer) Attr(name string) (starlark.Value, error) {
 	switch name {
@@ -90,6 +95,16 @@ func (o *Optimizer) Attr(name string) (starlark.Value, error) {
 			}
 			return starlark.None, optim.ZeroGrad(o.o.Params(), setToNone)
 		}).BindReceiver(o), nil
+	case "paged_bytes":
+		return starlark.NewBuiltin(o.o.Name()+".paged_bytes", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
+				return nil, err
+			}
+			if pm, ok := o.o.(pagedMemory); ok {
+				return starlark.MakeUint64(pm.PagedBytes()), nil
+			}
+			return starlark.MakeInt(0), nil
+		}).BindReceiver(o), nil
 	case "state":
 		d := starlark.NewDict(len(o.params))
 		for _, p := range o.params {
@@ -105,6 +120,8 @@ func (o *Optimizer) Attr(name string) (starlark.Value, error) {
 					sv = startensor.Wrap(v)
 				case float64:
 					sv = starlark.Float(v)
+				case *optim.PagedBuffer:
+					sv = pagedValue(v)
 				default:
 					continue
 				}
