@@ -26,7 +26,7 @@ type Config struct {
 // Manager owns every allocation of one Session: it allocates through the
 // device allocators, keeps a weak pointer to each handle, and reclaims —
 // runtime.GC() then frees every allocation whose handle is gone —
-// synchronously at the points DESIGN.md §4 names. It never relies on
+// synchronously at the points docs/architecture.md ("How memory is accounted") names. It never relies on
 // finalizers or cleanups for a reported figure.
 //
 // The Manager's own methods are safe for use by several goroutines; the

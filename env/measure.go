@@ -1,6 +1,6 @@
 // This file defines memsh's memory figures — used, consumed, peak,
 // peaked, reclaimed, available — and the data of an experiment or trial, as
-// DESIGN.md §5 defines them, with their Starlark and JSON forms.
+// docs/starlark.md defines them, with their Starlark and JSON forms.
 package env
 
 import (
@@ -11,7 +11,7 @@ import (
 )
 
 // Figures are one resource's memory figures over an interval, in bytes, as
-// DESIGN.md §5 defines them.
+// docs/starlark.md defines them.
 type Figures struct {
 	// Device is "host" for host RAM, or the GPU's device string ("cuda:0").
 	Device string
@@ -40,7 +40,7 @@ type Figures struct {
 	Available int64
 }
 
-// Data is what an experiment measured: DESIGN.md §3's
+// Data is what an experiment measured: docs/starlark.md's
 // struct(name, time, host, gpu, gpus).
 type Data struct {
 	Name string

@@ -12,6 +12,7 @@ import (
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
 
+	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/sim"
 )
 
@@ -120,6 +121,15 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 	}
 	rep := &Report{Model: m.Name, Title: m.Title, Source: sourceKind(m), GPU: o.GPU, Precision: o.Precision,
 		Optimizer: o.Optimizer, Checkpoint: o.Checkpoint, Attention: o.Attention, Steps: Steps}
+	if m.HF != nil && m.HF.IsMoE() {
+		rep.Routing = o.Routing
+	}
+	if o.Inference {
+		rep.Inference, rep.MaxNewTokens, rep.KVCache = true, o.MaxNewTokens, o.KVCache
+		rep.Optimizer, rep.Steps = "", 0
+	} else if o.GradAccum > 1 {
+		rep.GradAccum = o.GradAccum
+	}
 	if m.Entry != nil {
 		rep.PublishedParameters = m.Entry.Published
 	}
@@ -127,6 +137,16 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		return nil, err
 	}
 	info, err := r.describe()
+	buildOOM := err != nil && backend.IsOOM(err)
+	if buildOOM {
+		// The weights alone are more than the card: count them on a card
+		// with room, and let the search's trials (each an OOM at build)
+		// and the advice say what would fit.
+		info, err = describeUnbounded(o, m, lib, stderr)
+		if err == nil {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("the model's weights alone (%s) are more than the card's memory: building it runs out of memory", backend.FormatBytes(info.ParamBytes)))
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -142,9 +162,6 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 	if m.HF != nil && m.HF.HasVision {
 		rep.Notes = append(rep.Notes, "a multimodal config: memsh builds its text model only (the vision tower is not modelled)")
 	}
-	if err := r.attentionReport(m, rep); err != nil {
-		return nil, err
-	}
 	if dev := r.s.Devices(); len(dev) > 0 {
 		rep.Device = dev[0].Description()
 	}
@@ -154,6 +171,15 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		if o.Seq > 0 {
 			seq = o.Seq
 		}
+	}
+	probe := seq
+	if o.Set["batch"] {
+		// the sequence search's long sequences (a sliding window's mask
+		// comes in past its window)
+		probe = min(m.MaxSeq, 16384)
+	}
+	if err := r.attentionReport(m, rep, probe); err != nil {
+		return nil, err
 	}
 	var sr *Search
 	if o.Set["batch"] {
@@ -197,10 +223,23 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		if err != nil {
 			return nil, err
 		}
-		rep.Capacity, rep.Usable = ms.Total, ms.Total-ms.Outside
+		rep.Capacity, rep.Usable, rep.Context = ms.Total, ms.Total-ms.Outside, ms.Outside
 		rep.Peak = &Peak{Allocated: ms.MaxAllocated, Reserved: ms.MaxReserved, Fragmentation: ms.MaxReserved - ms.MaxAllocated, Headroom: ms.Total - ms.Outside - ms.MaxReserved}
 		rep.Breakdown = breakdownOf(ms.Peak)
 		rep.PeakPhase = ms.Phase
+		if o.Inference && ms.Generation != nil {
+			rep.PrefillPeak, rep.PeakIn = ms.Generation["prefill_peak"], ms.GenPhase
+			kv := ms.Generation["kv_cache"]
+			if o.KVCache == "dynamic" && ms.GenPhase == "prefill" {
+				// at the prefill's peak the cache holds the prompt's tokens
+				b, s := at(sr.Largest)
+				kv = kv * int64(s) / int64(s+o.MaxNewTokens-1)
+				_ = b
+			}
+			rep.Breakdown.KVCache = kv
+			rep.Breakdown.Temporaries = max(0, rep.Breakdown.Temporaries-kv)
+			rep.PeakPhase = ""
+		}
 		if ms.Status != "ok" {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the measuring trial at %d did not run (%s): its figures are of a run that failed", sr.Largest, ms.Status))
 		}
@@ -211,18 +250,30 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 			return nil, err
 		}
 		if rep.Capacity == 0 {
-			rep.Capacity, rep.Usable = ms.Total, ms.Total-ms.Outside
+			rep.Capacity, rep.Usable, rep.Context = ms.Total, ms.Total-ms.Outside, ms.Outside
 		}
 		oi := &OOMInfo{Value: sr.FirstOOM, Requested: ms.Requested, Breakdown: breakdownOf(ms.Failed), Phase: ms.Phase, Message: ms.Error}
 		if ms.Failed != nil {
 			oi.Allocated = ms.Failed["Total"]
+		}
+		if buildOOM {
+			// the weights ran out while the model was being built: none
+			// of them a parameter yet, no phase
+			oi.Building, oi.Breakdown, oi.Phase = true, nil, ""
 		}
 		rep.OOM = oi
 		if ms.Status == "ok" {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the measuring trial at %d ran (the search's trial did not)", sr.FirstOOM))
 		}
 	}
-	if sr.Largest == 0 {
+	if sr.Largest == 0 && o.Inference {
+		rep.Floor = &Floor{Parameters: info.ParamBytes, Total: info.ParamBytes, Usable: rep.Usable}
+		adv, err := adviseInference(o, m, lib, seq, stderr)
+		if err != nil {
+			return nil, err
+		}
+		rep.Advice = adv
+	} else if sr.Largest == 0 {
 		rep.Floor = floorOf(o, info, rep.Usable)
 		adv, err := advise(o, m, lib, seq, rep, stderr)
 		if err != nil {
@@ -268,7 +319,7 @@ func (r *run) starChecks(m *Model, rep *Report) error {
 }
 
 // attentionReport fills what attention runs and, for SDPA, its backend.
-func (r *run) attentionReport(m *Model, rep *Report) error {
+func (r *run) attentionReport(m *Model, rep *Report, seq int) error {
 	switch m.Kind {
 	case KindResNet:
 		rep.Attention = ""
@@ -290,7 +341,7 @@ func (r *run) attentionReport(m *Model, rep *Report) error {
 	if rep.Attention == "eager" {
 		return nil
 	}
-	be, err := r.attention()
+	be, err := r.attention(seq)
 	if err != nil {
 		return err
 	}
@@ -442,6 +493,66 @@ func advise(o Options, m *Model, lib fs.FS, seq int, rep *Report, stderr io.Writ
 	return out, nil
 }
 
+// adviseInference tries what could make generation fit: the other KV
+// cache, a shorter prompt, fewer new tokens, a bigger card.
+func adviseInference(o Options, m *Model, lib fs.FS, seq int, stderr io.Writer) ([]Alternative, error) {
+	var out []Alternative
+	try := func(change string, o2 Options, gpu string, what string) error {
+		a := Alternative{Change: change, Modelled: true, What: what}
+		r, err := sessionFor(o2, m, lib, gpu, io.Discard, stderr)
+		if err != nil {
+			return err
+		}
+		defer r.close()
+		var sr *Search
+		if what == "seq" {
+			sr, err = r.search("seq", 1, 0, 1, m.MaxSeq-o2.MaxNewTokens, change)
+		} else {
+			sr, err = r.search("batch", 0, seq, 1, 0, change)
+		}
+		if err != nil {
+			return err
+		}
+		a.Fits, a.Largest, a.FirstOOM = sr.Largest > 0, sr.Largest, sr.FirstOOM
+		if what == "seq" && a.Largest >= seq {
+			a.Fits = false
+		}
+		out = append(out, a)
+		return nil
+	}
+	other := "static"
+	if o.KVCache == "static" {
+		other = "dynamic"
+	}
+	o2 := o
+	o2.KVCache = other
+	if err := try("a "+cacheText(other)+" instead", o2, o.GPU, "batch"); err != nil {
+		return nil, err
+	}
+	if seq > 1 {
+		if err := try(fmt.Sprintf("a shorter prompt than %d (at batch 1)", seq), o, o.GPU, "seq"); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range biggerPresets(o.GPU) {
+		n := len(out)
+		if err := try("a bigger card: "+p.Key+" ("+fb(int64(p.Total))+")", o, p.Key, "batch"); err != nil {
+			return nil, err
+		}
+		if out[n].Fits {
+			break
+		}
+		out = out[:n]
+		if p.Key == biggerPresets(o.GPU)[len(biggerPresets(o.GPU))-1].Key {
+			out = append(out, Alternative{Change: "a bigger card", Modelled: true, Note: "none of memsh's presets fits"})
+		}
+	}
+	out = append(out,
+		Alternative{Change: "8-bit or 4-bit weights (bitsandbytes)", Note: "an open issue of memsh's"},
+		Alternative{Change: "tensor parallelism across N GPUs", Note: "an open issue of memsh's"})
+	return out, nil
+}
+
 func optimizerName(o string) string {
 	switch o {
 	case "adamw":
@@ -480,4 +591,18 @@ func biggerPresets(gpu string) []sim.Preset {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Total < out[j].Total })
 	return out
+}
+
+// unboundedGPU is a meta card with room for any model's weights, for
+// counting parameters when the requested card cannot hold them.
+const unboundedGPU = "1PiB"
+
+// describeUnbounded builds m on unboundedGPU and returns its parameters.
+func describeUnbounded(o Options, m *Model, lib fs.FS, stderr io.Writer) (*modelInfo, error) {
+	r, err := sessionFor(o, m, lib, unboundedGPU, io.Discard, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	return r.describe()
 }

@@ -40,6 +40,16 @@ func options(src string, set map[string]any) fit.Options {
 			o.Checkpoint = v.(bool)
 		case "json":
 			o.JSON = v.(bool)
+		case "inference":
+			o.Inference = v.(bool)
+		case "max-new-tokens":
+			o.MaxNewTokens = v.(int)
+		case "kv-cache":
+			o.KVCache = v.(string)
+		case "routing":
+			o.Routing = v.(string)
+		case "grad-accum":
+			o.GradAccum = v.(int)
 		}
 	}
 	return o
@@ -59,6 +69,13 @@ func TestUsageErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "config.json")
 	if err := os.WriteFile(bad, []byte(`{"model_type": "mamba", "hidden_size": 8}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	moe := filepath.Join(dir, "moe", "config.json")
+	if err := os.MkdirAll(filepath.Dir(moe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(moe, []byte(tinyMixtral), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	nostar := filepath.Join(dir, "m.star")
@@ -83,10 +100,19 @@ func TestUsageErrors(t *testing.T) {
 		{"gpt2-small", map[string]any{"optimizer": "lion"}, `--optimizer: want adamw, adam or sgd, got "lion"`},
 		{"gpt2-small", map[string]any{"attention": "xformers"}, `--attention: want eager, sdpa or flash`},
 		{"llama-3.2-1b", map[string]any{"gpu": "T4", "attention": "flash"}, "--attention flash: FlashAttention-2 needs sm80 or newer; Tesla T4 is sm75"},
-		{bad, nil, `model_type "mamba" is not one memsh builds (gemma2, gemma3, gemma3_text, gpt2, llama, mistral, phi3, qwen2, qwen3); write the model as a .star file`},
+		{bad, nil, `model_type "mamba" is not one memsh builds (gemma2, gemma3, gemma3_text, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe); write the model as a .star file`},
 		{filepath.Join(dir, "none.json"), nil, "none.json: no such file or directory"},
 		{nostar, nil, "m.star: a model file defines build(device, checkpoint) and inputs(batch, seq, device); it has no inputs"},
 		{filepath.Join(dir, "none.star"), nil, "none.star: no such file or directory"},
+		{"gpt2-small", map[string]any{"inference": true}, "--inference: generation with a KV cache is modelled for the Llama-family configs"},
+		{"llama-3.2-1b", map[string]any{"inference": true, "optimizer": "sgd"}, "--optimizer: a training option; --inference generates under no_grad"},
+		{"llama-3.2-1b", map[string]any{"inference": true, "kv-cache": "paged"}, `--kv-cache: want dynamic or static (transformers' DynamicCache, StaticCache), got "paged"`},
+		{"llama-3.2-1b", map[string]any{"routing": "worst"}, "--routing: llama-3.2-1b has no Mixture-of-Experts layers"},
+		{moe, map[string]any{"routing": "best"}, `--routing: want balanced or worst (a Mixture-of-Experts model's tokens per expert: even, or all on the same experts), got "best"`},
+		{"llama-3.2-1b", map[string]any{"inference": true, "max-new-tokens": 0}, "--max-new-tokens: want a positive integer, got 0"},
+		{"gpt2-small", map[string]any{"grad-accum": 0}, "--grad-accum: want a positive integer, got 0"},
+		{"llama-3.2-1b", map[string]any{"inference": true, "grad-accum": 2}, "--grad-accum: a training option; --inference generates under no_grad"},
+		{"llama-3.2-1b", map[string]any{"inference": true, "seq": 131000, "max-new-tokens": 100}, "--seq 131000 + --max-new-tokens 100: llama-3.2-1b takes at most 131072 positions"},
 	} {
 		o := options(tc.src, tc.set)
 		rc, out, errs := runMain(t, o)
@@ -348,8 +374,17 @@ func TestJSONReport(t *testing.T) {
 		t.Errorf("trials %v do not hold the boundary %d/%d", r.Trials, *r.LargestBatch, *r.FirstOOM)
 	}
 	b := r.Breakdown
-	if sum := b.Parameters + b.Gradients + b.OptimizerState + b.Activations + b.Temporaries + b.Other; sum != r.Peak.Allocated {
+	if sum := b.Parameters + b.Gradients + b.OptimizerState + b.Activations + b.Temporaries + b.Workspaces + b.Other; sum != r.Peak.Allocated {
 		t.Errorf("breakdown sums to %d, peak allocated %d", sum, r.Peak.Allocated)
+	}
+	// PyTorch 2.x's workspaces on sm89: cuBLAS 8 MiB + 128 KiB for the
+	// forward's thread and the backward's, cuBLASLt 1 MiB for the
+	// forward's (addmm with its bias)
+	if b.Workspaces != 2*(4096*2*1024+16*8*1024)+1024*1024 {
+		t.Errorf("workspaces %d", b.Workspaces)
+	}
+	if r.Capacity != r.Usable+r.Context || r.Context <= 0 {
+		t.Errorf("capacity %d, usable %d, context %d", r.Capacity, r.Usable, r.Context)
 	}
 	if r.Peak.Fragmentation != r.Peak.Reserved-r.Peak.Allocated || r.Peak.Headroom != r.Usable-r.Peak.Reserved {
 		t.Errorf("peak %+v, usable %d", r.Peak, r.Usable)
@@ -419,6 +454,30 @@ func TestAdviceWhenNothingFits(t *testing.T) {
 	}
 }
 
+// A model whose weights alone are more than the card (Mixtral 8x7B's
+// 46.7 B parameters in float32 on an H100) is an answer, not a traceback:
+// its parameters counted on a card with room (the count Mistral AI
+// publishes: 46,702,792,704), batch 1 an OOM while the model is built,
+// the floor and the advice.
+func TestWeightsAloneDoNotFit(t *testing.T) {
+	rc, text, stderr := runMain(t, options("../testdata/hfconfigs/mixtral-8x7b-v0.1.json", nil))
+	if rc != 0 || strings.Contains(text+stderr, "Traceback") {
+		t.Fatalf("rc %d\n%s\n%s", rc, text, stderr)
+	}
+	for _, want := range []string{
+		"46,702,792,704 parameters, float32",
+		"largest batch: none — batch 1 runs out of memory",
+		"while building the model (its weights)",
+		"model-state floor: parameters 173.98 GiB",
+		"what would fit (each found by trials):",
+		"the model's weights alone (173.98 GiB) are more than the card's memory",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("missing %q in\n%s", want, text)
+		}
+	}
+}
+
 // A .star model file: build and inputs, PARAMETERS checked, MAX_SEQ bounds
 // --seq, and load() of the library works without a checkout.
 func TestStarModelFile(t *testing.T) {
@@ -464,5 +523,68 @@ def inputs(batch, seq, device):
 	}
 	if rc, _, errs := runMain(t, options(path, nil)); rc != 1 || !strings.Contains(errs, "PARAMETERS is 3,278,081, but the model build() returns has 3,278,080 parameters") {
 		t.Errorf("a wrong PARAMETERS: %d %s", rc, errs)
+	}
+}
+
+// --inference: the largest batch that generates, the KV cache in the
+// breakdown at its closed form, where the peak falls.
+func TestInference(t *testing.T) {
+	for _, kv := range []string{"dynamic", "static"} {
+		rc, out, errs := runMain(t, options("qwen2.5-0.5b", map[string]any{"inference": true, "seq": 256, "max-new-tokens": 4, "kv-cache": kv, "gpu": "4GiB", "json": true}))
+		if rc != 0 {
+			t.Fatalf("%s: exit %d: %s", kv, rc, errs)
+		}
+		var r fit.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		if !r.Inference || r.KVCache != kv || r.MaxNewTokens != 4 || r.Precision != "bf16-true" || r.ParameterDType != "bfloat16" || r.LargestBatch == nil {
+			t.Fatalf("%s: %+v", kv, r)
+		}
+		// 24 layers, 2 kv heads of 64, bfloat16: the prompt's tokens at the
+		// prefill (a DynamicCache), all 260 in a StaticCache
+		b := int64(*r.LargestBatch)
+		tokens := int64(256)
+		if r.PeakIn == "decode" {
+			tokens = 256 + 4 - 1
+		}
+		if kv == "static" {
+			tokens = 260
+		}
+		if want := 2 * 24 * 2 * 64 * tokens * b * 2; r.Breakdown.KVCache != want {
+			t.Errorf("%s: KV cache %d at the peak (in the %s), want %d", kv, r.Breakdown.KVCache, r.PeakIn, want)
+		}
+		if r.PeakIn != "prefill" && r.PeakIn != "decode" || r.PrefillPeak <= 0 || r.PrefillPeak > r.Peak.Allocated {
+			t.Errorf("%s: peak in %q, prefill peak %d of %d", kv, r.PeakIn, r.PrefillPeak, r.Peak.Allocated)
+		}
+	}
+}
+
+// Gradient accumulation: the gradients of the first micro-batch are
+// there during the next ones, so at the loss's peak (the logits of a
+// later micro-batch) every parameter's gradient is allocated — at least
+// the parameters' bytes (a block may keep the unsplit rest of its
+// segment, as PyTorch's allocator does), where without accumulation the
+// peak (the second step's loss, after zero_grad(set_to_none=True)) has
+// none.
+func TestGradAccum(t *testing.T) {
+	report := func(accum int) fit.Report {
+		rc, out, errs := runMain(t, options("gpt2-small", map[string]any{"gpu": "L4", "grad-accum": accum, "json": true}))
+		if rc != 0 {
+			t.Fatalf("exit %d: %s", rc, errs)
+		}
+		var r fit.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	one, two := report(1), report(2)
+	if two.GradAccum != 2 || one.GradAccum != 0 || two.LargestBatch == nil {
+		t.Fatalf("%+v", two)
+	}
+	paramBytes := int64(124439808 * 4) // float32, each tensor a multiple of 512 bytes already
+	if one.Breakdown.Gradients != 0 || two.Breakdown.Gradients < paramBytes {
+		t.Errorf("gradients at the peak: %d without accumulation, %d with 2 micro-batches (parameters %d)", one.Breakdown.Gradients, two.Breakdown.Gradients, paramBytes)
 	}
 }

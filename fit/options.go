@@ -38,8 +38,20 @@ type Options struct {
 	Optimizer  string // adamw, adam, sgd
 	Checkpoint bool
 	Attention  string // eager, sdpa, flash ("" : sdpa)
-	JSON       bool
-	Out        string // --out FILE.jsonl: the trials' records
+	// Routing is a Mixture-of-Experts model's routing plan: "balanced"
+	// (the default) or "worst" (models/moe.star).
+	Routing string
+	// Inference: generation under no_grad with a KV cache (KVCache
+	// "dynamic" or "static") of MaxNewTokens new tokens after a prompt of
+	// Seq tokens, instead of training.
+	Inference    bool
+	MaxNewTokens int
+	KVCache      string
+	// GradAccum is the micro-batches of each optimizer step (gradient
+	// accumulation; the searched batch is the micro-batch).
+	GradAccum int
+	JSON      bool
+	Out       string // --out FILE.jsonl: the trials' records
 	// Set records which flags the user gave (so an error never mentions
 	// a flag they did not type).
 	Set map[string]bool
@@ -140,6 +152,11 @@ func hfModel(name, title string, c *HFConfig) *Model {
 // Starlark runs. It normalises Precision and Attention, and returns
 // warnings (a card without the precision asked for) to print.
 func (o *Options) Validate(m *Model) (warnings []string, err error) {
+	if o.Inference {
+		if err := o.validateInference(m); err != nil {
+			return nil, err
+		}
+	}
 	p, ok := precisionAlias[strings.ToLower(o.Precision)]
 	if !ok {
 		return nil, usageErr("--precision: want fp32, bf16, fp16 or bf16-true (Lightning's 32-true, bf16-mixed, 16-mixed), got %q", o.Precision)
@@ -160,11 +177,29 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 	default:
 		return nil, usageErr("--attention: want eager, sdpa or flash (Hugging Face's attn_implementation names), got %q", o.Attention)
 	}
+	switch o.Routing {
+	case "":
+		o.Routing = "balanced"
+	case "balanced", "worst":
+	default:
+		return nil, usageErr("--routing: want balanced or worst (a Mixture-of-Experts model's tokens per expert: even, or all on the same experts), got %q", o.Routing)
+	}
+	if o.Set["routing"] && (m.HF == nil || !m.HF.IsMoE()) {
+		return nil, usageErr("--routing: %s has no Mixture-of-Experts layers (mixtral, qwen2_moe, qwen3_moe configs have)", m.Name)
+	}
 	if m.Kind == KindResNet && o.Set["attention"] {
 		return nil, usageErr("--attention: %s has no attention", m.Name)
 	}
 	if m.Kind == KindStar && o.Set["attention"] {
 		return nil, usageErr("--attention: a .star model chooses its own attention (its build())")
+	}
+	if o.Set["grad-accum"] {
+		if o.Inference {
+			return nil, usageErr("--grad-accum: a training option; --inference generates under no_grad")
+		}
+		if o.GradAccum < 1 {
+			return nil, usageErr("--grad-accum: want a positive integer, got %d", o.GradAccum)
+		}
 	}
 	if o.Set["seq"] && o.Seq < 1 {
 		return nil, usageErr("--seq: want a positive integer, got %d", o.Seq)
@@ -183,6 +218,9 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 	if m.MaxSeq > 0 && o.Seq > m.MaxSeq {
 		return nil, usageErr("--seq %d: %s takes at most %d positions (max_position_embeddings)", o.Seq, m.Name, m.MaxSeq)
 	}
+	if o.Inference && m.MaxSeq > 0 && o.Seq+o.MaxNewTokens > m.MaxSeq {
+		return nil, usageErr("--seq %d + --max-new-tokens %d: %s takes at most %d positions (max_position_embeddings)", o.Seq, o.MaxNewTokens, m.Name, m.MaxSeq)
+	}
 	preset, err := parseGPU(o.GPU, o.Set["gpu"])
 	if err != nil {
 		return nil, err
@@ -199,6 +237,45 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 	}
 	return warnings, nil
 }
+
+// validateInference checks --inference's options: a decoder the
+// library generates with, no training flags, and sets its defaults
+// (bfloat16 weights unless --precision says otherwise, 128 new tokens, a
+// DynamicCache).
+func (o *Options) validateInference(m *Model) error {
+	if m.Kind != KindHF || m.HF == nil || m.HF.ModelType == "gpt2" {
+		return usageErr("--inference: generation with a KV cache is modelled for the Llama-family configs (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, and the MoE mixtral, qwen2_moe, qwen3_moe); %s is not one", m.Name)
+	}
+	for _, f := range []string{"optimizer", "checkpoint"} {
+		if o.Set[f] {
+			return usageErr("--%s: a training option; --inference generates under no_grad", f)
+		}
+	}
+	if !o.Set["precision"] {
+		o.Precision = PrecBF16True
+	}
+	if !o.Set["max-new-tokens"] {
+		o.MaxNewTokens = 128
+	}
+	if o.MaxNewTokens < 1 {
+		return usageErr("--max-new-tokens: want a positive integer, got %d", o.MaxNewTokens)
+	}
+	switch o.KVCache {
+	case "":
+		o.KVCache = "dynamic"
+	case "dynamic", "static":
+	default:
+		return usageErr("--kv-cache: want dynamic or static (transformers' DynamicCache, StaticCache), got %q", o.KVCache)
+	}
+	if !o.Seq0() && m.MaxSeq > 0 {
+		// the default prompt leaves room for the new tokens
+		m.DefaultSeq = max(1, min(m.DefaultSeq, m.MaxSeq-o.MaxNewTokens))
+	}
+	return nil
+}
+
+// Seq0 reports whether --seq was given.
+func (o *Options) Seq0() bool { return o.Set["seq"] }
 
 // parseGPU reads --gpu: a preset key or a size. An unknown one lists the
 // presets.

@@ -12,39 +12,51 @@ import (
 // Report is the answer of one `memsh fit`, and its --json object
 // (docs/fit.md documents every field; sizes are bytes).
 type Report struct {
-	Model               string           `json:"model"`
-	Title               string           `json:"title"`
-	Source              string           `json:"source"` // "library", "config" or "star"
-	Parameters          int64            `json:"parameters"`
-	TrainableParameters int64            `json:"trainable_parameters"`
-	PublishedParameters int64            `json:"published_parameters,omitempty"`
-	ParameterDType      string           `json:"parameter_dtype"`
-	GPU                 string           `json:"gpu"`
-	Device              string           `json:"device"`
-	Capacity            int64            `json:"capacity"` // the card's total memory
-	Usable              int64            `json:"usable"`   // what the allocator can get: capacity less the context and cuBLAS handles
-	Precision           string           `json:"precision"`
-	Optimizer           string           `json:"optimizer"`
-	Checkpoint          bool             `json:"checkpoint"`
-	Attention           string           `json:"attention"`                // eager, sdpa or flash (what ran)
-	AttentionNote       string           `json:"attention_note,omitempty"` // why it differs from --attention
-	SDPABackend         string           `json:"sdpa_backend,omitempty"`   // cudnn, flash, efficient or math
-	Steps               int              `json:"steps"`
-	Search              string           `json:"search"` // "batch" or "seq"
-	Seq                 int              `json:"seq,omitempty"`
-	Batch               int              `json:"batch,omitempty"`
-	LargestBatch        *int             `json:"largest_batch,omitempty"`
-	LargestSeq          *int             `json:"largest_seq,omitempty"`
-	FirstOOM            *int             `json:"first_oom"`
-	Peak                *Peak            `json:"peak"`
-	Breakdown           *Breakdown       `json:"breakdown"`
-	PeakPhase           string           `json:"peak_phase,omitempty"`
-	OOM                 *OOMInfo         `json:"oom,omitempty"`
-	Floor               *Floor           `json:"floor,omitempty"`
-	Advice              []Alternative    `json:"advice,omitempty"`
-	CheckpointFile      *CheckpointCheck `json:"checkpoint_file,omitempty"`
-	Trials              []Trial          `json:"trials"`
-	Notes               []string         `json:"notes,omitempty"`
+	Model               string `json:"model"`
+	Title               string `json:"title"`
+	Source              string `json:"source"` // "library", "config" or "star"
+	Parameters          int64  `json:"parameters"`
+	TrainableParameters int64  `json:"trainable_parameters"`
+	PublishedParameters int64  `json:"published_parameters,omitempty"`
+	ParameterDType      string `json:"parameter_dtype"`
+	GPU                 string `json:"gpu"`
+	Device              string `json:"device"`
+	Capacity            int64  `json:"capacity"` // the card's total memory
+	Usable              int64  `json:"usable"`   // what the allocator can get: capacity less the context and cuBLAS handles
+	Context             int64  `json:"context"`  // capacity − usable: the CUDA context and cuBLAS handles, outside the allocator
+	Precision           string `json:"precision"`
+	Optimizer           string `json:"optimizer"`
+	Checkpoint          bool   `json:"checkpoint"`
+	Attention           string `json:"attention"`                // eager, sdpa or flash (what ran)
+	AttentionNote       string `json:"attention_note,omitempty"` // why it differs from --attention
+	SDPABackend         string `json:"sdpa_backend,omitempty"`   // cudnn, flash, efficient or math
+	Routing             string `json:"routing,omitempty"`        // a Mixture-of-Experts model's routing plan: balanced or worst
+	Steps               int    `json:"steps"`
+	GradAccum           int    `json:"grad_accum,omitempty"` // micro-batches per step (the searched batch is the micro-batch)
+	// Inference: generation of MaxNewTokens tokens with a KVCache
+	// ("dynamic" or "static") instead of training; PrefillPeak is the
+	// allocator's peak up to the end of the prefill and PeakIn where the
+	// peak fell ("prefill" or "decode").
+	Inference      bool             `json:"inference,omitempty"`
+	MaxNewTokens   int              `json:"max_new_tokens,omitempty"`
+	KVCache        string           `json:"kv_cache,omitempty"`
+	PrefillPeak    int64            `json:"prefill_peak,omitempty"`
+	PeakIn         string           `json:"peak_in,omitempty"`
+	Search         string           `json:"search"` // "batch" or "seq"
+	Seq            int              `json:"seq,omitempty"`
+	Batch          int              `json:"batch,omitempty"`
+	LargestBatch   *int             `json:"largest_batch,omitempty"`
+	LargestSeq     *int             `json:"largest_seq,omitempty"`
+	FirstOOM       *int             `json:"first_oom"`
+	Peak           *Peak            `json:"peak"`
+	Breakdown      *Breakdown       `json:"breakdown"`
+	PeakPhase      string           `json:"peak_phase,omitempty"`
+	OOM            *OOMInfo         `json:"oom,omitempty"`
+	Floor          *Floor           `json:"floor,omitempty"`
+	Advice         []Alternative    `json:"advice,omitempty"`
+	CheckpointFile *CheckpointCheck `json:"checkpoint_file,omitempty"`
+	Trials         []Trial          `json:"trials"`
+	Notes          []string         `json:"notes,omitempty"`
 }
 
 // Peak is the allocator's peaks in the trial at the largest size.
@@ -62,7 +74,9 @@ type Breakdown struct {
 	OptimizerState int64 `json:"optimizer_state"`
 	Activations    int64 `json:"activations"` // tensors saved for backward
 	Temporaries    int64 `json:"temporaries"`
-	Other          int64 `json:"other"` // workspaces (cuBLAS), what was live before the step
+	Workspaces     int64 `json:"workspaces"`         // the cuBLAS and cuBLASLt workspaces
+	KVCache        int64 `json:"kv_cache,omitempty"` // --inference: the KV cache's bytes at the peak (closed form)
+	Other          int64 `json:"other"`              // what was allocated before the step
 }
 
 // OOMInfo is the first size that ran out of memory, measured.
@@ -73,6 +87,7 @@ type OOMInfo struct {
 	Breakdown *Breakdown `json:"breakdown"` // of what was allocated when it failed
 	Phase     string     `json:"phase"`     // what ran at the peak before the failure
 	Message   string     `json:"message"`
+	Building  bool       `json:"building_model,omitempty"` // the weights did not fit: it failed while the model was built
 }
 
 // Floor is the model state every step holds, whatever the batch.
@@ -112,7 +127,8 @@ func breakdownOf(m map[string]int64) *Breakdown {
 		OptimizerState: m["Optstate"],
 		Activations:    m["Activation"],
 		Temporaries:    m["Temp"],
-		Other:          m["Other"],
+		Workspaces:     m["Library"],
+		Other:          m["Other"] - m["Library"],
 	}
 }
 
@@ -148,7 +164,7 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.CheckpointFile != nil {
 		p("  checkpoint: %d tensors match the model's parameters (shapes; stored as %s)\n", r.CheckpointFile.Tensors, r.CheckpointFile.DType)
 	}
-	p("  %s: %s capacity, %s usable by the allocator\n", r.Device, fb(r.Capacity), fb(r.Usable))
+	p("  %s: %s capacity, %s outside the allocator (CUDA context, cuBLAS handles), %s usable\n", r.Device, fb(r.Capacity), fb(r.Context), fb(r.Usable))
 	att := r.Attention
 	if r.SDPABackend != "" {
 		att += " → " + r.SDPABackend
@@ -156,9 +172,24 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.AttentionNote != "" {
 		att += " (" + r.AttentionNote + ")"
 	}
-	p("  training: %s, %s, %s, %d steps per trial; attention %s\n", precisionText(r.Precision), r.Optimizer, checkpointText(r.Checkpoint), r.Steps, att)
-	if r.Search == "seq" {
+	if r.Routing != "" {
+		att += "; routing " + routingText(r.Routing)
+	}
+	if r.Inference {
+		p("  inference: %s, greedy generation of %d new tokens with a %s under no_grad; attention %s\n", weightsText(r.Precision), r.MaxNewTokens, cacheText(r.KVCache), att)
+	} else {
+		accum := ""
+		if r.GradAccum > 1 {
+			accum = fmt.Sprintf(", %d micro-batches per step (the batch below is the micro-batch)", r.GradAccum)
+		}
+		p("  training: %s, %s, %s, %d steps per trial%s; attention %s\n", precisionText(r.Precision), r.Optimizer, checkpointText(r.Checkpoint), r.Steps, accum, att)
+	}
+	if r.Search == "seq" && r.Inference {
+		p("  batch %d, longest prompt: ", r.Batch)
+	} else if r.Search == "seq" {
 		p("  batch %d, longest sequence: ", r.Batch)
+	} else if r.Inference {
+		p("  prompt %d, largest batch: ", r.Seq)
 	} else if r.Seq > 0 {
 		p("  sequence %d, largest batch: ", r.Seq)
 	} else {
@@ -177,24 +208,38 @@ func (r *Report) WriteText(w io.Writer) {
 		p("%d (%d runs out of memory)\n", *largest, *r.FirstOOM)
 	}
 	if r.Peak != nil && largest != nil {
-		p("  at %s %d: peak allocated %s, reserved %s (fragmentation %s), headroom %s; the peak falls in the %s\n",
-			unit, *largest, fb(r.Peak.Allocated), fb(r.Peak.Reserved), fb(r.Peak.Fragmentation), fb(r.Peak.Headroom), phaseText(r.PeakPhase))
+		where := "the " + phaseText(r.PeakPhase)
+		if r.Inference {
+			where = "the " + r.PeakIn + fmt.Sprintf(" (the prefill's peak: %s)", fb(r.PrefillPeak))
+		}
+		p("  at %s %d: peak allocated %s, reserved %s (fragmentation %s), headroom %s; the peak falls in %s\n",
+			unit, *largest, fb(r.Peak.Allocated), fb(r.Peak.Reserved), fb(r.Peak.Fragmentation), fb(r.Peak.Headroom), where)
 		if r.Breakdown != nil {
 			p("    %s\n", r.Breakdown.text())
 		}
 	}
 	if r.OOM != nil {
 		p("  at %s %d (out of memory): tried to allocate %s with %s allocated", unit, r.OOM.Value, fb(r.OOM.Requested), fb(r.OOM.Allocated))
+		if r.OOM.Building {
+			p(", while building the model (its weights)")
+		}
 		if r.OOM.Phase != "" {
 			p("; the peak before it in the %s", phaseText(r.OOM.Phase))
 		}
 		p("\n")
-		if r.OOM.Breakdown != nil {
+		if r.OOM.Breakdown != nil && r.Inference {
+			b := r.OOM.Breakdown
+			p("    allocated then: parameters %s · KV cache and temporaries %s · cuBLAS workspaces %s\n", fb(b.Parameters), fb(b.Temporaries), fb(b.Workspaces))
+		} else if r.OOM.Breakdown != nil {
 			p("    allocated then: %s\n", r.OOM.Breakdown.text())
 		}
 	}
-	if r.Floor != nil {
+	if r.Floor != nil && r.Inference {
+		p("  weights floor: parameters %s", fb(r.Floor.Total))
+	} else if r.Floor != nil {
 		p("  model-state floor: parameters %s + gradients %s + optimizer state %s = %s", fb(r.Floor.Parameters), fb(r.Floor.Gradients), fb(r.Floor.OptimizerState), fb(r.Floor.Total))
+	}
+	if r.Floor != nil {
 		if r.Floor.Total > r.Floor.Usable {
 			p(" > %s usable: no batch fits without changing that\n", fb(r.Floor.Usable))
 		} else {
@@ -246,8 +291,15 @@ func noteText(n string) string {
 }
 
 func (b *Breakdown) text() string {
-	return fmt.Sprintf("parameters %s · gradients %s · optimizer state %s · activations %s · temporaries %s · other %s",
-		fb(b.Parameters), fb(b.Gradients), fb(b.OptimizerState), fb(b.Activations), fb(b.Temporaries), fb(b.Other))
+	s := fmt.Sprintf("parameters %s · gradients %s · optimizer state %s · activations %s · temporaries %s · cuBLAS workspaces %s",
+		fb(b.Parameters), fb(b.Gradients), fb(b.OptimizerState), fb(b.Activations), fb(b.Temporaries), fb(b.Workspaces))
+	if b.KVCache > 0 {
+		s = fmt.Sprintf("parameters %s · KV cache %s · temporaries %s · cuBLAS workspaces %s", fb(b.Parameters), fb(b.KVCache), fb(b.Temporaries), fb(b.Workspaces))
+	}
+	if b.Other != 0 {
+		s += " · other " + fb(b.Other)
+	}
+	return s
 }
 
 func phaseText(p string) string {
@@ -270,6 +322,25 @@ func precisionText(p string) string {
 		return "bf16-true (bfloat16 weights, gradients and optimizer state)"
 	}
 	return "fp32"
+}
+
+func weightsText(p string) string {
+	switch p {
+	case PrecBF16True:
+		return "bfloat16 weights"
+	case PrecBF16:
+		return "float32 weights under bf16 autocast"
+	case PrecFP16:
+		return "float32 weights under fp16 autocast"
+	}
+	return "float32 weights"
+}
+
+func cacheText(c string) string {
+	if c == "static" {
+		return "StaticCache"
+	}
+	return "DynamicCache"
 }
 
 func checkpointText(c bool) string {
@@ -295,4 +366,12 @@ func commas(n int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// routingText says what a routing plan puts on the experts.
+func routingText(plan string) string {
+	if plan == "worst" {
+		return "worst (every token on the same experts)"
+	}
+	return "balanced (tokens spread evenly over the experts)"
 }

@@ -50,8 +50,8 @@ func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Wri
 		load = fmt.Sprintf("load(\"models/resnet.star\", \"resnet\", %q)\nPRESET = %s\n", m.Entry.Preset, m.Entry.Preset)
 		defined = []string{"resnet"}
 	case KindHF:
-		load = "load(\"models/hf.star\", \"from_config\", \"needs_eager\", hf_inputs = \"inputs\")\nPRESET = None\n"
-		defined = []string{"from_config", "needs_eager", "hf_inputs"}
+		load = "load(\"models/hf.star\", \"from_config\", \"needs_eager\", hf_inputs = \"inputs\", hf_spec = \"spec\")\nload(\"models/generate.star\", \"generate\")\nPRESET = None\n"
+		defined = []string{"from_config", "needs_eager", "hf_inputs", "hf_spec", "generate"}
 	case KindStar:
 		abs, err := filepath.Abs(m.Star)
 		if err != nil {
@@ -66,7 +66,7 @@ func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Wri
 		defined = []string{"build", "inputs"}
 	}
 	// the names the driver refers to that this kind does not load
-	for _, name := range []string{"gpt2", "resnet", "from_config", "needs_eager", "hf_inputs", "build", "inputs"} {
+	for _, name := range []string{"gpt2", "resnet", "from_config", "needs_eager", "hf_inputs", "hf_spec", "generate", "build", "inputs"} {
 		if !slices.Contains(defined, name) {
 			load += name + " = None\n"
 		}
@@ -82,8 +82,12 @@ func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Wri
 	if m.HF != nil {
 		s.Set("CONFIG_JSON", starlark.String(m.HF.Raw))
 	}
-	spec := fmt.Sprintf(`SPEC = dict(kind = %q, preset = PRESET, config = %s, attention = %q, precision = %q, optimizer = %q, checkpoint = %s, sequence = %s)
-`, m.Kind, configExpr(m), o.Attention, o.Precision, o.Optimizer, pyBool(o.Checkpoint), pyBool(m.Sequence))
+	routing := o.Routing
+	if routing == "" {
+		routing = "balanced"
+	}
+	spec := fmt.Sprintf(`SPEC = dict(kind = %q, preset = PRESET, config = %s, attention = %q, precision = %q, optimizer = %q, checkpoint = %s, sequence = %s, inference = %s, max_new_tokens = %d, kv_cache = %q, grad_accum = %d, routing = %q)
+`, m.Kind, configExpr(m), o.Attention, o.Precision, o.Optimizer, pyBool(o.Checkpoint), pyBool(m.Sequence), pyBool(o.Inference), o.MaxNewTokens, o.KVCache, max(1, o.GradAccum), routing)
 	if err := s.Exec("<memsh fit>", load+spec+driverSrc); err != nil {
 		s.Close()
 		return nil, err
@@ -158,9 +162,9 @@ func (r *run) search(what string, batch, seq, low, high int, name string) (*Sear
 	if seq > 0 {
 		seqArg = strconv.Itoa(seq)
 	}
-	fn := fmt.Sprintf("lambda batch: train(batch, %s)", seqArg)
+	fn := fmt.Sprintf("lambda batch: step(batch, %s)", seqArg)
 	if what == "seq" {
-		fn = fmt.Sprintf("lambda seq: train(%d, seq)", batch)
+		fn = fmt.Sprintf("lambda seq: step(%d, seq)", batch)
 	}
 	hi := "None"
 	if high > 0 {
@@ -203,6 +207,8 @@ type Measurement struct {
 	Phase        string           // what ran at the peak
 	Peak         map[string]int64 // memtrack's categories at the peak
 	Failed       map[string]int64 // at the failure (an OOM)
+	Generation   map[string]int64 // --inference: generate()'s figures (prefill_peak, peak, kv_cache)
+	GenPhase     string           // --inference: "prefill" or "decode"
 	Requested    int64            // the allocation that did not fit
 }
 
@@ -241,6 +247,12 @@ func (r *run) measure(batch, seq int) (*Measurement, error) {
 		MaxAllocated: int64(toInt(get("max_allocated"))), MaxReserved: int64(toInt(get("max_reserved"))),
 		Outside: int64(toInt(get("outside"))), Total: int64(toInt(get("total"))), Phase: toStr(get("phase")),
 		Peak: toMap(get("peak")), Failed: toMap(get("failed"))}
+	if g, ok := get("generation").(*starlark.Dict); ok {
+		ms.Generation = toMap(g)
+		if ph, _, _ := g.Get(starlark.String("peak_phase")); ph != nil {
+			ms.GenPhase = toStr(ph)
+		}
+	}
 	if ms.Status == "oom" {
 		ms.Requested = int64(requested)
 	}
@@ -285,8 +297,8 @@ func (r *run) describe() (*modelInfo, error) {
 
 // backendName is the attention the model runs: for SDPA the backend
 // PyTorch picks on this card.
-func (r *run) attention() (string, error) {
-	v, err := r.eval("A = sdpa_backend()\n", "A")
+func (r *run) attention(seq int) (string, error) {
+	v, err := r.eval(fmt.Sprintf("A = sdpa_backend(%d)\n", seq), "A")
 	if err != nil {
 		return "", err
 	}

@@ -96,16 +96,16 @@ func (r *Record) validate() error {
 		if r.Kind == "" {
 			return fmt.Errorf("no \"kind\"")
 		}
-		return fmt.Errorf("kind %q is neither \"experiment\" nor \"trial\"", r.Kind)
-	case r.Status == "":
-		return fmt.Errorf("no \"status\"")
+		return fmt.Errorf("its kind is neither \"experiment\" nor \"trial\"")
+	case r.Status != "ok" && r.Status != "oom" && r.Status != "error":
+		return fmt.Errorf("its status is none of \"ok\", \"oom\", \"error\"")
 	case r.Schema < 0 || r.Schema > SchemaVersion:
 		return fmt.Errorf("schema %d: written by a newer memsh (this one reads up to %d)", r.Schema, SchemaVersion)
 	}
 	return nil
 }
 
-// Figures are one resource's figures (DESIGN.md §5), as in env.Figures,
+// Figures are one resource's figures (docs/starlark.md), as in env.Figures,
 // plus the resource's capacity.
 type Figures struct {
 	Device    string `json:"device"` // "host", "cuda:0", ...

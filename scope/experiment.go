@@ -15,7 +15,7 @@ import (
 	"github.com/memsh/memsh/env/refpath"
 )
 
-// Experiment is an experiment block (DESIGN.md §3), and the Starlark value
+// Experiment is an experiment block (docs/starlark.md), and the Starlark value
 // experiment() returns. While it runs it measures host RAM and every GPU
 // with its own exact peak counters; at finish it deletes the names created
 // in the block, restores re-bound names to their values from before the

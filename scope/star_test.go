@@ -16,6 +16,7 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/scope"
+	"github.com/memsh/memsh/scripts"
 )
 
 // TestStarlarkFiles runs ../testdata/*.star in the style of go.starlark.net's
@@ -24,7 +25,8 @@ import (
 // `### "regexp"` expects the statement on it to fail with an error matching
 // regexp (and the chunk goes on, since a Session stays usable after an
 // error); any other error fails the test. A chunk may start with option
-// lines `# device: sim:SPEC` and `# peak: lazy`. Starlark code sees the
+// lines `# device: sim:SPEC` and `# peak: lazy`; load("models/...") finds
+// memsh's embedded model library. Starlark code sees the
 // assert module and output(), which returns and clears what the Session has
 // printed so far.
 func TestStarlarkFiles(t *testing.T) {
@@ -75,7 +77,7 @@ var (
 
 func runChunk(t *testing.T, file string, c chunk) {
 	t.Helper()
-	opts := scope.Options{Device: "sim:16GiB"}
+	opts := scope.Options{Device: "sim:16GiB", Library: scripts.Library}
 	for _, m := range optionRE.FindAllStringSubmatch(c.src, -1) {
 		switch m[1] {
 		case "device":

@@ -13,6 +13,7 @@ import (
 	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/starlib/courtesy"
 	"github.com/memsh/memsh/starlib/cuda"
+	"github.com/memsh/memsh/starlib/dist"
 	"github.com/memsh/memsh/starlib/gpu"
 	"github.com/memsh/memsh/starlib/host"
 	memlog "github.com/memsh/memsh/starlib/log"
@@ -33,6 +34,7 @@ import (
 //	nn, optim              layers and optimizers (PyTorch's torch.nn, torch.optim)
 //	math, json             go.starlark.net's math and json modules
 //	sweep                  module: max_fit and grid, each point a trial
+//	dist                   torch.distributed for one rank of a job (package dist)
 //	host, log, courtesy    modules (host figures, per-statement logger, courtesy)
 //	memtrace, profile, profiled, profile_report, profile_every, report
 //	                       the measurement toolkit (packages memtrace,
@@ -53,6 +55,7 @@ func Predeclared() starlark.StringDict {
 		"json":           starlarkjson.Module,
 		"optim":          optim.Module,
 		"sweep":          sweep.Module,
+		"dist":           dist.Module,
 		"gc":             starlark.NewBuiltin("gc", gc),
 		"budget":         starlark.NewBuiltin("budget", budgetBuiltin),
 		"host":           host.Module,

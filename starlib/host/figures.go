@@ -24,8 +24,8 @@ func SimResident(m *backend.Manager) uint64 {
 	return n
 }
 
-// Used returns host memory in use as memsh reports it everywhere (DESIGN.md
-// §5): the process's resident set size less the pages of simulated GPUs'
+// Used returns host memory in use as memsh reports it everywhere
+// (docs/starlark.md, the figures): the process's resident set size less the pages of simulated GPUs'
 // memory, which stands in for device memory. Without a simulator holding
 // data it is the process RSS.
 func Used(m *backend.Manager) uint64 {

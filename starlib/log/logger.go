@@ -20,7 +20,7 @@ type Record struct {
 	// the REPL).
 	Statement string
 	// Data holds the wall time and the figures of host RAM and each GPU:
-	// used at the end, consumed, exact peak and peaked (DESIGN.md §5).
+	// used at the end, consumed, exact peak and peaked (docs/starlark.md, the figures).
 	Data env.Data
 	// CPU is the CPU use during the statement: SystemPercent is the mean
 	// busy % of all cores, MaxCorePercent the busiest core's (both
@@ -217,7 +217,7 @@ func (l *Logger) close() {
 	}
 }
 
-// figures computes DESIGN.md §5's figures of one resource.
+// figures computes the figures (docs/starlark.md) of one resource.
 func figures(device string, start, used, peak, avail uint64) env.Figures {
 	f := env.Figures{Device: device, Used: int64(used), Consumed: int64(used) - int64(start),
 		Peak: int64(max(peak, used)), Available: int64(avail)}

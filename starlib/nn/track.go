@@ -233,6 +233,10 @@ func snapDict(s *memtrack.Snapshot) starlark.Value {
 		d.SetKey(starlark.String(c.String()), starlark.MakeUint64(s.Bytes[c]))
 	}
 	d.SetKey(starlark.String("Total"), starlark.MakeUint64(s.Total))
+	if s.Library > 0 {
+		// the part of Other that libraries allocated meanwhile (cuBLAS workspaces)
+		d.SetKey(starlark.String("Library"), starlark.MakeUint64(s.Library))
+	}
 	return d
 }
 

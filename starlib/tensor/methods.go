@@ -103,6 +103,7 @@ func init() {
 		"div_":     inplaceMethod(tensor.OpDiv),
 		"matmul":   methodMatmul,
 		"mm":       methodMm,
+		"argmax":   methodArgmax,
 		"addmm":    methodAddmm,
 		"eq":       compareMethod(tensor.CmpEq),
 		"ne":       compareMethod(tensor.CmpNe),
@@ -561,6 +562,28 @@ func methodExpand(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tup
 		return nil, err
 	}
 	return resultAs(fname)(autograd.Expand(t.t, sizes))
+}
+
+// methodArgmax is t.argmax(dim=None, keepdim=False): the int64 indices
+// of the largest values along dim (of the flattened tensor without dim);
+// only the indices are allocated.
+func methodArgmax(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var dimV starlark.Value = starlark.None
+	keepdim := false
+	if err := starlark.UnpackArgs(fname, args, kwargs, "dim?", &dimV, "keepdim?", &keepdim); err != nil {
+		return nil, err
+	}
+	src, dim := t.t, 0
+	if dimV == starlark.None {
+		flat, err := tensor.Reshape(t.t, []int{-1})
+		if err != nil {
+			return nil, rename(err, fname)
+		}
+		src, keepdim = flat, false
+	} else if err := starlark.AsInt(dimV, &dim); err != nil {
+		return nil, fmt.Errorf("%s: for parameter dim: got %s, want int or None", fname, dimV.Type())
+	}
+	return resultAs(fname)(tensor.ArgMax(src, dim, keepdim))
 }
 
 // methodMm is t.mm(mat2): the product of two 2-D tensors (MmBackward0:

@@ -73,7 +73,7 @@ var pureOps = map[string]bool{
 	"zeros": true, "ones": true, "empty": true, "full": true, "rand": true, "randn": true,
 	"arange": true, "tensor": true, "zeros_like": true, "ones_like": true, "empty_like": true,
 	"full_like": true, "rand_like": true, "randn_like": true, "cat": true, "stack": true,
-	"matmul": true, "mm": true, "addmm": true, "relu": true, "neg": true, "abs": true, "exp": true, "log": true,
+	"matmul": true, "mm": true, "addmm": true, "argmax": true, "relu": true, "neg": true, "abs": true, "exp": true, "log": true,
 	"sqrt": true, "tanh": true, "sigmoid": true, "add": true, "sub": true, "mul": true,
 	"div": true, "eq": true, "ne": true, "lt": true, "le": true, "gt": true, "ge": true,
 	"equal": true, "allclose": true, "sum": true, "mean": true, "max": true, "min": true,

@@ -65,6 +65,7 @@ import (
 //	matmul(a, b, out=None)     matrix product: 1-D, 2-D and batched with broadcasting
 //	mm(a, b)                   product of two 2-D tensors
 //	addmm(input, mat1, mat2)   input + mat1 @ mat2 (beta = alpha = 1)
+//	argmax(t, dim=None, keepdim=False)  int64 indices of the largest values
 //	cat(tensors, dim=0)        concatenation along an existing dimension
 //	stack(tensors, dim=0)      concatenation along a new dimension
 //	relu(t) neg(t) abs(t) exp(t) log(t) sqrt(t) tanh(t) sigmoid(t)
@@ -144,7 +145,7 @@ func members() starlark.StringDict {
 	}
 	// Functions that are also Tensor methods: f(t, ...) is t.f(...).
 	for _, name := range []string{
-		"matmul", "mm", "addmm", "relu", "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid",
+		"matmul", "mm", "addmm", "argmax", "relu", "neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid",
 		"add", "sub", "mul", "div",
 		"eq", "ne", "lt", "le", "gt", "ge", "equal", "allclose",
 		"sum", "mean", "max", "min", "clone", "reshape", "transpose", "t", "permute",

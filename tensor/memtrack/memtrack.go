@@ -80,6 +80,9 @@ var rank = [NumCategories]int{Parameter: 0, Buffer: 1, Gradient: 2, Optstate: 3,
 type Snapshot struct {
 	Bytes [NumCategories]uint64 // by category
 	Total uint64                // the sum: the device's allocated bytes
+	// Library is the part of Bytes[Other] that libraries allocated while
+	// tracking (the cuBLAS workspaces).
+	Library uint64
 	// Phase is what was running when it was taken: "forward" (a module's
 	// forward), "backward" (a node of the backward engine), "optimizer
 	// step" (between StepBegin and StepEnd) or "other" (code outside
@@ -465,6 +468,7 @@ func (t *Tracker) snapshot() Snapshot {
 		}
 	}
 	s.Bytes[Other] = t.preTotal - pre + lib
+	s.Library = lib
 	s.Bytes[Temp] = t.total - sum - s.Bytes[Other]
 	s.Total = t.total
 	switch {

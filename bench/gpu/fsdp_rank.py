@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""bench/gpu/fsdp_rank.py: one rank of an N-rank data-parallel job, measured
+by PyTorch on one real GPU, for memsh's per-rank figures to be compared with.
+
+A single process runs rank 0 of a world of N with PyTorch's fake process
+group (torch.testing._internal.distributed.fake_pg.FakeStore, backend
+"fake": collectives return at once and move no data), so every allocation
+rank 0 makes — sharded parameters, all-gather and reduce-scatter buffers,
+unsharded parameters, sharded gradients and optimizer state — happens on
+this GPU, as it would on one GPU of an N-GPU job.
+
+  python3 bench/gpu/fsdp_rank.py phases --model gpt2-small --world 4 [--batch B] [--seq T]
+        [--strategy fsdp|ddp] [--reshard-after-forward 0|1] [--checkpoint]
+      one JSON line per point (setup, then forward, backward, step,
+      zero_grad per step): torch.cuda.memory_allocated() at the point, the
+      peak since the previous point, and memory_reserved().
+  python3 bench/gpu/fsdp_rank.py all
+      every (model, world, strategy) of the golden files: gpt2-small and
+      llama-3.2-1b at N = 2, 4, 8, FSDP2 (fully_shard per block and on the
+      root, as torchtitan applies it, MixedPrecisionPolicy(param_dtype=
+      bfloat16, reduce_dtype=float32)) and DDP.
+
+The models are those of bench/gpu/torch_models.py (memsh's twins); the
+training step is memsh fit's: bf16 autocast for DDP (FSDP2 casts through
+its MixedPrecisionPolicy instead), AdamW(lr=1e-4, foreach), two steps,
+zero_grad(set_to_none=True).
+
+Needs PyTorch >= 2.6 with CUDA (torch.distributed.fsdp.fully_shard).
+The figures go to testdata/torchref/cuda/<gpu>_fsdp_phases.jsonl; memsh's
+side compares them (cmd/memsh/realgpu_*_test.go) once it models the
+strategy.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(__file__))
+import torch_fit  # noqa: E402  (GPT-2 as memsh builds it)
+import torch_models  # noqa: E402
+
+MODELS = {
+    "gpt2-small": dict(vocab=50257, seq=1024),
+    "llama-3.2-1b": dict(vocab=128256, seq=2048),
+}
+
+
+def build(name, checkpoint):
+    if name == "gpt2-small":
+        return torch_fit.GPT(**torch_fit.CONFIGS["gpt2-small"], attention="sdpa", checkpoint=checkpoint)
+    return torch_models.build_llama(torch_models.LLAMA_3_2_1B, checkpoint)
+
+
+def blocks(model):
+    """The transformer blocks fully_shard wraps one by one."""
+    if hasattr(model, "h"):
+        return list(model.h)
+    return list(model.model.layers)
+
+
+def init_rank(world):
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    torch.cuda.set_device(0)
+
+
+def wrap(model, strategy, world, reshard):
+    if strategy == "ddp":
+        model = model.cuda()
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=[0])
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cuda", (world,))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for b in blocks(model):
+        fully_shard(b, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+    return model
+
+
+def cmd_phases(a, out):
+    spec = MODELS[a.model]
+    seq = a.seq or spec["seq"]
+    with torch.device("meta" if a.strategy == "fsdp" else "cpu"):
+        model = build(a.model, a.checkpoint)
+    model = wrap(model, a.strategy, a.world, bool(a.reshard_after_forward))
+    if a.strategy == "fsdp":
+        model.to_empty(device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    x = torch.randint(0, spec["vocab"], (a.batch, seq), device="cuda")
+    y = torch.randint(0, spec["vocab"], (a.batch, seq), device="cuda")
+    torch.cuda.synchronize()
+
+    def point(name, step=0):
+        torch.cuda.synchronize()
+        rec = dict(model=a.model, world=a.world, strategy=a.strategy, reshard_after_forward=bool(a.reshard_after_forward),
+                   checkpoint=a.checkpoint, batch=a.batch, seq=seq, point=name, step=step,
+                   allocated=torch.cuda.memory_allocated(), peak=torch.cuda.max_memory_allocated(),
+                   reserved=torch.cuda.memory_reserved())
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+        torch.cuda.reset_peak_memory_stats()
+
+    point("setup")
+    for step in (1, 2):
+        if a.strategy == "ddp":
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = model(x)
+        else:
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
+        logits = None
+        point("forward", step)
+        loss.backward()
+        loss = None
+        point("backward", step)
+        opt.step()
+        point("step", step)
+        opt.zero_grad(set_to_none=True)
+        point("zero_grad", step)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    ph = sub.add_parser("phases")
+    ph.add_argument("--model", default="gpt2-small", choices=sorted(MODELS))
+    ph.add_argument("--world", type=int, default=4)
+    ph.add_argument("--batch", type=int, default=4)
+    ph.add_argument("--seq", type=int, default=0)
+    ph.add_argument("--strategy", default="fsdp", choices=["fsdp", "ddp"])
+    ph.add_argument("--reshard-after-forward", type=int, default=1)
+    ph.add_argument("--checkpoint", action="store_true")
+    sub.add_parser("all")
+    a = p.parse_args()
+    if a.cmd == "phases":
+        init_rank(a.world)
+        cmd_phases(a, sys.stdout)
+        return
+    # all: each configuration in a process of its own (one process group each)
+    import subprocess
+
+    for model in MODELS:
+        for world in (2, 4, 8):
+            for strategy in ("fsdp", "ddp"):
+                subprocess.run([sys.executable, __file__, "phases", "--model", model, "--world", str(world),
+                                "--strategy", strategy], check=False)
+
+
+if __name__ == "__main__":
+    main()
