@@ -43,7 +43,7 @@ func newAdam8bit(decoupled, paged bool) func(*starlark.Thread, *starlark.Builtin
 		}
 		betas := starlark.Tuple{starlark.Float(0.9), starlark.Float(0.999)}
 		var amsgrad bool
-		optimBits, minSize := 32, 4096
+		optimBits, minSize := 32, optim.Default8bitMinSize
 		var argsV starlark.Value = starlark.None
 		isPaged := paged
 		spec := []any{"params", &paramsV, "lr?", &lrN, "betas?", &betas, "eps?", &epsN, "weight_decay?", &wdN,

@@ -105,6 +105,10 @@ const Block8bit = 256
 // are paged (get_state_buffer: p.numel() >= 1e5).
 const PagedMinNumel = 100_000
 
+// Default8bitMinSize is min_8bit_size's default: parameters of fewer
+// elements keep 32-bit states.
+const Default8bitMinSize = 4096
+
 // NewAdam8bit checks the options as bitsandbytes does.
 func NewAdam8bit(params []*tensor.Tensor, lr, beta1, beta2, eps, weightDecay float64, amsgrad bool, optimBits, minSize int, paged, decoupled bool) (*Adam8bit, error) {
 	o := &Adam8bit{params: params, LR: lr, Beta1: beta1, Beta2: beta2, Eps: eps, WDecay: weightDecay, MinSize: minSize,
