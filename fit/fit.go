@@ -14,6 +14,7 @@ import (
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/sim"
+	"github.com/memsh/memsh/tensor/optim"
 )
 
 // Main runs `memsh fit` with validated-as-it-goes options and returns the
@@ -226,6 +227,9 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		rep.Capacity, rep.Usable, rep.Context = ms.Total, ms.Total-ms.Outside, ms.Outside
 		rep.Peak = &Peak{Allocated: ms.MaxAllocated, Reserved: ms.MaxReserved, Fragmentation: ms.MaxReserved - ms.MaxAllocated, Headroom: ms.Total - ms.Outside - ms.MaxReserved}
 		rep.Breakdown = breakdownOf(ms.Peak)
+		if rep.Breakdown != nil && !o.Inference {
+			rep.Breakdown.OptimizerStatePaged = ms.Paged
+		}
 		rep.PeakPhase = ms.Phase
 		if o.Inference && ms.Generation != nil {
 			rep.PrefillPeak, rep.PeakIn = ms.Generation["prefill_peak"], ms.GenPhase
@@ -275,7 +279,7 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		rep.Advice = adv
 	} else if sr.Largest == 0 {
 		rep.Floor = floorOf(o, info, rep.Usable)
-		adv, err := advise(o, m, lib, seq, rep, stderr)
+		adv, err := advise(o, m, lib, seq, info, stderr)
 		if err != nil {
 			return nil, err
 		}
@@ -369,22 +373,68 @@ func checkpointBeside(m *Model, info *modelInfo, rep *Report) error {
 }
 
 // floorOf is the model state: parameters, their gradients and the
-// optimizer's state (AdamW and Adam: two tensors per parameter, SGD with
-// momentum one), each rounded as the allocator rounds.
+// optimizer's state, each rounded as the allocator rounds.
 func floorOf(o Options, info *modelInfo, usable int64) *Floor {
-	k := int64(2)
-	if o.Optimizer == "sgd" {
-		k = 1
-	}
-	f := &Floor{Parameters: info.ParamBytes, Gradients: info.ParamBytes, OptimizerState: k * info.ParamBytes, Usable: usable}
+	dev, paged := optimizerStateBytes(o.Optimizer, info)
+	f := &Floor{Parameters: info.ParamBytes, Gradients: info.ParamBytes, OptimizerState: dev, OptimizerStatePaged: paged, Usable: usable}
 	f.Total = f.Parameters + f.Gradients + f.OptimizerState
 	return f
+}
+
+// roundBlock is the caching allocator's rounding of a request (512-byte
+// blocks).
+func roundBlock(n uint64) uint64 { return (n + 511) / 512 * 512 }
+
+// optimizerStateBytes is the state optimizer name keeps for the model's
+// parameters after its first step, by the closed forms of tensor/optim:
+// on the device, and in bitsandbytes' paged memory. AdamW and Adam: two
+// moments of the parameter's dtype (fused: and a 0-dim float32 step per
+// parameter); the 8-bit AdamWs: Adam8bitStateBytes and the two [256]
+// float32 maps; Adafactor: HFAdafactorStateBytes and the 0-dim RMS per
+// parameter; SGD with momentum 0: nothing.
+func optimizerStateBytes(name string, info *modelInfo) (device, paged int64) {
+	n := int64(len(info.Params))
+	switch name {
+	case OptSGD:
+		return 0, 0
+	case OptAdamWFused:
+		return 2*info.ParamBytes + n*512, 0
+	case OptAdamW8bit, OptPagedAdamW8bit:
+		var d, pg uint64
+		maps := false
+		for _, p := range info.Params {
+			numel := numelOf(p.Shape)
+			dd, pp := optim.Adam8bitStateBytes(numel, optim.Default8bitMinSize, name == OptPagedAdamW8bit, roundBlock)
+			d += dd
+			pg += pp
+			maps = maps || numel >= optim.Default8bitMinSize
+		}
+		if maps {
+			d += 2 * roundBlock(256*4)
+		}
+		return int64(d), int64(pg)
+	case OptAdafactor:
+		var d uint64
+		for _, p := range info.Params {
+			d += optim.HFAdafactorStateBytes(p.Shape, false, roundBlock) + 512
+		}
+		return int64(d), 0
+	}
+	return 2 * info.ParamBytes, 0
+}
+
+func numelOf(shape []int) uint64 {
+	n := uint64(1)
+	for _, s := range shape {
+		n *= uint64(s)
+	}
+	return n
 }
 
 // advise tries the changes that could make the model fit, each by a
 // search of its own (a first trial at the smallest size that does not
 // fit ends it at once).
-func advise(o Options, m *Model, lib fs.FS, seq int, rep *Report, stderr io.Writer) ([]Alternative, error) {
+func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.Writer) ([]Alternative, error) {
 	var out []Alternative
 	try := func(change string, o2 Options, gpu string) (Alternative, error) {
 		a := Alternative{Change: change, Modelled: true, What: "batch"}
@@ -441,12 +491,24 @@ func advise(o Options, m *Model, lib fs.FS, seq int, rep *Report, stderr io.Writ
 		}
 		out = append(out, a)
 	}
-	if o.Optimizer != "sgd" {
+	// the optimizers that keep less state on the device than o's, the
+	// paged one only when the unpaged 8-bit one does not fit
+	cur, _ := optimizerStateBytes(o.Optimizer, info)
+	eightBitFits := false
+	for _, opt := range Optimizers {
+		dev, _ := optimizerStateBytes(opt.Name, info)
+		if !opt.Saver || opt.Name == o.Optimizer || dev >= cur || (opt.Name == OptPagedAdamW8bit && eightBitFits) {
+			continue
+		}
 		o2 := o
-		o2.Optimizer = "sgd"
-		if err := add(try("SGD with momentum instead of "+optimizerName(o.Optimizer), o2, o.GPU)); err != nil {
+		o2.Optimizer = opt.Name
+		a, err := try("optimizer "+opt.Name, o2, o.GPU)
+		if err != nil {
 			return nil, err
 		}
+		a.Note = "optimizer state " + fb(dev) + " instead of " + fb(cur)
+		eightBitFits = eightBitFits || (opt.Name == OptAdamW8bit && a.Fits)
+		out = append(out, a)
 	}
 	if lower := lowerPrecision(o.Precision); lower != "" {
 		o2 := o
@@ -477,7 +539,7 @@ func advise(o Options, m *Model, lib fs.FS, seq int, rep *Report, stderr io.Writ
 	if !anyFits {
 		o2 := o
 		o2.Checkpoint = true
-		o2.Optimizer = "sgd"
+		o2.Optimizer = OptSGD
 		if lower := lowerPrecision(o.Precision); lower != "" {
 			o2.Precision = PrecBF16True
 		}
@@ -487,7 +549,6 @@ func advise(o Options, m *Model, lib fs.FS, seq int, rep *Report, stderr io.Writ
 	}
 	out = append(out,
 		Alternative{Change: "LoRA / QLoRA fine-tuning", Note: "frozen base weights: an open issue of memsh's"},
-		Alternative{Change: "8-bit optimizers (bitsandbytes AdamW8bit)", Note: "an open issue of memsh's"},
 		Alternative{Change: "sharding across N GPUs (FSDP, ZeRO)", Note: "an open issue of memsh's"},
 	)
 	return out, nil
@@ -551,16 +612,6 @@ func adviseInference(o Options, m *Model, lib fs.FS, seq int, stderr io.Writer) 
 		Alternative{Change: "8-bit or 4-bit weights (bitsandbytes)", Note: "an open issue of memsh's"},
 		Alternative{Change: "tensor parallelism across N GPUs", Note: "an open issue of memsh's"})
 	return out, nil
-}
-
-func optimizerName(o string) string {
-	switch o {
-	case "adamw":
-		return "AdamW"
-	case "adam":
-		return "Adam"
-	}
-	return o
 }
 
 // lowerPrecision is the next precision that stores less: fp32 → bf16

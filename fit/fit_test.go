@@ -16,11 +16,12 @@ import (
 	"github.com/memsh/memsh/fit"
 	"github.com/memsh/memsh/scope"
 	"github.com/memsh/memsh/scripts"
+	"github.com/memsh/memsh/tensor/optim"
 )
 
 // options are memsh fit's defaults with the flags of set given.
 func options(src string, set map[string]any) fit.Options {
-	o := fit.Options{Source: src, GPU: "H100", Precision: "bf16", Optimizer: "adamw", Attention: "sdpa", Set: map[string]bool{}}
+	o := fit.Options{Source: src, GPU: "H100", Precision: "bf16", Optimizer: "adamw_torch", Attention: "sdpa", Set: map[string]bool{}}
 	for k, v := range set {
 		o.Set[k] = true
 		switch k {
@@ -97,7 +98,7 @@ func TestUsageErrors(t *testing.T) {
 		{"resnet18", map[string]any{"attention": "eager"}, "--attention: resnet18 has no attention"},
 		{"gpt2-small", map[string]any{"gpu": "X100"}, `--gpu: unknown GPU "X100" (presets: H100 H200`},
 		{"gpt2-small", map[string]any{"precision": "fp8"}, `--precision: want fp32, bf16, fp16 or bf16-true`},
-		{"gpt2-small", map[string]any{"optimizer": "lion"}, `--optimizer: want adamw, adam or sgd, got "lion"`},
+		{"gpt2-small", map[string]any{"optimizer": "lion"}, `--optimizer: want adamw_torch, adamw_torch_fused, adamw_bnb_8bit, paged_adamw_8bit, adafactor, sgd or adam (Hugging Face Trainer's optim names; adamw is adamw_torch), got "lion"`},
 		{"gpt2-small", map[string]any{"attention": "xformers"}, `--attention: want eager, sdpa or flash`},
 		{"llama-3.2-1b", map[string]any{"gpu": "T4", "attention": "flash"}, "--attention flash: FlashAttention-2 needs sm80 or newer; Tesla T4 is sm75"},
 		{bad, nil, `model_type "mamba" is not one memsh builds (gemma2, gemma3, gemma3_text, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe); write the model as a .star file`},
@@ -443,6 +444,17 @@ func TestAdviceWhenNothingFits(t *testing.T) {
 	if !lower.Modelled || !lower.Fits || lower.Largest < 1 || lower.FirstOOM != lower.Largest+1 {
 		t.Errorf("bf16-true: %+v", lower)
 	}
+	// the optimizers that keep less state, each tried: 8-bit AdamW's
+	// 15 GiB on the device are still too many, paged 8-bit AdamW's state is
+	// off the device
+	if a := got["optimizer adamw_bnb_8bit"]; !a.Modelled || a.Fits {
+		t.Errorf("adamw_bnb_8bit: %+v", a)
+	}
+	for _, name := range []string{"paged_adamw_8bit", "adafactor", "sgd"} {
+		if a := got["optimizer "+name]; !a.Modelled || !a.Fits || a.Largest < 1 {
+			t.Errorf("%s: %+v", name, a)
+		}
+	}
 	if a := got["LoRA / QLoRA fine-tuning"]; a.Modelled {
 		t.Errorf("LoRA should be named as not modelled yet: %+v", a)
 	}
@@ -586,5 +598,182 @@ func TestGradAccum(t *testing.T) {
 	paramBytes := int64(124439808 * 4) // float32, each tensor a multiple of 512 bytes already
 	if one.Breakdown.Gradients != 0 || two.Breakdown.Gradients < paramBytes {
 		t.Errorf("gradients at the peak: %d without accumulation, %d with 2 micro-batches (parameters %d)", one.Breakdown.Gradients, two.Breakdown.Gradients, paramBytes)
+	}
+}
+
+// paramShapes builds gpt2-small on a meta simulator and returns its
+// parameters' shapes (tied ones once, as named_parameters lists them).
+func paramShapes(t *testing.T) [][]int {
+	t.Helper()
+	var out bytes.Buffer
+	s, err := scope.New(scope.Options{Device: "sim:H100,meta", Out: &out, Err: &out, Library: scripts.Library})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Exec("shapes.star", `load("models/gpt2.star", "gpt2", "GPT2_SMALL")
+S = [list(p.shape) for _, p in gpt2(device = "cuda", **GPT2_SMALL).named_parameters()]
+`); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	var shapes [][]int
+	l := s.Get("S").(*starlark.List)
+	for i := range l.Len() {
+		var shape []int
+		sl := l.Index(i).(*starlark.List)
+		for j := range sl.Len() {
+			n, _ := starlark.AsInt32(sl.Index(j))
+			shape = append(shape, n)
+		}
+		shapes = append(shapes, shape)
+	}
+	return shapes
+}
+
+// roundBlock is the caching allocator's 512-byte rounding.
+func roundBlock(n uint64) uint64 { return (n + 511) / 512 * 512 }
+
+// stateClosedForm is the state each --optimizer keeps for float32
+// parameters of shapes, by tensor/optim's closed forms: on the device,
+// and in bitsandbytes' paged memory; large is how many of the device
+// tensors are over 1 MiB (see TestOptimizers).
+func stateClosedForm(name string, shapes [][]int) (device, paged int64, large int) {
+	var d, pg uint64
+	maps := false
+	big := func(n uint64) {
+		if n > 1<<20 {
+			large++
+		}
+	}
+	for _, shape := range shapes {
+		numel := uint64(1)
+		for _, n := range shape {
+			numel *= uint64(n)
+		}
+		switch name {
+		case "adamw_torch", "adam":
+			d += 2 * roundBlock(4*numel)
+			big(4 * numel)
+			big(4 * numel)
+		case "adamw_torch_fused":
+			d += 2*roundBlock(4*numel) + 512 // and the 0-dim float32 step
+			big(4 * numel)
+			big(4 * numel)
+		case "adamw_bnb_8bit", "paged_adamw_8bit":
+			dd, pp := optim.Adam8bitStateBytes(numel, optim.Default8bitMinSize, name == "paged_adamw_8bit", roundBlock)
+			d, pg = d+dd, pg+pp
+			maps = maps || numel >= optim.Default8bitMinSize
+			if pp == 0 && numel >= optim.Default8bitMinSize {
+				big(numel) // state1, state2: uint8
+				big(numel)
+			}
+		case "adafactor":
+			d += optim.HFAdafactorStateBytes(shape, false, roundBlock) + 512 // and the 0-dim RMS
+		}
+	}
+	if maps {
+		d += 2 * 1024 // qmap1, qmap2: float32 [256]
+	}
+	return int64(d), int64(pg), large
+}
+
+// Each --optimizer (Hugging Face Trainer's optim names) trains with its
+// optimizer: the breakdown's optimizer state, measured at the peak of
+// gpt2-small's second step, is its closed form to the byte where every
+// state tensor is 1 MiB or less (Adafactor's factored moments; the paged
+// optimizer's device part, its paged state reported apart); above 1 MiB
+// the caching allocator hands out a cached or new block without splitting
+// off a remainder of 1 MiB or less (PyTorch's should_split for the large
+// pool), and the breakdown counts blocks, so each such tensor may add up
+// to 1 MiB over its closed form. The report names the optimizer.
+func TestOptimizers(t *testing.T) {
+	shapes := paramShapes(t)
+	if len(shapes) != 148 {
+		t.Fatalf("%d parameters in gpt2-small, want 148", len(shapes))
+	}
+	measured := map[string]int64{}
+	defer func() {
+		// fused=True adds only the 0-dim step per parameter
+		if d := measured["adamw_torch_fused"] - measured["adamw_torch"]; d != 148*512 {
+			t.Errorf("fused AdamW keeps %d bytes more than foreach AdamW, want 148 × 512", d)
+		}
+	}()
+	for _, tc := range []struct {
+		flag, name string
+	}{
+		{"adamw_torch", "adamw_torch"},
+		{"adamw", "adamw_torch"},
+		{"adamw_torch_fused", "adamw_torch_fused"},
+		{"adamw_bnb_8bit", "adamw_bnb_8bit"},
+		{"paged_adamw_8bit", "paged_adamw_8bit"},
+		{"adafactor", "adafactor"},
+		{"sgd", "sgd"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			rc, out, errs := runMain(t, options("gpt2-small", map[string]any{"gpu": "L4", "batch": 4, "optimizer": tc.flag, "json": true}))
+			if rc != 0 {
+				t.Fatalf("exit %d: %s", rc, errs)
+			}
+			var r fit.Report
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Optimizer != tc.name {
+				t.Errorf("optimizer %q, want %q", r.Optimizer, tc.name)
+			}
+			if r.LargestSeq == nil || *r.LargestSeq != 1024 {
+				t.Fatalf("largest sequence %v, want 1024", r.LargestSeq)
+			}
+			dev, paged, large := stateClosedForm(tc.name, shapes)
+			b := r.Breakdown
+			if b.OptimizerStatePaged != paged || b.OptimizerState < dev || b.OptimizerState > dev+int64(large)<<20 || (large == 0 && b.OptimizerState != dev) {
+				t.Errorf("optimizer state %d on the device, %d paged; closed forms %d (%d tensors over 1 MiB), %d", b.OptimizerState, b.OptimizerStatePaged, dev, large, paged)
+			}
+			measured[tc.name] = b.OptimizerState
+			if sum := b.Parameters + b.Gradients + b.OptimizerState + b.Activations + b.Temporaries + b.Workspaces + b.Other; sum != r.Peak.Allocated {
+				t.Errorf("breakdown sums to %d, peak allocated %d", sum, r.Peak.Allocated)
+			}
+		})
+	}
+}
+
+// When nothing fits, the floor's optimizer state is the closed form
+// (paged state apart, not in the total), and the advice tries the
+// optimizers that keep less on the device.
+func TestOptimizerFloorAndAdvice(t *testing.T) {
+	shapes := paramShapes(t)
+	for _, name := range []string{"adamw_torch", "paged_adamw_8bit"} {
+		rc, out, errs := runMain(t, options("gpt2-small", map[string]any{"gpu": "1GiB", "seq": 256, "optimizer": name, "json": true}))
+		if rc != 0 {
+			t.Fatalf("%s: exit %d: %s", name, rc, errs)
+		}
+		var r fit.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		f := r.Floor
+		if f == nil {
+			t.Fatalf("%s: no floor (largest batch %v)", name, r.LargestBatch)
+		}
+		dev, paged, _ := stateClosedForm(name, shapes)
+		if f.OptimizerState != dev || f.OptimizerStatePaged != paged || f.Total != f.Parameters+f.Gradients+dev {
+			t.Errorf("%s: floor %+v, closed forms %d on the device, %d paged", name, f, dev, paged)
+		}
+		tried := map[string]bool{}
+		for _, a := range r.Advice {
+			if opt, ok := strings.CutPrefix(a.Change, "optimizer "); ok {
+				tried[strings.Fields(opt)[0]] = a.Modelled
+			}
+		}
+		want := map[string]bool{"adafactor": true, "sgd": true}
+		if name == "adamw_torch" {
+			want["adamw_bnb_8bit"] = true
+			if _, ok := tried["paged_adamw_8bit"]; ok {
+				want["paged_adamw_8bit"] = true // tried when the 8-bit one does not fit
+			}
+		}
+		if !reflect.DeepEqual(tried, want) {
+			t.Errorf("%s: optimizers tried %v, want %v", name, tried, want)
+		}
 	}
 }

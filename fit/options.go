@@ -35,7 +35,7 @@ type Options struct {
 	Seq        int    // sequence length of the batch search (0: the model's default)
 	Batch      int    // > 0: search the longest sequence at this batch instead
 	Precision  string // fp32, bf16, fp16, bf16-true (Lightning's names accepted)
-	Optimizer  string // adamw, adam, sgd
+	Optimizer  string // a Trainer optim name (Optimizers); adamw is adamw_torch
 	Checkpoint bool
 	Attention  string // eager, sdpa, flash ("" : sdpa)
 	// Routing is a Mixture-of-Experts model's routing plan: "balanced"
@@ -73,6 +73,62 @@ var precisionAlias = map[string]string{
 	"bf16": PrecBF16, "bf16-mixed": PrecBF16,
 	"fp16": PrecFP16, "16": PrecFP16, "16-mixed": PrecFP16,
 	"bf16-true": PrecBF16True,
+}
+
+// Optimizer is one optimizer memsh fit trains with, by the name Hugging
+// Face Trainer's optim takes (TrainingArguments.optim), and how the
+// driver (driver.star's make_optimizer) builds it.
+type Optimizer struct {
+	Name  string // the Trainer's optim name
+	Title string // the report's words
+	// Saver is an optimizer the advice tries instead of a bigger one: it
+	// keeps less state per parameter than AdamW's two float32 moments.
+	Saver bool
+}
+
+// Optimizers are --optimizer's names: the Trainer's (adamw_torch first,
+// the default), then fit's own adam. adamw is an alias of adamw_torch.
+var Optimizers = []Optimizer{
+	{Name: OptAdamWTorch, Title: "AdamW (torch.optim.AdamW, foreach)"},
+	{Name: OptAdamWFused, Title: "AdamW fused (torch.optim.AdamW, fused=True)"},
+	{Name: OptAdamW8bit, Title: "8-bit AdamW (bitsandbytes AdamW8bit)", Saver: true},
+	{Name: OptPagedAdamW8bit, Title: "paged 8-bit AdamW (bitsandbytes PagedAdamW8bit)", Saver: true},
+	{Name: OptAdafactor, Title: "Adafactor (transformers', scale_parameter=False, relative_step=False)", Saver: true},
+	{Name: OptSGD, Title: "SGD (momentum 0: no state)", Saver: true},
+	{Name: OptAdam, Title: "Adam (torch.optim.Adam, foreach)"},
+}
+
+// The optimizers' names.
+const (
+	OptAdamWTorch     = "adamw_torch"
+	OptAdamWFused     = "adamw_torch_fused"
+	OptAdamW8bit      = "adamw_bnb_8bit"
+	OptPagedAdamW8bit = "paged_adamw_8bit"
+	OptAdafactor      = "adafactor"
+	OptSGD            = "sgd"
+	OptAdam           = "adam"
+)
+
+// LookupOptimizer finds --optimizer's name (adamw is adamw_torch).
+func LookupOptimizer(name string) (Optimizer, bool) {
+	if name == "adamw" {
+		name = OptAdamWTorch
+	}
+	for _, o := range Optimizers {
+		if o.Name == name {
+			return o, true
+		}
+	}
+	return Optimizer{}, false
+}
+
+// optimizerList is the accepted names, for a usage error.
+func optimizerList() string {
+	var names []string
+	for _, o := range Optimizers {
+		names = append(names, o.Name)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // Model is a resolved SOURCE.
@@ -162,11 +218,11 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 		return nil, usageErr("--precision: want fp32, bf16, fp16 or bf16-true (Lightning's 32-true, bf16-mixed, 16-mixed), got %q", o.Precision)
 	}
 	o.Precision = p
-	switch o.Optimizer {
-	case "adamw", "adam", "sgd":
-	default:
-		return nil, usageErr("--optimizer: want adamw, adam or sgd, got %q", o.Optimizer)
+	opt, ok := LookupOptimizer(o.Optimizer)
+	if !ok {
+		return nil, usageErr("--optimizer: want %s (Hugging Face Trainer's optim names; adamw is adamw_torch), got %q", optimizerList(), o.Optimizer)
 	}
+	o.Optimizer = opt.Name
 	if o.Attention == "" {
 		o.Attention = "sdpa"
 	}

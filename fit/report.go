@@ -71,12 +71,16 @@ type Peak struct {
 type Breakdown struct {
 	Parameters     int64 `json:"parameters"` // parameters and buffers
 	Gradients      int64 `json:"gradients"`
-	OptimizerState int64 `json:"optimizer_state"`
-	Activations    int64 `json:"activations"` // tensors saved for backward
-	Temporaries    int64 `json:"temporaries"`
-	Workspaces     int64 `json:"workspaces"`         // the cuBLAS and cuBLASLt workspaces
-	KVCache        int64 `json:"kv_cache,omitempty"` // --inference: the KV cache's bytes at the peak (closed form)
-	Other          int64 `json:"other"`              // what was allocated before the step
+	OptimizerState int64 `json:"optimizer_state"` // on the device
+	// OptimizerStatePaged is the optimizer's state in bitsandbytes' paged
+	// (managed) memory (paged_adamw_8bit): outside the caching allocator,
+	// so not in the sum of the breakdown nor in the peak.
+	OptimizerStatePaged int64 `json:"optimizer_state_paged,omitempty"`
+	Activations         int64 `json:"activations"` // tensors saved for backward
+	Temporaries         int64 `json:"temporaries"`
+	Workspaces          int64 `json:"workspaces"`         // the cuBLAS and cuBLASLt workspaces
+	KVCache             int64 `json:"kv_cache,omitempty"` // --inference: the KV cache's bytes at the peak (closed form)
+	Other               int64 `json:"other"`              // what was allocated before the step
 }
 
 // OOMInfo is the first size that ran out of memory, measured.
@@ -94,9 +98,12 @@ type OOMInfo struct {
 type Floor struct {
 	Parameters     int64 `json:"parameters"`
 	Gradients      int64 `json:"gradients"`
-	OptimizerState int64 `json:"optimizer_state"`
-	Total          int64 `json:"total"`
-	Usable         int64 `json:"usable"`
+	OptimizerState int64 `json:"optimizer_state"` // on the device
+	// OptimizerStatePaged is the state a paged optimizer keeps in paged
+	// memory (not in Total: it is not on the device).
+	OptimizerStatePaged int64 `json:"optimizer_state_paged,omitempty"`
+	Total               int64 `json:"total"`
+	Usable              int64 `json:"usable"`
 }
 
 // Alternative is one change that could make the model fit, found by
@@ -182,7 +189,7 @@ func (r *Report) WriteText(w io.Writer) {
 		if r.GradAccum > 1 {
 			accum = fmt.Sprintf(", %d micro-batches per step (the batch below is the micro-batch)", r.GradAccum)
 		}
-		p("  training: %s, %s, %s, %d steps per trial%s; attention %s\n", precisionText(r.Precision), r.Optimizer, checkpointText(r.Checkpoint), r.Steps, accum, att)
+		p("  training: %s, %s, %s, %d steps per trial%s; attention %s\n", precisionText(r.Precision), optimizerText(r.Optimizer), checkpointText(r.Checkpoint), r.Steps, accum, att)
 	}
 	if r.Search == "seq" && r.Inference {
 		p("  batch %d, longest prompt: ", r.Batch)
@@ -238,6 +245,9 @@ func (r *Report) WriteText(w io.Writer) {
 		p("  weights floor: parameters %s", fb(r.Floor.Total))
 	} else if r.Floor != nil {
 		p("  model-state floor: parameters %s + gradients %s + optimizer state %s = %s", fb(r.Floor.Parameters), fb(r.Floor.Gradients), fb(r.Floor.OptimizerState), fb(r.Floor.Total))
+		if r.Floor.OptimizerStatePaged > 0 {
+			p(" (and %s of optimizer state paged, off the device)", fb(r.Floor.OptimizerStatePaged))
+		}
 	}
 	if r.Floor != nil {
 		if r.Floor.Total > r.Floor.Usable {
@@ -299,7 +309,18 @@ func (b *Breakdown) text() string {
 	if b.Other != 0 {
 		s += " · other " + fb(b.Other)
 	}
+	if b.OptimizerStatePaged > 0 {
+		s += " (optimizer state paged, off the device: " + fb(b.OptimizerStatePaged) + ")"
+	}
 	return s
+}
+
+// optimizerText is the report's words for a Trainer optim name.
+func optimizerText(name string) string {
+	if o, ok := LookupOptimizer(name); ok {
+		return o.Name + ": " + o.Title
+	}
+	return name
 }
 
 func phaseText(p string) string {

@@ -210,6 +210,7 @@ type Measurement struct {
 	Generation   map[string]int64 // --inference: generate()'s figures (prefill_peak, peak, kv_cache)
 	GenPhase     string           // --inference: "prefill" or "decode"
 	Requested    int64            // the allocation that did not fit
+	Paged        int64            // the optimizer's state in paged memory (bitsandbytes' paged optimizers), outside the allocator
 }
 
 // measure runs the driver's measure(b, s) in layout peak mode, quietly.
@@ -246,7 +247,7 @@ func (r *run) measure(batch, seq int) (*Measurement, error) {
 	ms := &Measurement{Batch: batch, Seq: seq, Status: toStr(get("status")), Error: toStr(get("error")),
 		MaxAllocated: int64(toInt(get("max_allocated"))), MaxReserved: int64(toInt(get("max_reserved"))),
 		Outside: int64(toInt(get("outside"))), Total: int64(toInt(get("total"))), Phase: toStr(get("phase")),
-		Peak: toMap(get("peak")), Failed: toMap(get("failed"))}
+		Peak: toMap(get("peak")), Failed: toMap(get("failed")), Paged: int64(toInt(get("paged")))}
 	if g, ok := get("generation").(*starlark.Dict); ok {
 		ms.Generation = toMap(g)
 		if ph, _, _ := g.Get(starlark.String("peak_phase")); ph != nil {

@@ -17,7 +17,7 @@ import (
 func init() { subcommands["fit"] = fitCommand }
 
 // fitUsage is memsh fit's usage line.
-const fitUsage = "usage: memsh fit SOURCE [--gpu H100] [--seq N | --batch N] [--precision fp32|bf16|fp16|bf16-true] [--optimizer adamw|adam|sgd] [--checkpoint] [--grad-accum N] [--attention eager|sdpa|flash] [--inference [--max-new-tokens N] [--kv-cache dynamic|static]] [--json] [--out FILE.jsonl]"
+const fitUsage = "usage: memsh fit SOURCE [--gpu H100] [--seq N | --batch N] [--precision fp32|bf16|fp16|bf16-true] [--optimizer adamw_torch|adamw_torch_fused|adamw_bnb_8bit|paged_adamw_8bit|adafactor|sgd|adam] [--checkpoint] [--grad-accum N] [--attention eager|sdpa|flash] [--inference [--max-new-tokens N] [--kv-cache dynamic|static]] [--json] [--out FILE.jsonl]"
 
 // fitCommand is `memsh fit SOURCE ...` (package fit): the largest batch
 // that trains SOURCE — a library model, a Hugging Face config.json (or
@@ -32,7 +32,7 @@ func fitCommand(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Seq, "seq", 0, "sequence length `N` of the batch search (default: the model's, at most 2048)")
 	fs.IntVar(&o.Batch, "batch", 0, "find the longest sequence at batch `N` instead (language models)")
 	fs.StringVar(&o.Precision, "precision", "bf16", "fp32, bf16 (autocast, float32 weights), fp16 (autocast and a GradScaler) or bf16-true (bfloat16 weights and optimizer state)")
-	fs.StringVar(&o.Optimizer, "optimizer", "adamw", "adamw, adam or sgd (momentum 0.9)")
+	fs.StringVar(&o.Optimizer, "optimizer", fit.OptAdamWTorch, "Hugging Face Trainer's optim name: adamw_torch (AdamW, foreach), adamw_torch_fused, adamw_bnb_8bit, paged_adamw_8bit (bitsandbytes), adafactor (transformers'), sgd (momentum 0); or adam. adamw is adamw_torch")
 	fs.BoolVar(&o.Checkpoint, "checkpoint", false, "activation checkpointing per layer (nn.checkpoint, non-reentrant)")
 	fs.StringVar(&o.Attention, "attention", "sdpa", "eager, sdpa or flash (Hugging Face's attn_implementation names; sdpa's backend is PyTorch's choice for the card)")
 	fs.StringVar(&o.Routing, "routing", "balanced", "a Mixture-of-Experts model's tokens per expert: balanced (even) or worst (every token on the same experts)")
