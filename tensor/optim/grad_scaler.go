@@ -235,9 +235,21 @@ func itemOr(t *tensor.Tensor, def float64) (float64, error) {
 // Step is step(optimizer): unscales first unless unscale_ was called, then
 // runs optimizer.step() unless a gradient was inf or NaN. It reports
 // whether the step ran.
-func (s *GradScaler) Step(o Optimizer) (bool, error) {
+func (s *GradScaler) Step(o Optimizer) (bool, error) { return s.StepHooked(o, nil) }
+
+// StepHooked is Step with hook called around optimizer.step() itself
+// (when it runs), as PyTorch's optimizer step hooks are: hook() before,
+// the function it returns after; the unscaling and the inf checks run
+// outside it. A nil hook is none.
+func (s *GradScaler) StepHooked(o Optimizer, hook func() func()) (bool, error) {
+	step := func(f func() error) error {
+		if hook != nil {
+			defer hook()()
+		}
+		return f()
+	}
 	if !s.enabled {
-		return true, o.Step()
+		return true, step(o.Step)
 	}
 	if err := s.check("step"); err != nil {
 		return false, err
@@ -247,7 +259,7 @@ func (s *GradScaler) Step(o Optimizer) (bool, error) {
 		return false, errors.New("step() has already been called since the last update().")
 	}
 	if a, ok := o.(AMPScalingOptimizer); ok && a.SupportsAMPScaling() {
-		return s.stepScaling(a, st)
+		return s.stepScaling(a, st, step)
 	}
 	if st.stage == stageReady {
 		if err := s.Unscale(o); err != nil {
@@ -267,7 +279,7 @@ func (s *GradScaler) Step(o Optimizer) (bool, error) {
 	}
 	ran := false
 	if sum == 0 {
-		if err := o.Step(); err != nil {
+		if err := step(o.Step); err != nil {
 			return false, err
 		}
 		ran = true
@@ -381,7 +393,7 @@ type AMPScalingOptimizer interface {
 // grad_scale = scale * 1 (another), both set on the optimizer for its step
 // and freed when step() returns. The step runs even when a gradient is
 // inf: the fused kernel itself skips the update.
-func (s *GradScaler) stepScaling(o AMPScalingOptimizer, st *scalerState) (bool, error) {
+func (s *GradScaler) stepScaling(o AMPScalingOptimizer, st *scalerState, step func(func() error) error) (bool, error) {
 	ctx := s.scale.Context()
 	f := newFrame(ctx)
 	defer func() { f.close() }()
@@ -461,7 +473,7 @@ func (s *GradScaler) stepScaling(o AMPScalingOptimizer, st *scalerState) (bool, 
 		f.set("optimizer.grad_scale", gs, true)
 		gradScale = gs
 	}
-	if err := o.StepScaled(gradScale, sum); err != nil {
+	if err := step(func() error { return o.StepScaled(gradScale, sum) }); err != nil {
 		return false, err
 	}
 	st.stage = stageStepped
