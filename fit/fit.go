@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
@@ -119,7 +121,10 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		defer done()
 	}
 	rep := &Report{Model: m.Name, Title: m.Title, Source: sourceKind(m), GPU: o.GPU, Precision: o.Precision,
-		Optimizer: o.Optimizer, Checkpoint: o.Checkpoint, Attention: o.Attention, Steps: Steps}
+		Optimizer: o.Optimizer, Checkpoint: o.Checkpoint, Attention: o.Attention, Steps: Steps, Finetune: o.Finetune}
+	if rep.Finetune == "" {
+		rep.Finetune = FinetuneFull
+	}
 	if m.HF != nil && m.HF.IsMoE() {
 		rep.Routing = o.Routing
 	}
@@ -135,11 +140,25 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 	if err := r.starChecks(m, rep); err != nil {
 		return nil, err
 	}
-	info, err := r.describe()
+	info, err := describeModel(o, m, lib, stderr)
 	if err != nil {
 		return nil, err
 	}
+	if o.Started != nil {
+		o.Started(r.s) // Ctrl-C interrupts the search's Session again
+	}
 	rep.Parameters, rep.TrainableParameters, rep.ParameterDType = info.Parameters, info.Trainable, info.DType
+	if o.Finetune == FinetuneLoRA || o.Finetune == FinetuneQLoRA {
+		if err := checkLoRATargets(o, m, info); err != nil {
+			return nil, err
+		}
+		st := floorOf(o, info, 0)
+		rep.LoRA = &LoRAInfo{R: o.LoRAR, Alpha: o.LoRAAlpha, Dropout: o.LoRADropout, Targets: o.loraTargets, Modules: info.AdapterModules, Parameters: info.Adapters,
+			GradientBytes: st.Gradients, OptimizerStateBytes: st.OptimizerState}
+		if o.Finetune == FinetuneQLoRA {
+			rep.LoRA.Quantization, rep.LoRA.ComputeDType, rep.LoRA.QuantBytes = "nf4", qloraDType(o.Precision), info.QuantBytes
+		}
+	}
 	if m.Kind == KindStar && rep.PublishedParameters > 0 && rep.PublishedParameters != rep.Parameters {
 		return nil, fmt.Errorf("%s: PARAMETERS is %s, but the model build() returns has %s parameters", m.Star, commas(rep.PublishedParameters), commas(rep.Parameters))
 	}
@@ -268,6 +287,74 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 	return rep, nil
 }
 
+// describeGPU is the simulated card describeModel builds the model on:
+// large enough for any model, so that one whose weights do not fit the
+// card asked for is still described (and its trials run out of memory).
+const describeGPU = "16TiB"
+
+// describeModel builds the model once, as the trials build it, on a
+// meta simulator of describeGPU, and returns its parameters.
+func describeModel(o Options, m *Model, lib fs.FS, stderr io.Writer) (*modelInfo, error) {
+	r, err := sessionFor(o, m, lib, describeGPU, io.Discard, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	return r.describe()
+}
+
+// qloraDType is QLoRA's checkpoint dtype and compute dtype for a
+// precision (driver.star's QDTYPE).
+func qloraDType(p string) string {
+	switch p {
+	case PrecFP16:
+		return "float16"
+	case PrecFP32:
+		return "float32"
+	}
+	return "bfloat16"
+}
+
+// checkLoRATargets checks --lora-targets against the built model's
+// modules (a name matches a module whose dotted name is it or ends with
+// "." + it, as PEFT matches): a name that matches none is a usage error
+// listing the model's linear layers' names.
+func checkLoRATargets(o Options, m *Model, info *modelInfo) error {
+	if len(o.loraTargets) == 1 && o.loraTargets[0] == "all-linear" {
+		return nil
+	}
+	mods := map[string]bool{}
+	var names []string // the last components of the weights' modules
+	for _, p := range info.Params {
+		if !strings.HasSuffix(p.Name, ".weight") || len(p.Shape) != 2 {
+			continue
+		}
+		mod := strings.TrimSuffix(p.Name, ".weight")
+		mods[mod] = true
+		last := mod[strings.LastIndex(mod, ".")+1:]
+		if !slices.Contains(names, last) {
+			names = append(names, last)
+		}
+	}
+	for _, t := range o.loraTargets {
+		found := false
+		for mod := range mods {
+			if mod == t || strings.HasSuffix(mod, "."+t) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			what := "--lora-targets"
+			if !o.Set["lora-targets"] {
+				what = "the default LoRA targets"
+			}
+			return usageErr("%s: no module %q in %s (its 2-D weights' modules: %s)", what, t, m.Name, strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
 func sourceKind(m *Model) string {
 	switch {
 	case m.Kind == KindStar:
@@ -352,15 +439,18 @@ func checkpointBeside(m *Model, info *modelInfo, rep *Report) error {
 	return nil
 }
 
-// floorOf is the model state: parameters, their gradients and the
-// optimizer's state (AdamW and Adam: two tensors per parameter, SGD with
-// momentum one), each rounded as the allocator rounds.
+// floorOf is the model state: parameters, the trainable ones' gradients
+// and the optimizer's state (AdamW and Adam: two tensors per trainable
+// parameter, SGD with momentum one), each rounded as the allocator
+// rounds.
 func floorOf(o Options, info *modelInfo, usable int64) *Floor {
 	k := int64(2)
 	if o.Optimizer == "sgd" {
 		k = 1
 	}
-	f := &Floor{Parameters: info.ParamBytes, Gradients: info.ParamBytes, OptimizerState: k * info.ParamBytes, Usable: usable}
+	// the weights (with a 4-bit base's quantization states); gradients
+	// and optimizer state for the trainable parameters only
+	f := &Floor{Parameters: info.ParamBytes + info.QuantBytes, Gradients: info.TrainableBytes, OptimizerState: k * info.TrainableBytes, Usable: usable}
 	f.Total = f.Parameters + f.Gradients + f.OptimizerState
 	return f
 }
@@ -469,12 +559,59 @@ func advise(o Options, m *Model, lib fs.FS, seq int, rep *Report, stderr io.Writ
 			return nil, err
 		}
 	}
+	for _, ft := range []string{FinetuneLoRA, FinetuneQLoRA} {
+		o2, change, ok := finetuneAlternative(o, m, ft)
+		if !ok {
+			continue
+		}
+		if err := add(try(change, o2, o.GPU)); err != nil {
+			return nil, err
+		}
+	}
 	out = append(out,
-		Alternative{Change: "LoRA / QLoRA fine-tuning", Note: "frozen base weights: an open issue of memsh's"},
 		Alternative{Change: "8-bit optimizers (bitsandbytes AdamW8bit)", Note: "an open issue of memsh's"},
 		Alternative{Change: "sharding across N GPUs (FSDP, ZeRO)", Note: "an open issue of memsh's"},
 	)
 	return out, nil
+}
+
+// finetuneAlternative is o with --finetune ft, when that is a change the
+// model takes (LoRA after full fine-tuning, QLoRA after full or LoRA):
+// the user's LoRA settings, else PEFT's defaults (r 8, alpha 8, the model
+// type's targets, all-linear for a type PEFT has none for); QLoRA with
+// activation checkpointing, as prepare_model_for_kbit_training turns it
+// on by default.
+func finetuneAlternative(o Options, m *Model, ft string) (Options, string, bool) {
+	rank := map[string]int{FinetuneFull: 0, "": 0, FinetuneLoRA: 1, FinetuneQLoRA: 2}
+	if rank[ft] <= rank[o.Finetune] {
+		return o, "", false
+	}
+	o2 := o
+	o2.Finetune = ft
+	o2.Set = map[string]bool{}
+	for k, v := range o.Set {
+		o2.Set[k] = v
+	}
+	if err := o2.validateFinetune(m); err != nil {
+		if IsUsage(err) && strings.HasPrefix(err.Error(), "--lora-targets") {
+			o2.LoRATargets = "all-linear"
+			err = o2.validateFinetune(m)
+		}
+		if err != nil {
+			return o, "", false
+		}
+	}
+	change := fmt.Sprintf("LoRA r=%d on %s", o2.LoRAR, strings.Join(o2.loraTargets, ", "))
+	if ft == FinetuneQLoRA {
+		change = "Q" + change
+		if !o.Checkpoint {
+			// prepare_model_for_kbit_training's default,
+			// use_gradient_checkpointing=True: QLoRA's recipe
+			o2.Checkpoint = true
+			change += " with checkpointing"
+		}
+	}
+	return o2, change, true
 }
 
 // adviseInference tries what could make generation fit: the other KV

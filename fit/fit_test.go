@@ -50,6 +50,16 @@ func options(src string, set map[string]any) fit.Options {
 			o.Routing = v.(string)
 		case "grad-accum":
 			o.GradAccum = v.(int)
+		case "finetune":
+			o.Finetune = v.(string)
+		case "lora-r":
+			o.LoRAR = v.(int)
+		case "lora-alpha":
+			o.LoRAAlpha = v.(float64)
+		case "lora-dropout":
+			o.LoRADropout = v.(float64)
+		case "lora-targets":
+			o.LoRATargets = v.(string)
 		}
 	}
 	return o
@@ -113,6 +123,18 @@ func TestUsageErrors(t *testing.T) {
 		{"gpt2-small", map[string]any{"grad-accum": 0}, "--grad-accum: want a positive integer, got 0"},
 		{"llama-3.2-1b", map[string]any{"inference": true, "grad-accum": 2}, "--grad-accum: a training option; --inference generates under no_grad"},
 		{"llama-3.2-1b", map[string]any{"inference": true, "seq": 131000, "max-new-tokens": 100}, "--seq 131000 + --max-new-tokens 100: llama-3.2-1b takes at most 131072 positions"},
+		{"llama-3.2-1b", map[string]any{"finetune": "prefix"}, `--finetune: want full, lora or qlora`},
+		{"llama-3.2-1b", map[string]any{"lora-r": 4}, "--lora-r: a LoRA option; give --finetune lora or qlora"},
+		{"llama-3.2-1b", map[string]any{"finetune": "lora", "lora-r": 0}, "--lora-r: want a positive integer (the adapters' rank), got 0"},
+		{"llama-3.2-1b", map[string]any{"finetune": "lora", "lora-alpha": -1.0}, "--lora-alpha: want a positive number"},
+		{"llama-3.2-1b", map[string]any{"finetune": "lora", "lora-dropout": 1.0}, "--lora-dropout: want a probability in [0, 1), got 1"},
+		{"llama-3.2-1b", map[string]any{"finetune": "lora", "lora-targets": "q_proj,,v_proj"}, `--lora-targets: an empty module name in "q_proj,,v_proj"`},
+		{"llama-3.2-1b", map[string]any{"finetune": "lora", "lora-targets": "all-linear,q_proj"}, "--lora-targets: all-linear stands alone"},
+		{"llama-3.2-1b", map[string]any{"finetune": "lora", "lora-targets": "q_proj,qkv"}, `--lora-targets: no module "qkv" in llama-3.2-1b (its 2-D weights' modules: embed_tokens, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)`},
+		{"phi-3-mini", map[string]any{"finetune": "lora"}, "--lora-targets: PEFT has no default target modules for model_type phi3: name them (comma-separated, or all-linear)"},
+		{"gpt2-small", map[string]any{"finetune": "qlora"}, "--finetune qlora: 4-bit layers are modelled for the Llama-family configs"},
+		{"resnet18", map[string]any{"finetune": "lora"}, "--finetune lora: modelled for language models; resnet18 is an image model"},
+		{"llama-3.2-1b", map[string]any{"finetune": "lora", "inference": true}, "--finetune: a training option; --inference generates under no_grad"},
 	} {
 		o := options(tc.src, tc.set)
 		rc, out, errs := runMain(t, o)
@@ -443,8 +465,11 @@ func TestAdviceWhenNothingFits(t *testing.T) {
 	if !lower.Modelled || !lower.Fits || lower.Largest < 1 || lower.FirstOOM != lower.Largest+1 {
 		t.Errorf("bf16-true: %+v", lower)
 	}
-	if a := got["LoRA / QLoRA fine-tuning"]; a.Modelled {
-		t.Errorf("LoRA should be named as not modelled yet: %+v", a)
+	// LoRA and QLoRA are trials of their own (PEFT's defaults for Llama)
+	for _, c := range []string{"LoRA r=8 on q_proj, v_proj", "QLoRA r=8 on q_proj, v_proj with checkpointing"} {
+		if a := got[c]; !a.Modelled || !a.Fits || a.Largest < 1 {
+			t.Errorf("%s: %+v", c, a)
+		}
 	}
 	// the text report says the same
 	o := options("llama-3.1-8b", nil)
