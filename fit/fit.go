@@ -14,6 +14,7 @@ import (
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
 
+	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/sim"
 )
 
@@ -140,12 +141,22 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 	if err := r.starChecks(m, rep); err != nil {
 		return nil, err
 	}
-	info, err := describeModel(o, m, lib, stderr)
+	info, err := r.describe()
+	buildOOM := err != nil && backend.IsOOM(err)
+	if buildOOM {
+		// The weights alone are more than the card: count them on a card
+		// with room, and let the search's trials (each an OOM at build)
+		// and the advice say what would fit.
+		info, err = describeUnbounded(o, m, lib, stderr)
+		if err == nil {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("the model's weights alone (%s) are more than the card's memory: building it runs out of memory", backend.FormatBytes(info.ParamBytes+info.QuantBytes)))
+		}
+		if o.Started != nil {
+			o.Started(r.s) // Ctrl-C interrupts the search's Session again
+		}
+	}
 	if err != nil {
 		return nil, err
-	}
-	if o.Started != nil {
-		o.Started(r.s) // Ctrl-C interrupts the search's Session again
 	}
 	rep.Parameters, rep.TrainableParameters, rep.ParameterDType = info.Parameters, info.Trainable, info.DType
 	if o.Finetune == FinetuneLoRA || o.Finetune == FinetuneQLoRA {
@@ -264,6 +275,11 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		if ms.Failed != nil {
 			oi.Allocated = ms.Failed["Total"]
 		}
+		if buildOOM {
+			// the weights ran out while the model was being built: none
+			// of them a parameter yet, no phase
+			oi.Building, oi.Breakdown, oi.Phase = true, nil, ""
+		}
 		rep.OOM = oi
 		if ms.Status == "ok" {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the measuring trial at %d ran (the search's trial did not)", sr.FirstOOM))
@@ -285,22 +301,6 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		rep.Advice = adv
 	}
 	return rep, nil
-}
-
-// describeGPU is the simulated card describeModel builds the model on:
-// large enough for any model, so that one whose weights do not fit the
-// card asked for is still described (and its trials run out of memory).
-const describeGPU = "16TiB"
-
-// describeModel builds the model once, as the trials build it, on a
-// meta simulator of describeGPU, and returns its parameters.
-func describeModel(o Options, m *Model, lib fs.FS, stderr io.Writer) (*modelInfo, error) {
-	r, err := sessionFor(o, m, lib, describeGPU, io.Discard, stderr)
-	if err != nil {
-		return nil, err
-	}
-	defer r.close()
-	return r.describe()
 }
 
 // qloraDType is QLoRA's checkpoint dtype and compute dtype for a
@@ -712,4 +712,18 @@ func biggerPresets(gpu string) []sim.Preset {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Total < out[j].Total })
 	return out
+}
+
+// unboundedGPU is a meta card with room for any model's weights, for
+// counting parameters when the requested card cannot hold them.
+const unboundedGPU = "1PiB"
+
+// describeUnbounded builds m on unboundedGPU and returns its parameters.
+func describeUnbounded(o Options, m *Model, lib fs.FS, stderr io.Writer) (*modelInfo, error) {
+	r, err := sessionFor(o, m, lib, unboundedGPU, io.Discard, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	return r.describe()
 }

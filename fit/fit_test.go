@@ -479,6 +479,30 @@ func TestAdviceWhenNothingFits(t *testing.T) {
 	}
 }
 
+// A model whose weights alone are more than the card (Mixtral 8x7B's
+// 46.7 B parameters in float32 on an H100) is an answer, not a traceback:
+// its parameters counted on a card with room (the count Mistral AI
+// publishes: 46,702,792,704), batch 1 an OOM while the model is built,
+// the floor and the advice.
+func TestWeightsAloneDoNotFit(t *testing.T) {
+	rc, text, stderr := runMain(t, options("../testdata/hfconfigs/mixtral-8x7b-v0.1.json", nil))
+	if rc != 0 || strings.Contains(text+stderr, "Traceback") {
+		t.Fatalf("rc %d\n%s\n%s", rc, text, stderr)
+	}
+	for _, want := range []string{
+		"46,702,792,704 parameters, float32",
+		"largest batch: none — batch 1 runs out of memory",
+		"while building the model (its weights)",
+		"model-state floor: parameters 173.98 GiB",
+		"what would fit (each found by trials):",
+		"the model's weights alone (173.98 GiB) are more than the card's memory",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("missing %q in\n%s", want, text)
+		}
+	}
+}
+
 // A .star model file: build and inputs, PARAMETERS checked, MAX_SEQ bounds
 // --seq, and load() of the library works without a checkout.
 func TestStarModelFile(t *testing.T) {

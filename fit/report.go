@@ -114,6 +114,7 @@ type OOMInfo struct {
 	Breakdown *Breakdown `json:"breakdown"` // of what was allocated when it failed
 	Phase     string     `json:"phase"`     // what ran at the peak before the failure
 	Message   string     `json:"message"`
+	Building  bool       `json:"building_model,omitempty"` // the weights did not fit: it failed while the model was built
 }
 
 // Floor is the model state every step holds, whatever the batch.
@@ -266,6 +267,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	if r.OOM != nil {
 		p("  at %s %d (out of memory): tried to allocate %s with %s allocated", unit, r.OOM.Value, fb(r.OOM.Requested), fb(r.OOM.Allocated))
+		if r.OOM.Building {
+			p(", while building the model (its weights)")
+		}
 		if r.OOM.Phase != "" {
 			p("; the peak before it in the %s", phaseText(r.OOM.Phase))
 		}

@@ -323,7 +323,7 @@ func (t *target) check(kind Kind, overwrite bool) error {
 	}
 	defer f.Close()
 	if err := verify(f, kind); err != nil {
-		return fmt.Errorf("%s: refusing to replace an existing file that is not a %s memsh wrote (%v); overwrite=True or --force replaces it", t.name, kind, err)
+		return fmt.Errorf("%s: refusing to replace an existing file that is not a %s memsh wrote (%v); overwrite=True (a builtin's) or --force (memsh's command line) replaces it", t.name, kind, err)
 	}
 	return nil
 }
@@ -401,9 +401,10 @@ func (p *Policy) WriteFile(path string, kind Kind, overwrite bool, write func(io
 }
 
 // WriteFile writes path, anywhere, with write: the file appears whole or
-// not at all, and an existing file is replaced only if it holds kind.
-func WriteFile(path string, kind Kind, write func(io.Writer) error) error {
-	return (&Policy{}).WriteFile(path, kind, false, write)
+// not at all, and an existing file is replaced only if memsh wrote it as
+// kind (proven by its verifier) or overwrite is true (--force).
+func WriteFile(path string, kind Kind, overwrite bool, write func(io.Writer) error) error {
+	return (&Policy{}).WriteFile(path, kind, overwrite, write)
 }
 
 // unwrapPath drops an *os.PathError's operation and temporary name, so

@@ -184,11 +184,11 @@ func TestKindAndOverwrite(t *testing.T) {
 func TestWriteFailureLeavesOldFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "t.json")
-	if err := WriteFile(path, Trace, writeString(`{"traceEvents":[]}`)); err != nil {
+	if err := WriteFile(path, Trace, false, writeString(`{"traceEvents":[]}`)); err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("disk full")
-	err := WriteFile(path, Trace, func(w io.Writer) error {
+	err := WriteFile(path, Trace, false, func(w io.Writer) error {
 		io.WriteString(w, `{"traceEvents":[{"half`)
 		return boom
 	})
@@ -207,7 +207,7 @@ func TestWriteFailureLeavesOldFile(t *testing.T) {
 	if err := os.Symlink(path, link); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteFile(link, Trace, writeString(`{"traceEvents":[1]}`)); err != nil {
+	if err := WriteFile(link, Trace, false, writeString(`{"traceEvents":[1]}`)); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Lstat(link); fi.Mode()&os.ModeSymlink == 0 {

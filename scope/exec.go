@@ -240,7 +240,11 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[strin
 		delete(s.live, echoName)
 		s.globalsGen++
 		if err == nil && v != starlark.None {
-			fmt.Fprintln(s.out, v.String())
+			// written as str() writes it: Ctrl-C stops a huge value
+			var text string
+			if text, err = starlark.StringOf(s.thread, v); err == nil {
+				fmt.Fprintln(s.out, text)
+			}
 		}
 	}
 	return s.endStmt(pos, end, first, last, err)

@@ -323,5 +323,5 @@ func frameList(fs []Frame) []any {
 // fsafe (a file that is not a memsh snapshot is not replaced).
 func (r *Recorder) WriteFile(path string) error {
 	snap := r.Snapshot()
-	return fsafe.WriteFile(path, fsafe.Snapshot, func(w io.Writer) error { return Pickle(w, snap) })
+	return fsafe.WriteFile(path, fsafe.Snapshot, false, func(w io.Writer) error { return Pickle(w, snap) })
 }

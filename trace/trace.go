@@ -60,6 +60,9 @@ type Options struct {
 	// HostInterval is the host RSS sampling period (0 means
 	// DefaultHostInterval; negative: sample only at statement boundaries).
 	HostInterval time.Duration
+	// Overwrite lets WriteFile replace an existing file that is not a
+	// trace memsh wrote (memsh --force).
+	Overwrite bool
 }
 
 // Thread ids of the trace's tracks.
@@ -383,9 +386,9 @@ func (r *Recorder) WriteTo(w io.Writer) (int64, error) {
 // WriteFile writes the trace to path through a temporary file synced and
 // renamed into place, so a reader never sees half a trace and a failed
 // write leaves the previous trace whole. An existing file that is not a
-// trace is not replaced.
+// trace memsh wrote is not replaced unless Options.Overwrite.
 func (r *Recorder) WriteFile(path string) error {
-	return fsafe.WriteFile(path, fsafe.Trace, func(w io.Writer) error {
+	return fsafe.WriteFile(path, fsafe.Trace, r.opts.Overwrite, func(w io.Writer) error {
 		_, err := r.WriteTo(w)
 		return err
 	})

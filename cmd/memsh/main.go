@@ -35,6 +35,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/repl"
 	"github.com/memsh/memsh/scope"
 	"github.com/memsh/memsh/scripts"
@@ -58,6 +59,9 @@ var (
 var version = ""
 
 func main() {
+	// the collector works harder near a host memory limit (ulimit -v, a
+	// memory cgroup) rather than the runtime failing at it
+	host.SetGoMemoryLimit()
 	stdout := newStdout(os.Stdout)
 	code := run(os.Args[1:], os.Stdin, stdout, os.Stderr)
 	os.Exit(stdout.exit(code, os.Stderr))

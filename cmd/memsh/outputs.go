@@ -25,6 +25,7 @@ func init() {
 		shard := fs.String("shard", "", "run only shard `i/n` of every sweep's points (0 <= i < n); combine the shards' --out files with memsh merge")
 		tracePath := fs.String("trace", "", "write a Chrome Trace Event timeline of memory, statements, trials and OOMs to `FILE.json` at exit (open it in ui.perfetto.dev)")
 		traceMax := fs.Int("trace-max-events", trace.DefaultMaxEvents, "bound on the events in the --trace file (counters are aggregated, keeping peaks, beyond it)")
+		force := fs.Bool("force", false, "let --trace replace an existing file that is not a trace memsh wrote")
 		outDir := fs.String("out-dir", "", "let builtins that write files (cuda.dump_snapshot) write under `DIR` as well as the working directory")
 		return func(s *scope.Session) (func(), error) {
 			if *outDir != "" {
@@ -59,7 +60,7 @@ func init() {
 					st.Close()
 					return nil, fmt.Errorf("--trace-max-events: got %d, want a positive number", *traceMax)
 				}
-				rec = trace.Start(s.Env(), trace.Options{MaxEvents: *traceMax})
+				rec = trace.Start(s.Env(), trace.Options{MaxEvents: *traceMax, Overwrite: *force})
 				// Fail now, not at exit, if the file cannot be written; and
 				// leave a valid (empty) trace should memsh be killed outright.
 				if err := rec.WriteFile(*tracePath); err != nil {

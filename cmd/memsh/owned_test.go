@@ -144,6 +144,26 @@ func TestReplaceOnlyProvenFiles(t *testing.T) {
 	if b, _ := os.ReadFile(cfgPath); string(b) != cfg {
 		t.Error("merge replaced the JSON file")
 	}
+	// --force says otherwise: merge, --trace and plot replace a foreign file
+	if r := memsh(t, dir, nil, "merge", "--force", "-o", cfgPath, recs); r.rc != 0 {
+		t.Fatalf("merge --force: %+v", r)
+	}
+	if b, _ := os.ReadFile(cfgPath); string(b) == cfg {
+		t.Error("merge --force left the JSON file")
+	}
+	notes := write(t, filepath.Join(dir, "notes.json"), `{"mine": true}`)
+	memsh(t, dir, nil, "--device", "sim:1GiB", "--trace", notes, "-c", "x = 1").want(t, 2, "--force")
+	if r := memsh(t, dir, nil, "--device", "sim:1GiB", "--force", "--trace", notes, "-c", "x = 1"); r.rc != 0 {
+		t.Fatalf("--force --trace: %+v", r)
+	}
+	if b, _ := os.ReadFile(notes); !strings.Contains(string(b), "traceEvents") {
+		t.Error("--force --trace did not write the trace")
+	}
+	img := write(t, filepath.Join(dir, "photo.svg"), `<svg xmlns="http://www.w3.org/2000/svg"/>`)
+	memsh(t, dir, nil, "plot", notes, "-o", img).want(t, 1, "refusing to replace")
+	if r := memsh(t, dir, nil, "plot", "--force", notes, "-o", img); r.rc != 0 {
+		t.Fatalf("plot --force: %+v", r)
+	}
 
 	tr := filepath.Join(dir, "t.json")
 	if r := memsh(t, dir, nil, "--device", "sim:1GiB", "--trace", tr, "-c", "x = 1"); r.rc != 0 {

@@ -31,8 +31,9 @@ func plotCommand(args []string, stdout, stderr io.Writer) int {
 	sweepName := fs.String("sweep", "", "plot only the sweep named `NAME` (default: every sweep, one panel each)")
 	width := fs.Float64("width", 8, "width in `inches`")
 	height := fs.Float64("height", 5, "height in `inches`")
+	force := fs.Bool("force", false, "replace the output even if it is not a chart memsh drew")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: memsh plot RECORDS.jsonl... [-o OUT.svg|OUT.png] [-x PARAM] [--sweep NAME]")
+		fmt.Fprintln(stderr, "usage: memsh plot RECORDS.jsonl... [-o OUT.svg|OUT.png [--force]] [-x PARAM] [--sweep NAME]")
 		fmt.Fprintln(stderr, "       memsh plot TRACE.json [-o OUT.svg|OUT.png]")
 		fs.PrintDefaults()
 	}
@@ -77,7 +78,7 @@ func plotCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err == nil {
-		err = plot.SaveAll(plots, *out, vg.Length(*width)*vg.Inch, vg.Length(*height)*vg.Inch)
+		err = plot.SaveAll(plots, *out, vg.Length(*width)*vg.Inch, vg.Length(*height)*vg.Inch, *force)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "memsh plot: %v\n", err)
