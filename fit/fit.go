@@ -142,6 +142,18 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		return nil, err
 	}
 	info, err := r.describe()
+	if err != nil && (o.Finetune == FinetuneLoRA || o.Finetune == FinetuneQLoRA) && strings.Contains(err.Error(), "not found in the base model") {
+		// no target matched (nn.lora fails, as get_peft_model does): say
+		// which modules the model has, from the model without adapters
+		ob := o
+		ob.Finetune = FinetuneFull
+		if base, berr := describeUnbounded(ob, m, lib, stderr); berr == nil {
+			if uerr := checkLoRATargets(o, m, base); uerr != nil {
+				return nil, uerr
+			}
+		}
+		return nil, err
+	}
 	buildOOM := err != nil && backend.IsOOM(err)
 	if buildOOM {
 		// The weights alone are more than the card: count them on a card

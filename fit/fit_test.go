@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -131,6 +132,8 @@ func TestUsageErrors(t *testing.T) {
 		{"llama-3.2-1b", map[string]any{"finetune": "lora", "lora-targets": "q_proj,,v_proj"}, `--lora-targets: an empty module name in "q_proj,,v_proj"`},
 		{"llama-3.2-1b", map[string]any{"finetune": "lora", "lora-targets": "all-linear,q_proj"}, "--lora-targets: all-linear stands alone"},
 		{"llama-3.2-1b", map[string]any{"finetune": "lora", "lora-targets": "q_proj,qkv"}, `--lora-targets: no module "qkv" in llama-3.2-1b (its 2-D weights' modules: embed_tokens, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)`},
+		{"gpt2-small", map[string]any{"finetune": "lora", "lora-targets": "q_proj"}, `--lora-targets: no module "q_proj" in gpt2-small (its 2-D weights' modules: wte, wpe, c_attn, c_proj, c_fc)`},
+		{"llama-3.2-1b", map[string]any{"finetune": "lora", "lora-dropout": math.NaN()}, "--lora-dropout: want a probability in [0, 1), got NaN"},
 		{"phi-3-mini", map[string]any{"finetune": "lora"}, "--lora-targets: PEFT has no default target modules for model_type phi3: name them (comma-separated, or all-linear)"},
 		{"gpt2-small", map[string]any{"finetune": "qlora"}, "--finetune qlora: 4-bit layers are modelled for the Llama-family configs"},
 		{"resnet18", map[string]any{"finetune": "lora"}, "--finetune lora: modelled for language models; resnet18 is an image model"},
