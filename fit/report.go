@@ -32,7 +32,11 @@ type Report struct {
 	SDPABackend         string `json:"sdpa_backend,omitempty"`   // cudnn, flash, efficient or math
 	Routing             string `json:"routing,omitempty"`        // a Mixture-of-Experts model's routing plan: balanced or worst
 	Steps               int    `json:"steps"`
-	GradAccum           int    `json:"grad_accum,omitempty"` // micro-batches per step (the searched batch is the micro-batch)
+	// Finetune is what trains: full, lora or qlora; LoRA describes the
+	// adapters (lora, qlora).
+	Finetune  string    `json:"finetune"`
+	LoRA      *LoRAInfo `json:"lora,omitempty"`
+	GradAccum int       `json:"grad_accum,omitempty"` // micro-batches per step (the searched batch is the micro-batch)
 	// Inference: generation of MaxNewTokens tokens with a KVCache
 	// ("dynamic" or "static") instead of training; PrefillPeak is the
 	// allocator's peak up to the end of the prefill and PeakIn where the
@@ -57,6 +61,29 @@ type Report struct {
 	CheckpointFile *CheckpointCheck `json:"checkpoint_file,omitempty"`
 	Trials         []Trial          `json:"trials"`
 	Notes          []string         `json:"notes,omitempty"`
+}
+
+// LoRAInfo is --finetune lora/qlora's adapters (PEFT's LoraConfig) and,
+// for qlora, the 4-bit base.
+type LoRAInfo struct {
+	R          int      `json:"r"`
+	Alpha      float64  `json:"alpha"`
+	Dropout    float64  `json:"dropout"`
+	Targets    []string `json:"targets"`    // target_modules (names, or "all-linear")
+	Modules    int      `json:"modules"`    // the layers wrapped
+	Parameters int64    `json:"parameters"` // the adapters' (all trainable)
+	// GradientBytes and OptimizerStateBytes are the trainable
+	// parameters' gradients and optimizer state (float32 adapters: 4 and,
+	// for AdamW, 8 bytes a parameter), each tensor rounded as the
+	// allocator rounds; the frozen weights have neither.
+	GradientBytes       int64 `json:"gradient_bytes"`
+	OptimizerStateBytes int64 `json:"optimizer_state_bytes"`
+	// Quantization: qlora's base, "nf4" (bitsandbytes' Linear4bit, double
+	// quantization), ComputeDType its compute dtype, QuantBytes the 4-bit
+	// weights' quantization states (beside the packed weights).
+	Quantization string `json:"quantization,omitempty"`
+	ComputeDType string `json:"compute_dtype,omitempty"`
+	QuantBytes   int64  `json:"quant_state_bytes,omitempty"`
 }
 
 // Peak is the allocator's peaks in the trial at the largest size.
@@ -168,6 +195,22 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 	}
 	p(", %s\n", r.ParameterDType)
+	if l := r.LoRA; l != nil {
+		pct := 0.0
+		if r.Parameters > 0 {
+			pct = 100 * float64(r.TrainableParameters) / float64(r.Parameters)
+		}
+		base := "the model frozen"
+		if l.Quantization != "" {
+			base = fmt.Sprintf("the linear layers but lm_head in 4-bit NF4 (bitsandbytes Linear4bit, double quantization, computing in %s), the rest float32, all frozen", l.ComputeDType)
+		}
+		what := "LoRA"
+		if r.Finetune == FinetuneQLoRA {
+			what = "QLoRA: LoRA"
+		}
+		p("  fine-tuning: %s r=%d, alpha %s, dropout %s on %s (%d modules): %s trainable parameters (%.2f %%), their gradients %s and optimizer state %s; %s\n",
+			what, l.R, trimFloat(l.Alpha), trimFloat(l.Dropout), strings.Join(l.Targets, ", "), l.Modules, commas(r.TrainableParameters), pct, fb(l.GradientBytes), fb(l.OptimizerStateBytes), base)
+	}
 	if r.CheckpointFile != nil {
 		p("  checkpoint: %d tensors match the model's parameters (shapes; stored as %s)\n", r.CheckpointFile.Tensors, r.CheckpointFile.DType)
 	}
@@ -189,7 +232,11 @@ func (r *Report) WriteText(w io.Writer) {
 		if r.GradAccum > 1 {
 			accum = fmt.Sprintf(", %d micro-batches per step (the batch below is the micro-batch)", r.GradAccum)
 		}
-		p("  training: %s, %s, %s, %d steps per trial%s; attention %s\n", precisionText(r.Precision), optimizerText(r.Optimizer), checkpointText(r.Checkpoint), r.Steps, accum, att)
+		prec := precisionText(r.Precision)
+		if r.Finetune == FinetuneLoRA || r.Finetune == FinetuneQLoRA {
+			prec = finetunePrecisionText(r.Precision, r.Finetune == FinetuneQLoRA)
+		}
+		p("  training: %s, %s, %s, %d steps per trial%s; attention %s\n", prec, optimizerText(r.Optimizer), checkpointText(r.Checkpoint), r.Steps, accum, att)
 	}
 	if r.Search == "seq" && r.Inference {
 		p("  batch %d, longest prompt: ", r.Batch)
@@ -345,6 +392,27 @@ func precisionText(p string) string {
 	return "fp32"
 }
 
+// finetunePrecisionText is precisionText for LoRA and QLoRA, whose
+// adapters, their gradients and optimizer state are float32 whatever the
+// precision (PEFT's autocast_adapter_dtype).
+// With qlora, prepare_model_for_kbit_training has made every weight but
+// the 4-bit ones float32.
+func finetunePrecisionText(p string, qlora bool) string {
+	switch {
+	case p == PrecBF16True && qlora:
+		return "bf16-true (no autocast; float32 adapters, gradients and optimizer state)"
+	}
+	switch p {
+	case PrecBF16:
+		return "bf16 autocast (float32 adapters, gradients and optimizer state)"
+	case PrecFP16:
+		return "fp16 autocast with a GradScaler (float32 adapters)"
+	case PrecBF16True:
+		return "bf16-true (the frozen weights bfloat16; float32 adapters, gradients and optimizer state)"
+	}
+	return "fp32"
+}
+
 func weightsText(p string) string {
 	switch p {
 	case PrecBF16True:
@@ -395,4 +463,13 @@ func routingText(plan string) string {
 		return "worst (every token on the same experts)"
 	}
 	return "balanced (tokens spread evenly over the experts)"
+}
+
+// trimFloat writes f as Python does (8.0, 0.05).
+func trimFloat(f float64) string {
+	s := fmt.Sprint(f)
+	if !strings.ContainsAny(s, ".e") {
+		s += ".0"
+	}
+	return s
 }

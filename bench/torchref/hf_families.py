@@ -227,11 +227,17 @@ class HFDecoderLayer(nn.Module):
 
 
 class HFCausalLM(nn.Module):
-    """LlamaForCausalLM's shape of model (model.embed_tokens, model.layers, model.norm, lm_head) with ForCausalLMLoss."""
+    """LlamaForCausalLM's shape of model (model.embed_tokens, model.layers, model.norm, lm_head) with ForCausalLMLoss.
 
-    def __init__(self, c, batch, seq):
+    checkpoint: a function checkpoint(fn, *args) each decoder layer runs under
+    (peft_ref.checkpoint_early_stop: PyTorch 2.x's non-reentrant checkpoint,
+    gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})),
+    or None."""
+
+    def __init__(self, c, batch, seq, checkpoint=None):
         super().__init__()
         self.c = c
+        self.checkpoint = checkpoint
         self.model = nn.Module()
         self.model.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
         self.model.layers = nn.ModuleList([HFDecoderLayer(c, i, batch * seq) for i in range(c["num_hidden_layers"])])
@@ -259,7 +265,10 @@ class HFCausalLM(nn.Module):
         hidden_states = inputs_embeds
         position_embeddings = self.model.rotary_emb(hidden_states, position_ids)
         for layer in self.model.layers:
-            hidden_states = layer(hidden_states, causal_mask, position_embeddings)
+            if self.checkpoint:
+                hidden_states = self.checkpoint(layer, hidden_states, causal_mask, position_embeddings)
+            else:
+                hidden_states = layer(hidden_states, causal_mask, position_embeddings)
         return self.model.norm(hidden_states)
 
 
@@ -284,7 +293,9 @@ def hf_tiny(c):
     mt = c["model_type"]
     c["qkv_bias"] = mt == "qwen2_moe"
     c["qk_norm"] = mt == "qwen3_moe"
-    if mt == "mixtral":
+    if mt == "llama":
+        c["moe"] = None
+    elif mt == "mixtral":
         c["mlp_name"] = "block_sparse_moe"
         c["moe"] = dict(experts=c["num_local_experts"], top_k=c["num_experts_per_tok"],
                         intermediate=c["intermediate_size"], norm_topk_prob=True, names="mixtral")
@@ -332,3 +343,14 @@ def moe_desc(name):
 def moe_inputs(name):
     x = torch.randint(0, MOE_TINY[name]["vocab_size"], (MOE_BATCH, MOE_SEQ))
     return x, x.clone()
+
+
+# The dense Llama of the LoRA and QLoRA golden cases (bench/torchref/peft_ref.py).
+LLAMA_TINY = {
+    "model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 128,
+    "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
+
+# The QLoRA cases' Llama: a wide MLP, so that the peaks fall where a 4-bit
+# layer's dequantized weight is alive.
+LLAMA_QTINY = dict(LLAMA_TINY, hidden_size=128, intermediate_size=1024)

@@ -410,6 +410,69 @@ for _name in MOE_TINY:
         opt=lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.1, foreach=True),
         lm=True, desc=moe_desc(_name))
 
+
+# Frozen layers, LoRA and QLoRA (bench/torchref/peft_ref.py)
+import peft_ref  # noqa: E402
+from hf_families import LLAMA_TINY, LLAMA_QTINY  # noqa: E402
+
+
+def _frozen_mlp(i):
+    return dict(
+        build=lambda: peft_ref.FrozenMLP(i), inputs=lambda: (torch.randn(64, 512), torch.randint(0, 10, (64,))),
+        opt=lambda p: torch.optim.AdamW(p, lr=1e-3, foreach=True), frozen=True,
+        desc=MLP_DESC + "; model[%d].requires_grad_(False); torch.optim.AdamW(model.parameters(), lr=1e-3, "
+             "foreach=True) (the frozen parameters have no grad: AdamW skips them)" % i)
+
+
+MODELS["frozen_mlp_first"] = _frozen_mlp(0)
+MODELS["frozen_mlp_middle"] = _frozen_mlp(2)
+
+
+def _llama_peft(lora, targets, quant=False, input_grads=False, checkpoint=False):
+    cfg = LLAMA_QTINY if quant else LLAMA_TINY
+
+    def build():
+        m = HFCausalLM(hf_tiny(cfg), 2, 32, checkpoint=peft_ref.checkpoint_early_stop if checkpoint else None)
+        if quant:
+            # from_pretrained(torch_dtype=bfloat16, quantization_config=BitsAndBytesConfig(
+            # load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            # bnb_4bit_compute_dtype=bfloat16)); the rotary inv_freq buffer stays float32
+            for p in m.parameters():
+                p.data = p.data.to(torch.bfloat16)
+            peft_ref.replace_with_bnb_linear(m, torch.bfloat16)
+            peft_ref.prepare_model_for_kbit_training(m)
+        if input_grads:
+            peft_ref.enable_input_require_grads(m)
+        return peft_ref.apply_lora(m, lora["r"], lora["alpha"], lora["dropout"], targets)
+    what = "QLoRA: %s" % ("the linear layers but lm_head as bitsandbytes' Linear4bit (nf4, double quantization, "
+                          "blocksize 64, from bfloat16 weights, compute_dtype bfloat16), "
+                          "prepare_model_for_kbit_training(use_gradient_checkpointing=False); ") if quant else "LoRA: "
+    return dict(
+        build=build, inputs=lambda: moe_inputs_llama(), lm=True, frozen=True, input_grads=input_grads,
+        opt=lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.1, foreach=True),
+        desc="transformers 4.5x's llama family in plain PyTorch (bench/torchref/hf_families.py HFCausalLM), "
+             "config %s; eager attention; B=2 T=32; labels = input_ids; loss = model(input_ids, labels); %s"
+             "PEFT's LoRA (bench/torchref/peft_ref.py LoraLinear, apply_lora) r=%d lora_alpha=%d lora_dropout=%s "
+             "target_modules=%s%s%s; torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=True)" % (
+                 json.dumps(cfg, sort_keys=True), what, lora["r"], lora["alpha"], lora["dropout"],
+                 json.dumps(targets), "; enable_input_require_grads()" if input_grads else "",
+                 "; each decoder layer under PyTorch 2.x's non-reentrant checkpoint (early stop; "
+                 "bench/torchref/peft_ref.py checkpoint_early_stop)" if checkpoint else ""))
+
+
+def moe_inputs_llama():
+    x = torch.randint(0, LLAMA_TINY["vocab_size"], (2, 32))
+    return x, x.clone()
+
+
+_QV = ["q_proj", "v_proj"]
+_ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+MODELS["llama_lora_qv"] = _llama_peft(dict(r=8, alpha=16, dropout=0.0), _QV)
+MODELS["llama_lora_all_inputgrad"] = _llama_peft(dict(r=4, alpha=8, dropout=0.0), _ALL, input_grads=True)
+MODELS["llama_qlora_qv"] = _llama_peft(dict(r=8, alpha=16, dropout=0.0), _QV, quant=True)
+MODELS["llama_qlora_ckpt"] = _llama_peft(dict(r=8, alpha=16, dropout=0.0), _ALL, quant=True, input_grads=True,
+                                         checkpoint=True)
+
 STEPS = 2
 
 
@@ -481,6 +544,8 @@ def run_model(case, device):
     res = {
         "case": case,
         "kind": "lm" if lm else "model",
+        **({"frozen": True} if spec.get("frozen") else {}),
+        **({"input_grads": True} if spec.get("input_grads") else {}),
         "torch_version": torch.__version__,
         "device": device,
         "description": spec["desc"],
@@ -493,6 +558,7 @@ def run_model(case, device):
         "inputs": [tensor_info("x", x), tensor_info("y", y)],
         "out_raw": st_out_raw[0],
         "grad_bytes": st["grad_bytes"],
+        "trainable_bytes": sum(rounded(tbytes(p)) for p in model.parameters() if p.requires_grad),
         "phases": rec.phases,
     }
     return res, rec
@@ -514,6 +580,14 @@ def micro_cases():
     M["linear_nograd_input"] = ("F.linear(x[64,512] no grad, w[1024,512] requires_grad, b[1024] requires_grad)",
                                 lambda: dict(x=_r(64, 512, grad=False), w=_r(1024, 512), b=_r(1024)),
                                 lambda i: F.linear(i["x"], i["w"], i["b"]))
+    M["linear_frozen_weight"] = ("F.linear(x[64,512] requires_grad, w[1024,512] and b[1024] frozen "
+                                 "(requires_grad=False))",
+                                 lambda: dict(x=_r(64, 512), w=_r(1024, 512, grad=False), b=_r(1024, grad=False)),
+                                 lambda i: F.linear(i["x"], i["w"], i["b"]))
+    M["linear_frozen_weight_3d"] = ("F.linear(x[4,16,512] requires_grad, w[1024,512] and b[1024] frozen)",
+                                    lambda: dict(x=_r(4, 16, 512), w=_r(1024, 512, grad=False),
+                                                 b=_r(1024, grad=False)),
+                                    lambda i: F.linear(i["x"], i["w"], i["b"]))
     M["relu"] = ("F.relu(x[64,1024])", lambda: dict(x=_r(64, 1024)), lambda i: F.relu(i["x"]))
     M["gelu"] = ("F.gelu(x[64,1024]) (approximate='none')", lambda: dict(x=_r(64, 1024)),
                  lambda i: F.gelu(i["x"]))
@@ -676,9 +750,14 @@ def check_model(res):
         out_loss = rounded(4)  # the model's output is its loss
     # Step 1 starts empty; after its backward: one grad per parameter + logits + loss.
     assert ph(res, 1, "forward")["start"] == 0
-    assert ph(res, 1, "backward")["end"] == res["grad_bytes"] + out_loss, (case, ph(res, 1, "backward")["end"])
+    if not res.get("input_grads"):
+        # (with enable_input_require_grads the embeddings' output is a leaf that
+        # requires grad: it and its .grad live until the loss is released)
+        assert ph(res, 1, "backward")["end"] == res["grad_bytes"] + out_loss, (case, ph(res, 1, "backward")["end"])
     if "routing plan worst" not in res["description"]:
-        assert res["grad_bytes"] == P0, (case, res["grad_bytes"], P0)
+        assert res["grad_bytes"] == res["trainable_bytes"], (case, res["grad_bytes"], res["trainable_bytes"])
+    if not res.get("frozen"):
+        assert res["trainable_bytes"] == P0
     # Steady state: step 2 ends where step 1 ended.
     assert ph(res, 2, "release")["end"] == ph(res, 1, "release")["end"]
     if case == "gpt2_tiny":

@@ -65,21 +65,31 @@ const meanBackward1 = "autograd::engine::evaluate_function: MeanBackward1"
 
 // without2xMeanSaves recomputes every phase's start, end and peak (the
 // device figures: host-only events left out) with the forward
-// allocations that 1.13's MeanBackward1 frees (its saved input) freed
+// allocations (and a checkpoint's recomputed x.pow(2)) that 1.13's
+// MeanBackward1 frees (its saved input) freed
 // instead right after the next aten::mean allocation that follows them,
 // as PyTorch 2.x frees them. It fails when the events do not reproduce the
 // file's own figures.
 func without2xMeanSaves(g *moeGolden) (map[string]figures, error) {
+	return withoutCPUOnly(g, nil)
+}
+
+// withoutCPUOnly is without2xMeanSaves that also leaves out the
+// allocations drop names (both their allocation and their free): CPU-only
+// temporaries (cpuScratch).
+func withoutCPUOnly(g *moeGolden, drop map[int]bool) (map[string]figures, error) {
 	moved := map[int]bool{} // allocation ids 1.13's MeanBackward1 frees
-	allocPhase := map[int]string{}
+	allocPhase, allocOp := map[int]string{}, map[int]string{}
 	for _, p := range g.Phases {
 		for _, e := range p.Events {
 			if e.Host != "" {
 				continue
 			}
 			if e.Ev == "alloc" {
-				allocPhase[e.ID] = p.Phase
-			} else if e.Top == meanBackward1 && allocPhase[e.ID] == "forward" {
+				allocPhase[e.ID], allocOp[e.ID] = p.Phase, e.Op
+			} else if e.Top == meanBackward1 && (allocPhase[e.ID] == "forward" || allocOp[e.ID] == "aten::pow") {
+				// the forward's, and a checkpointed region's recomputed
+				// x.pow(2) (made in the backward, kept for MeanBackward1)
 				moved[e.ID] = true
 			}
 		}
@@ -96,6 +106,9 @@ func without2xMeanSaves(g *moeGolden) (map[string]figures, error) {
 			}
 			real += e.Bytes
 			realPeak = max(realPeak, real)
+			if drop[e.ID] {
+				continue
+			}
 			if e.Ev == "free" && moved[e.ID] {
 				continue // freed earlier, below
 			}

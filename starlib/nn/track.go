@@ -76,6 +76,9 @@ func (ts *trackState) root(m *Layer) {
 		for _, p := range ps {
 			ts.tr.AddParams(p.Engine())
 		}
+		// a 4-bit weight's quantization state is its weight's
+		// (bitsandbytes keeps it on the Params4bit)
+		ts.tr.AddParams(sub.quant.Tensors()...)
 		_, bs := sub.namedTensors(kindBuffer, "", false)
 		for _, b := range bs {
 			ts.tr.AddBuffers(b.Engine())
@@ -90,6 +93,7 @@ func (ts *trackState) enter(m *Layer) {
 	for _, p := range m.Parameters() {
 		ts.tr.AddParams(p)
 	}
+	ts.tr.AddParams(m.quant.Tensors()...)
 	_, bs := m.namedTensors(kindBuffer, "", false)
 	for _, b := range bs {
 		ts.tr.AddBuffers(b.Engine())
