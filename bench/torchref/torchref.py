@@ -399,6 +399,12 @@ MODELS = {
              "torch.optim.SGD(lr=0.1, momentum=0.9)"),
 }
 
+# Hugging Face transformers' causal LMs, tiny configs (bench/torchref/hf_families.py):
+# hf_<family>_tiny, the model computing its own loss in the forward phase.
+from hf_families import hf_models  # noqa: E402  (beside this file)
+
+MODELS.update(hf_models())
+
 STEPS = 2
 
 
@@ -432,8 +438,16 @@ def run_model(case, device):
         rec.cuda_baseline()
 
     st_out_raw = [None]
+    fused = spec.get("fused_loss", False)
+    host_rule = spec.get("host_rule")
 
     def fwd():
+        if fused:
+            # The model takes the labels and returns the loss (Hugging Face's
+            # model(input_ids, labels=labels)): forward and loss in one phase.
+            st["loss"] = model(x, y)
+            st_out_raw[0] = tbytes(st["loss"])
+            return
         st["out"] = model(x)
         st_out_raw[0] = tbytes(st["out"])
 
@@ -450,12 +464,17 @@ def run_model(case, device):
         opt.zero_grad(set_to_none=True)
 
     def release():
+        if fused:
+            del st["loss"]
+            return
         del st["out"], st["loss"]
 
     for s in range(1, STEPS + 1):
         for name, fn in (("forward", fwd), ("loss", loss), ("backward", bwd),
                          ("step", step), ("zero_grad", zero), ("release", release)):
-            rec.phase(name, fn, step=s)
+            if fused and name == "loss":
+                continue
+            rec.phase(name, fn, step=s, host_rule=host_rule)
     gc.enable()
     res = {
         "case": case,
@@ -473,6 +492,10 @@ def run_model(case, device):
         "out_raw": st_out_raw[0],
         "phases": rec.phases,
     }
+    if fused:
+        res["fused_loss"] = True
+    if "config" in spec:
+        res["config"] = spec["config"]
     return res, rec
 
 
@@ -625,13 +648,14 @@ def check_model(res):
     """Closed forms: every model, then the three plain-MLP cases (figures as on CUDA)."""
     case = res["case"]
     P0 = res["param_bytes"]
-    out_loss = rounded(res["out_raw"]) + rounded(4)
+    # out and loss alive after backward (a fused-loss model: the loss alone)
+    out_loss = rounded(4) if res.get("fused_loss") else rounded(res["out_raw"]) + rounded(4)
     # Step 1 starts empty; after its backward: one grad per parameter + logits + loss.
     assert ph(res, 1, "forward")["start"] == 0
     assert ph(res, 1, "backward")["end"] == P0 + out_loss, (case, ph(res, 1, "backward")["end"])
     # Steady state: step 2 ends where step 1 ended.
     assert ph(res, 2, "release")["end"] == ph(res, 1, "release")["end"]
-    if case == "gpt2_tiny":
+    if case == "gpt2_tiny" or case.startswith("hf_"):
         s1 = ph(res, 1, "step")
         # AdamW state 2P; 1.13 foreach peak adds the sqrt list and the denom list (2P more).
         assert s1["end"] - s1["start"] == 2 * P0 and s1["peak"] - s1["start"] == 4 * P0
