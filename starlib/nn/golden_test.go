@@ -32,7 +32,8 @@ type goldenCase struct {
 	phases []goldenPhase
 	// correct adjusts the golden figures of one phase (nil: none).
 	correct func(phase string, step int, f *figures)
-	// scripts: setup may load() from scripts/models.
+	// scripts: setup may load() from scripts/models ("gpt2.star") and
+	// scripts ("models/hf.star").
 	scripts bool
 }
 
@@ -93,7 +94,9 @@ func runGolden(t *testing.T, c goldenCase) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts.LoadPath = []string{dir}
+		// scripts/models, and scripts for the library's own
+		// load("models/decoder.star", ...)
+		opts.LoadPath = []string{dir, filepath.Dir(dir)}
 	}
 	s, err := scope.New(opts)
 	if err != nil {
