@@ -27,7 +27,7 @@ import (
 //     returns (README item 13). The golden figures are recomputed from the
 //     event list with each such tensor freed right after its mean instead
 //     of in MeanBackward1.
-var hfGoldenFamilies = []string{"llama", "qwen2", "qwen3", "gemma2", "phi3", "gpt2"}
+var hfGoldenFamilies = []string{"llama", "qwen2", "qwen3", "gemma2", "phi3", "gpt2", "mistral", "gemma3_text"}
 
 func init() {
 	for _, fam := range hfGoldenFamilies {
