@@ -641,11 +641,19 @@ class GPT2LMHeadModel(nn.Module):
 # --------------------------------------------------------------------------
 # Cases
 
-def build(family):
-    c = CONFIGS[family]
-    if family == "gpt2":
+def build(c):
+    if c["model_type"] == "gpt2":
         return GPT2LMHeadModel(c)
     return DecoderForCausalLM(decoder_spec(c))
+
+
+def long_config(c):
+    """The _long variant of a tiny config: vocab 32 and room for 256 positions (run at 256
+    tokens), so that the attention scores ([2, 4, 256, 256]), not the logits, make the peaks:
+    the forward's inside the last layer, the backward's in a SoftmaxBackward0."""
+    c = dict(c, vocab_size=32)
+    c["n_positions" if c["model_type"] == "gpt2" else "max_position_embeddings"] = 256
+    return c
 
 
 def hf_host_rule(raw, ops, phase):
@@ -659,27 +667,32 @@ def hf_host_rule(raw, ops, phase):
     return None
 
 
-def _inputs(family):
-    vocab = CONFIGS[family]["vocab_size"]
-    x = torch.randint(0, vocab, (BATCH, SEQ))
+def _inputs(c, seq):
+    x = torch.randint(0, c["vocab_size"], (BATCH, seq))
     return x, x.clone()
 
 
+# variant -> (config transform, sequence length)
+VARIANTS = {"tiny": (lambda c: c, SEQ), "long": (long_config, 256)}
+
+
 def hf_models():
-    """torchref.py's MODELS entries: hf_<family>_tiny."""
+    """torchref.py's MODELS entries: hf_<family>_tiny and hf_<family>_long."""
     out = {}
-    for fam in CONFIGS:
-        out["hf_%s_tiny" % fam] = dict(
-            build=(lambda f=fam: build(f)),
-            inputs=(lambda f=fam: _inputs(f)),
-            opt=lambda p: torch.optim.AdamW(p, lr=1e-3, foreach=True),
-            fused_loss=True,
-            host_rule=hf_host_rule,
-            config=CONFIGS[fam],
-            desc=("transformers' %s causal LM (bench/torchref/hf_families.py, written from the "
-                  "modeling code), config as recorded in the JSON's config field, eager attention, training mode, fp32; "
-                  "input_ids = torch.randint(0, vocab, (%d, %d)), labels = input_ids.clone(); "
-                  "loss = model(input_ids, labels) (ForCausalLMLoss) in the forward phase; "
-                  "torch.optim.AdamW(lr=1e-3, foreach=True)") % (fam, BATCH, SEQ),
-        )
+    for var, (cfg_of, seq) in VARIANTS.items():
+        for fam in CONFIGS:
+            c = cfg_of(CONFIGS[fam])
+            out["hf_%s_%s" % (fam, var)] = dict(
+                build=(lambda c=c: build(c)),
+                inputs=(lambda c=c, seq=seq: _inputs(c, seq)),
+                opt=lambda p: torch.optim.AdamW(p, lr=1e-3, foreach=True),
+                fused_loss=True,
+                host_rule=hf_host_rule,
+                config=c,
+                desc=("transformers' %s causal LM (bench/torchref/hf_families.py, written from the "
+                      "modeling code), config as recorded in the JSON's config field, eager attention, "
+                      "training mode, fp32; input_ids = torch.randint(0, vocab, (%d, %d)), "
+                      "labels = input_ids.clone(); loss = model(input_ids, labels) (ForCausalLMLoss) "
+                      "in the forward phase; torch.optim.AdamW(lr=1e-3, foreach=True)") % (fam, BATCH, seq),
+            )
     return out
