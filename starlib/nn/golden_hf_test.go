@@ -8,14 +8,15 @@ import (
 	"strconv"
 )
 
-// hf_<family>_tiny: Hugging Face transformers' causal LMs as
-// scripts/models/hf.star builds them from a config.json, against the
-// plain-PyTorch references of bench/torchref/hf_families.py (written from
-// transformers' modeling code): the tiny config the JSON records (2
-// layers, hidden 64, 4 heads, 2 KV heads, vocab 512; GPT-2: n_embd 64,
-// 4 heads), eager attention, fp32, batch 2 × 32 tokens with labels a copy
-// of the inputs, loss = model(input_ids, labels) (ForCausalLMLoss) as the
-// forward phase, AdamW(lr=1e-3, foreach=True).
+// hf_<family>_tiny and hf_<family>_long: Hugging Face transformers'
+// causal LMs as scripts/models/hf.star builds them from a config.json,
+// against the plain-PyTorch references of bench/torchref/hf_families.py
+// (written from transformers' modeling code): the config the JSON records
+// (2 layers, hidden 64, 4 heads, 2 KV heads; GPT-2: n_embd 64, 4 heads),
+// eager attention, fp32, labels a copy of the inputs, loss =
+// model(input_ids, labels) (ForCausalLMLoss) as the forward phase,
+// AdamW(lr=1e-3, foreach=True). _tiny: vocab 512, batch 2 × 32 tokens;
+// _long: vocab 32, 2 × 256 tokens.
 //
 // Corrections from PyTorch 1.13 (the recording) to 2.x (what memsh
 // models), each computed from its cause:
@@ -29,9 +30,16 @@ import (
 //     of in MeanBackward1.
 var hfGoldenFamilies = []string{"llama", "qwen2", "qwen3", "gemma2", "phi3", "gpt2", "mistral", "gemma3_text"}
 
+// hfGoldenVariants: _tiny (vocab 512, 32 tokens: the peaks at the loss) and
+// _long (vocab 32, 128 tokens: the peaks inside the layers, in the
+// attention scores).
+var hfGoldenVariants = []string{"tiny", "long"}
+
 func init() {
-	for _, fam := range hfGoldenFamilies {
-		addGolden(hfGoldenCase("hf_" + fam + "_tiny"))
+	for _, v := range hfGoldenVariants {
+		for _, fam := range hfGoldenFamilies {
+			addGolden(hfGoldenCase("hf_" + fam + "_" + v))
+		}
 	}
 }
 
