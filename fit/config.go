@@ -7,13 +7,21 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
 // HFModelTypes are the config.json model_types memsh builds
 // (scripts/models/hf.star's FAMILIES and BUILDERS; TestModelTypesMatchLibrary
 // keeps the two lists equal).
-var HFModelTypes = []string{"gemma2", "gemma3", "gemma3_text", "gpt2", "llama", "mistral", "phi3", "qwen2", "qwen3"}
+var HFModelTypes = []string{"gemma2", "gemma3", "gemma3_text", "gpt2", "llama", "mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
+
+// MoEModelTypes are the HFModelTypes whose models have
+// Mixture-of-Experts layers (models/moe.star), routed by --routing.
+var MoEModelTypes = []string{"mixtral", "qwen2_moe", "qwen3_moe"}
+
+// IsMoE reports whether the config's model has Mixture-of-Experts layers.
+func (c *HFConfig) IsMoE() bool { return slices.Contains(MoEModelTypes, c.ModelType) }
 
 // HFConfig is what fit reads of a Hugging Face config.json before any
 // Starlark runs; the model itself is built from Raw by models/hf.star.

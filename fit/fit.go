@@ -12,6 +12,7 @@ import (
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
 
+	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/sim"
 )
 
@@ -120,6 +121,9 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 	}
 	rep := &Report{Model: m.Name, Title: m.Title, Source: sourceKind(m), GPU: o.GPU, Precision: o.Precision,
 		Optimizer: o.Optimizer, Checkpoint: o.Checkpoint, Attention: o.Attention, Steps: Steps}
+	if m.HF != nil && m.HF.IsMoE() {
+		rep.Routing = o.Routing
+	}
 	if o.Inference {
 		rep.Inference, rep.MaxNewTokens, rep.KVCache = true, o.MaxNewTokens, o.KVCache
 		rep.Optimizer, rep.Steps = "", 0
@@ -133,6 +137,16 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		return nil, err
 	}
 	info, err := r.describe()
+	buildOOM := err != nil && backend.IsOOM(err)
+	if buildOOM {
+		// The weights alone are more than the card: count them on a card
+		// with room, and let the search's trials (each an OOM at build)
+		// and the advice say what would fit.
+		info, err = describeUnbounded(o, m, lib, stderr)
+		if err == nil {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("the model's weights alone (%s) are more than the card's memory: building it runs out of memory", backend.FormatBytes(info.ParamBytes)))
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +255,11 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		oi := &OOMInfo{Value: sr.FirstOOM, Requested: ms.Requested, Breakdown: breakdownOf(ms.Failed), Phase: ms.Phase, Message: ms.Error}
 		if ms.Failed != nil {
 			oi.Allocated = ms.Failed["Total"]
+		}
+		if buildOOM {
+			// the weights ran out while the model was being built: none
+			// of them a parameter yet, no phase
+			oi.Building, oi.Breakdown, oi.Phase = true, nil, ""
 		}
 		rep.OOM = oi
 		if ms.Status == "ok" {
@@ -572,4 +591,18 @@ func biggerPresets(gpu string) []sim.Preset {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Total < out[j].Total })
 	return out
+}
+
+// unboundedGPU is a meta card with room for any model's weights, for
+// counting parameters when the requested card cannot hold them.
+const unboundedGPU = "1PiB"
+
+// describeUnbounded builds m on unboundedGPU and returns its parameters.
+func describeUnbounded(o Options, m *Model, lib fs.FS, stderr io.Writer) (*modelInfo, error) {
+	r, err := sessionFor(o, m, lib, unboundedGPU, io.Discard, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	return r.describe()
 }

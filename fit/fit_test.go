@@ -46,6 +46,8 @@ func options(src string, set map[string]any) fit.Options {
 			o.MaxNewTokens = v.(int)
 		case "kv-cache":
 			o.KVCache = v.(string)
+		case "routing":
+			o.Routing = v.(string)
 		case "grad-accum":
 			o.GradAccum = v.(int)
 		}
@@ -67,6 +69,13 @@ func TestUsageErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "config.json")
 	if err := os.WriteFile(bad, []byte(`{"model_type": "mamba", "hidden_size": 8}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	moe := filepath.Join(dir, "moe", "config.json")
+	if err := os.MkdirAll(filepath.Dir(moe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(moe, []byte(tinyMixtral), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	nostar := filepath.Join(dir, "m.star")
@@ -91,13 +100,15 @@ func TestUsageErrors(t *testing.T) {
 		{"gpt2-small", map[string]any{"optimizer": "lion"}, `--optimizer: want adamw, adam or sgd, got "lion"`},
 		{"gpt2-small", map[string]any{"attention": "xformers"}, `--attention: want eager, sdpa or flash`},
 		{"llama-3.2-1b", map[string]any{"gpu": "T4", "attention": "flash"}, "--attention flash: FlashAttention-2 needs sm80 or newer; Tesla T4 is sm75"},
-		{bad, nil, `model_type "mamba" is not one memsh builds (gemma2, gemma3, gemma3_text, gpt2, llama, mistral, phi3, qwen2, qwen3); write the model as a .star file`},
+		{bad, nil, `model_type "mamba" is not one memsh builds (gemma2, gemma3, gemma3_text, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe); write the model as a .star file`},
 		{filepath.Join(dir, "none.json"), nil, "none.json: no such file or directory"},
 		{nostar, nil, "m.star: a model file defines build(device, checkpoint) and inputs(batch, seq, device); it has no inputs"},
 		{filepath.Join(dir, "none.star"), nil, "none.star: no such file or directory"},
 		{"gpt2-small", map[string]any{"inference": true}, "--inference: generation with a KV cache is modelled for the Llama-family configs"},
 		{"llama-3.2-1b", map[string]any{"inference": true, "optimizer": "sgd"}, "--optimizer: a training option; --inference generates under no_grad"},
 		{"llama-3.2-1b", map[string]any{"inference": true, "kv-cache": "paged"}, `--kv-cache: want dynamic or static (transformers' DynamicCache, StaticCache), got "paged"`},
+		{"llama-3.2-1b", map[string]any{"routing": "worst"}, "--routing: llama-3.2-1b has no Mixture-of-Experts layers"},
+		{moe, map[string]any{"routing": "best"}, `--routing: want balanced or worst (a Mixture-of-Experts model's tokens per expert: even, or all on the same experts), got "best"`},
 		{"llama-3.2-1b", map[string]any{"inference": true, "max-new-tokens": 0}, "--max-new-tokens: want a positive integer, got 0"},
 		{"gpt2-small", map[string]any{"grad-accum": 0}, "--grad-accum: want a positive integer, got 0"},
 		{"llama-3.2-1b", map[string]any{"inference": true, "grad-accum": 2}, "--grad-accum: a training option; --inference generates under no_grad"},
@@ -440,6 +451,30 @@ func TestAdviceWhenNothingFits(t *testing.T) {
 	rc, text, _ := runMain(t, o)
 	if rc != 0 || !strings.Contains(text, "largest batch: none — batch 1 runs out of memory") || !strings.Contains(text, "no batch fits without changing that") || !strings.Contains(text, "what would fit (each found by trials):") {
 		t.Errorf("text report:\n%s", text)
+	}
+}
+
+// A model whose weights alone are more than the card (Mixtral 8x7B's
+// 46.7 B parameters in float32 on an H100) is an answer, not a traceback:
+// its parameters counted on a card with room (the count Mistral AI
+// publishes: 46,702,792,704), batch 1 an OOM while the model is built,
+// the floor and the advice.
+func TestWeightsAloneDoNotFit(t *testing.T) {
+	rc, text, stderr := runMain(t, options("../testdata/hfconfigs/mixtral-8x7b-v0.1.json", nil))
+	if rc != 0 || strings.Contains(text+stderr, "Traceback") {
+		t.Fatalf("rc %d\n%s\n%s", rc, text, stderr)
+	}
+	for _, want := range []string{
+		"46,702,792,704 parameters, float32",
+		"largest batch: none — batch 1 runs out of memory",
+		"while building the model (its weights)",
+		"model-state floor: parameters 173.98 GiB",
+		"what would fit (each found by trials):",
+		"the model's weights alone (173.98 GiB) are more than the card's memory",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("missing %q in\n%s", want, text)
+		}
 	}
 }
 

@@ -38,6 +38,9 @@ type Options struct {
 	Optimizer  string // adamw, adam, sgd
 	Checkpoint bool
 	Attention  string // eager, sdpa, flash ("" : sdpa)
+	// Routing is a Mixture-of-Experts model's routing plan: "balanced"
+	// (the default) or "worst" (models/moe.star).
+	Routing string
 	// Inference: generation under no_grad with a KV cache (KVCache
 	// "dynamic" or "static") of MaxNewTokens new tokens after a prompt of
 	// Seq tokens, instead of training.
@@ -174,6 +177,16 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 	default:
 		return nil, usageErr("--attention: want eager, sdpa or flash (Hugging Face's attn_implementation names), got %q", o.Attention)
 	}
+	switch o.Routing {
+	case "":
+		o.Routing = "balanced"
+	case "balanced", "worst":
+	default:
+		return nil, usageErr("--routing: want balanced or worst (a Mixture-of-Experts model's tokens per expert: even, or all on the same experts), got %q", o.Routing)
+	}
+	if o.Set["routing"] && (m.HF == nil || !m.HF.IsMoE()) {
+		return nil, usageErr("--routing: %s has no Mixture-of-Experts layers (mixtral, qwen2_moe, qwen3_moe configs have)", m.Name)
+	}
 	if m.Kind == KindResNet && o.Set["attention"] {
 		return nil, usageErr("--attention: %s has no attention", m.Name)
 	}
@@ -231,7 +244,7 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 // DynamicCache).
 func (o *Options) validateInference(m *Model) error {
 	if m.Kind != KindHF || m.HF == nil || m.HF.ModelType == "gpt2" {
-		return usageErr("--inference: generation with a KV cache is modelled for the Llama-family configs (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3); %s is not one", m.Name)
+		return usageErr("--inference: generation with a KV cache is modelled for the Llama-family configs (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, and the MoE mixtral, qwen2_moe, qwen3_moe); %s is not one", m.Name)
 	}
 	for _, f := range []string{"optimizer", "checkpoint"} {
 		if o.Set[f] {

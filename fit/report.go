@@ -30,6 +30,7 @@ type Report struct {
 	Attention           string `json:"attention"`                // eager, sdpa or flash (what ran)
 	AttentionNote       string `json:"attention_note,omitempty"` // why it differs from --attention
 	SDPABackend         string `json:"sdpa_backend,omitempty"`   // cudnn, flash, efficient or math
+	Routing             string `json:"routing,omitempty"`        // a Mixture-of-Experts model's routing plan: balanced or worst
 	Steps               int    `json:"steps"`
 	GradAccum           int    `json:"grad_accum,omitempty"` // micro-batches per step (the searched batch is the micro-batch)
 	// Inference: generation of MaxNewTokens tokens with a KVCache
@@ -86,6 +87,7 @@ type OOMInfo struct {
 	Breakdown *Breakdown `json:"breakdown"` // of what was allocated when it failed
 	Phase     string     `json:"phase"`     // what ran at the peak before the failure
 	Message   string     `json:"message"`
+	Building  bool       `json:"building_model,omitempty"` // the weights did not fit: it failed while the model was built
 }
 
 // Floor is the model state every step holds, whatever the batch.
@@ -170,6 +172,9 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.AttentionNote != "" {
 		att += " (" + r.AttentionNote + ")"
 	}
+	if r.Routing != "" {
+		att += "; routing " + routingText(r.Routing)
+	}
 	if r.Inference {
 		p("  inference: %s, greedy generation of %d new tokens with a %s under no_grad; attention %s\n", weightsText(r.Precision), r.MaxNewTokens, cacheText(r.KVCache), att)
 	} else {
@@ -215,6 +220,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	if r.OOM != nil {
 		p("  at %s %d (out of memory): tried to allocate %s with %s allocated", unit, r.OOM.Value, fb(r.OOM.Requested), fb(r.OOM.Allocated))
+		if r.OOM.Building {
+			p(", while building the model (its weights)")
+		}
 		if r.OOM.Phase != "" {
 			p("; the peak before it in the %s", phaseText(r.OOM.Phase))
 		}
@@ -358,4 +366,12 @@ func commas(n int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// routingText says what a routing plan puts on the experts.
+func routingText(plan string) string {
+	if plan == "worst" {
+		return "worst (every token on the same experts)"
+	}
+	return "balanced (tokens spread evenly over the experts)"
 }

@@ -82,8 +82,12 @@ func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Wri
 	if m.HF != nil {
 		s.Set("CONFIG_JSON", starlark.String(m.HF.Raw))
 	}
-	spec := fmt.Sprintf(`SPEC = dict(kind = %q, preset = PRESET, config = %s, attention = %q, precision = %q, optimizer = %q, checkpoint = %s, sequence = %s, inference = %s, max_new_tokens = %d, kv_cache = %q, grad_accum = %d)
-`, m.Kind, configExpr(m), o.Attention, o.Precision, o.Optimizer, pyBool(o.Checkpoint), pyBool(m.Sequence), pyBool(o.Inference), o.MaxNewTokens, o.KVCache, max(1, o.GradAccum))
+	routing := o.Routing
+	if routing == "" {
+		routing = "balanced"
+	}
+	spec := fmt.Sprintf(`SPEC = dict(kind = %q, preset = PRESET, config = %s, attention = %q, precision = %q, optimizer = %q, checkpoint = %s, sequence = %s, inference = %s, max_new_tokens = %d, kv_cache = %q, grad_accum = %d, routing = %q)
+`, m.Kind, configExpr(m), o.Attention, o.Precision, o.Optimizer, pyBool(o.Checkpoint), pyBool(m.Sequence), pyBool(o.Inference), o.MaxNewTokens, o.KVCache, max(1, o.GradAccum), routing)
 	if err := s.Exec("<memsh fit>", load+spec+driverSrc); err != nil {
 		s.Close()
 		return nil, err

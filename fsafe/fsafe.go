@@ -34,12 +34,73 @@ const (
 	Snapshot Kind = "memory snapshot (pickle)"
 	SVG      Kind = "SVG image"
 	PNG      Kind = "PNG image"
+	Log      Kind = "memsh log"
 	Empty    Kind = "empty file"
 	Unknown  Kind = "unrecognized content"
 )
 
 // sniffLen bounds how much of an existing file Sniff reads.
 const sniffLen = 4096
+
+// A Verifier proves that a file's whole content is one memsh wrote, of
+// its kind (every record line a memsh record, a trace carrying memsh's
+// mark, ...), reading it from r; its error says why not without quoting
+// the content. The package that writes a kind registers its verifier.
+type Verifier func(r io.Reader) error
+
+var verifiers = map[Kind]Verifier{}
+
+// RegisterVerifier sets the verifier of kind (packages record, trace,
+// snapshot and plot register theirs in init).
+func RegisterVerifier(kind Kind, v Verifier) { verifiers[kind] = v }
+
+// maxVerify bounds the bytes a verifier is given: a bigger file is not
+// proven memsh's and is refused.
+const maxVerify = 1 << 30
+
+// Verify proves that the regular file f is a file of kind memsh wrote:
+// empty, or accepted by kind's verifier (a kind without one is never
+// proven). The error names neither the file nor its content.
+func Verify(f *os.File, kind Kind) error {
+	if err := verify(f, kind); err != nil {
+		return fmt.Errorf("not a %s memsh wrote: %v", kind, err)
+	}
+	return nil
+}
+
+// verify is Verify with the reason alone.
+func verify(f *os.File, kind Kind) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return errors.New("not a regular file")
+	}
+	if fi.Size() == 0 {
+		return nil
+	}
+	v := verifiers[kind]
+	if v == nil {
+		return errors.New("memsh cannot prove it wrote it")
+	}
+	if fi.Size() > maxVerify {
+		return fmt.Errorf("over %d MiB, too big to prove", maxVerify>>20)
+	}
+	return v(io.LimitReader(f, maxVerify))
+}
+
+// writable reports whether the existing file fi may be replaced or
+// appended to by this process: not read-only.
+func writable(path string, fi os.FileInfo) error {
+	if fi.Mode().Perm()&0o222 == 0 {
+		return fmt.Errorf("read-only (mode %v): memsh does not replace it", fi.Mode().Perm())
+	}
+	if err := syscall.Access(path, 2 /* W_OK */); err != nil {
+		return fmt.Errorf("not writable (%v): memsh does not replace it", err)
+	}
+	return nil
+}
 
 // Sniff recognizes the kind of a file's content from its first bytes.
 func Sniff(head []byte) Kind {
@@ -236,13 +297,22 @@ func (p *Policy) Check(path string, kind Kind, overwrite bool) error {
 func (t *target) check(kind Kind, overwrite bool) error {
 	fi, err := t.root.Lstat(t.rel)
 	if errors.Is(err, os.ErrNotExist) {
+		if strings.HasSuffix(t.name, string(filepath.Separator)) {
+			return fmt.Errorf("%s: names a directory that does not exist, not a file", t.name)
+		}
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %v", t.name, unwrapPath(err))
 	}
+	if fi.IsDir() {
+		return fmt.Errorf("%s: a directory, not a file", t.name)
+	}
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("%s: not a regular file", t.name)
+	}
+	if err := writable(filepath.Join(t.root.Name(), t.rel), fi); err != nil {
+		return fmt.Errorf("%s: %v", t.name, err)
 	}
 	if overwrite {
 		return nil
@@ -252,12 +322,8 @@ func (t *target) check(kind Kind, overwrite bool) error {
 		return fmt.Errorf("%s: %v", t.name, unwrapPath(err))
 	}
 	defer f.Close()
-	got, err := sniffOpen(f, t.name)
-	if err != nil {
-		return err
-	}
-	if got != kind && got != Empty {
-		return fmt.Errorf("%s: refusing to replace an existing file that is not a %s (it holds %s)", t.name, kind, got)
+	if err := verify(f, kind); err != nil {
+		return fmt.Errorf("%s: refusing to replace an existing file that is not a %s memsh wrote (%v); overwrite=True (a builtin's) or --force (memsh's command line) replaces it", t.name, kind, err)
 	}
 	return nil
 }
@@ -335,9 +401,10 @@ func (p *Policy) WriteFile(path string, kind Kind, overwrite bool, write func(io
 }
 
 // WriteFile writes path, anywhere, with write: the file appears whole or
-// not at all, and an existing file is replaced only if it holds kind.
-func WriteFile(path string, kind Kind, write func(io.Writer) error) error {
-	return (&Policy{}).WriteFile(path, kind, false, write)
+// not at all, and an existing file is replaced only if memsh wrote it as
+// kind (proven by its verifier) or overwrite is true (--force).
+func WriteFile(path string, kind Kind, overwrite bool, write func(io.Writer) error) error {
+	return (&Policy{}).WriteFile(path, kind, overwrite, write)
 }
 
 // unwrapPath drops an *os.PathError's operation and temporary name, so
@@ -352,4 +419,69 @@ func unwrapPath(err error) error {
 		return le.Err
 	}
 	return err
+}
+
+// OpenRegular opens path for reading only if it is a regular file: a
+// FIFO, a device or a directory is an error saying so, and opening one
+// never blocks (O_NONBLOCK, checked with fstat on the file opened).
+func OpenRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if fi.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("%s: a directory, not a file", path)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	return f, nil
+}
+
+// OpenAppend opens path for appending lines of kind: a new file is
+// created holding header; an existing one must be a regular, writable file
+// that Verify proves of kind (a FIFO, a device, a directory, a read-only
+// file or any other content is refused, untouched, with the reason). The
+// open never blocks.
+func OpenAppend(path string, kind Kind, header []byte) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0o644)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) && errors.Is(pe.Err, syscall.EISDIR) {
+			return nil, fmt.Errorf("%s: a directory, not a file", path)
+		}
+		return nil, fmt.Errorf("%s: %v", path, unwrapPath(err))
+	}
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		f.Close()
+		return nil, fmt.Errorf("%s: %v", path, err)
+	case !fi.Mode().IsRegular():
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	if err := writable(path, fi); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	if fi.Size() == 0 {
+		if _, err := f.Write(header); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: %v", path, unwrapPath(err))
+		}
+		return f, nil
+	}
+	if err := verify(f, kind); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: refusing to append to an existing file that is not a %s (%v)", path, kind, err)
+	}
+	return f, nil
 }

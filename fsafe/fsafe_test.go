@@ -100,6 +100,23 @@ func TestPolicyRoots(t *testing.T) {
 	}
 }
 
+// The test's verifiers: a "snapshot" is proven by its first bytes
+// "\x80\x02memsh", a "trace" by `{"traceEvents"` (the real ones, in
+// packages snapshot and trace, read the whole file).
+func init() {
+	prefix := func(p string) Verifier {
+		return func(r io.Reader) error {
+			b, _ := io.ReadAll(r)
+			if !strings.HasPrefix(string(b), p) {
+				return errors.New("no mark")
+			}
+			return nil
+		}
+	}
+	RegisterVerifier(Snapshot, prefix("\x80\x02memsh"))
+	RegisterVerifier(Trace, prefix(`{"traceEvents"`))
+}
+
 func TestKindAndOverwrite(t *testing.T) {
 	dir := t.TempDir()
 	chdir(t, dir)
@@ -107,19 +124,42 @@ func TestKindAndOverwrite(t *testing.T) {
 	if err := os.WriteFile("notes.txt", []byte("precious\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := pol.WriteFile("notes.txt", Snapshot, false, writeString("\x80\x02x"))
-	if err == nil || !strings.Contains(err.Error(), "refusing to replace") {
-		t.Fatalf("got %v, want a refusal", err)
+	err := pol.WriteFile("notes.txt", Snapshot, false, writeString("\x80\x02memsh x"))
+	if err == nil || !strings.Contains(err.Error(), "refusing to replace") || strings.Contains(err.Error(), "precious") {
+		t.Fatalf("got %v, want a refusal that quotes nothing of the file", err)
 	}
 	if b, _ := os.ReadFile("notes.txt"); string(b) != "precious\n" {
 		t.Fatalf("the foreign file changed: %q", b)
 	}
 	// A snapshot replaces a snapshot; overwrite replaces anything.
-	if err := pol.WriteFile("s.pickle", Snapshot, false, writeString("\x80\x02one")); err != nil {
+	if err := pol.WriteFile("s.pickle", Snapshot, false, writeString("\x80\x02memsh one")); err != nil {
 		t.Fatal(err)
 	}
-	if err := pol.WriteFile("s.pickle", Snapshot, false, writeString("\x80\x02two")); err != nil {
+	if err := pol.WriteFile("s.pickle", Snapshot, false, writeString("\x80\x02memsh two")); err != nil {
 		t.Fatal(err)
+	}
+	// a pickle memsh did not write (any protocol-2 pickle) is not replaced
+	if err := os.WriteFile("model.pkl", []byte("\x80\x02}q\x00."), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := pol.WriteFile("model.pkl", Snapshot, false, writeString("\x80\x02memsh x")); err == nil {
+		t.Error("a foreign pickle was replaced")
+	}
+	// a read-only file is refused, even with overwrite
+	if err := os.WriteFile("ro.pickle", []byte("\x80\x02memsh ro"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	{
+		if err := pol.WriteFile("ro.pickle", Snapshot, true, writeString("\x80\x02memsh x")); err == nil || !strings.Contains(err.Error(), "read-only") {
+			t.Errorf("read-only: got %v", err)
+		}
+	}
+	// a path naming a directory that does not exist is no file name
+	if err := pol.WriteFile("newdir/", Snapshot, false, writeString("\x80\x02memsh x")); err == nil {
+		t.Error("newdir/ was written")
+	}
+	if _, err := os.Stat("newdir"); err == nil {
+		t.Error("a file named newdir was created")
 	}
 	if err := pol.WriteFile("notes.txt", Snapshot, true, writeString("\x80\x02x")); err != nil {
 		t.Fatal(err)
@@ -144,11 +184,11 @@ func TestKindAndOverwrite(t *testing.T) {
 func TestWriteFailureLeavesOldFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "t.json")
-	if err := WriteFile(path, Trace, writeString(`{"traceEvents":[]}`)); err != nil {
+	if err := WriteFile(path, Trace, false, writeString(`{"traceEvents":[]}`)); err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("disk full")
-	err := WriteFile(path, Trace, func(w io.Writer) error {
+	err := WriteFile(path, Trace, false, func(w io.Writer) error {
 		io.WriteString(w, `{"traceEvents":[{"half`)
 		return boom
 	})
@@ -167,7 +207,7 @@ func TestWriteFailureLeavesOldFile(t *testing.T) {
 	if err := os.Symlink(path, link); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteFile(link, Trace, writeString(`{"traceEvents":[1]}`)); err != nil {
+	if err := WriteFile(link, Trace, false, writeString(`{"traceEvents":[1]}`)); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Lstat(link); fi.Mode()&os.ModeSymlink == 0 {

@@ -40,7 +40,7 @@ func TestBreakdownChart(t *testing.T) {
 		t.Errorf("activation stack %v", st[2].values)
 	}
 	svg := filepath.Join(t.TempDir(), "b.svg")
-	if err := SaveAll(plots, svg, 0, 0); err != nil {
+	if err := SaveAll(plots, svg, 0, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(svg)

@@ -6,6 +6,7 @@
 package plot
 
 import (
+	"bytes"
 	"fmt"
 	"image/color"
 	"io"
@@ -35,20 +36,20 @@ var oomColor = color.RGBA{R: 214, G: 39, B: 40, A: 255}
 // Save writes p to path as SVG or PNG, by the file's extension (".svg",
 // ".png"); width and height of 0 mean DefaultWidth and DefaultHeight.
 func Save(p *gplot.Plot, path string, width, height vg.Length) error {
-	return SaveAll([]*gplot.Plot{p}, path, width, height)
+	return SaveAll([]*gplot.Plot{p}, path, width, height, false)
 }
 
 // SaveAll writes plots to path as SVG or PNG (by its extension), one panel
 // under another, each width by height (0: DefaultWidth, DefaultHeight).
 // The file is written whole or not at all (a temporary file renamed into
-// place) and replaces an existing file only if that is an image of the
-// same format.
-func SaveAll(plots []*gplot.Plot, path string, width, height vg.Length) error {
+// place) and replaces an existing file only if memsh drew it in the same
+// format (its mark) or overwrite is true (memsh plot --force).
+func SaveAll(plots []*gplot.Plot, path string, width, height vg.Length, overwrite bool) error {
 	kind, err := imageKind(path)
 	if err != nil {
 		return err
 	}
-	return fsafe.WriteFile(path, kind, func(w io.Writer) error {
+	return fsafe.WriteFile(path, kind, overwrite, func(w io.Writer) error {
 		return WriteImage(w, plots, kind == fsafe.PNG, width, height)
 	})
 }
@@ -99,7 +100,11 @@ func WriteImage(w io.Writer, plots []*gplot.Plot, png bool, width, height vg.Len
 			plots[i].Draw(row[0])
 		}
 	}
-	_, err := c.WriteTo(w)
+	var buf bytes.Buffer
+	if _, err := c.WriteTo(&buf); err != nil {
+		return err
+	}
+	_, err := w.Write(markImage(buf.Bytes(), png))
 	return err
 }
 

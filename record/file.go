@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"syscall"
+
+	"github.com/memsh/memsh/fsafe"
 )
 
 // MaxLine bounds the length of one record line a reader accepts, so a
@@ -55,7 +57,8 @@ func (discard) Close() error                { return nil }
 // path that is not a regular file (a FIFO, a device: it never blocks on
 // one nor reads it without bound) and a file that is not a memsh records
 // file (every line must be a record). A partial last line that begins as
-// a record does (a run killed in the middle of a write) is cut off.
+// a record memsh writes and follows whole records (a run killed in the
+// middle of a write) is cut off; a read-only file is refused.
 // /dev/null is accepted: records are discarded and nothing resumes.
 func OpenWriter(path string) (*Writer, []*Record, error) {
 	fi, err := os.Stat(path)
@@ -66,6 +69,8 @@ func OpenWriter(path string) (*Writer, []*Record, error) {
 		return nil, nil, fmt.Errorf("%s: not a regular file", path)
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return nil, nil, pathErr(path, err)
+	case err == nil && fi.Mode().Perm()&0o222 == 0:
+		return nil, nil, fmt.Errorf("%s: read-only (mode %v): memsh does not append to it", path, fi.Mode().Perm())
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0o644)
 	if err != nil {
@@ -147,11 +152,11 @@ func unwrap(err error) error {
 func (w *Writer) Close() error { return w.f.Close() }
 
 // ReadFile reads the records of a JSONL file (see Read), boundedly: a
-// device or a file with a line over MaxLine is an error, not a hang or an
-// exhausted memory. A partial last line, as a killed run may leave, is
+// FIFO, a device or a file with a line over MaxLine is an error, not a
+// hang or an exhausted memory. A partial last line, as a killed run may leave, is
 // ignored.
 func ReadFile(path string) ([]*Record, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOCTTY, 0)
+	f, err := fsafe.OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}
@@ -206,10 +211,11 @@ func read(r io.Reader, name string) (recs []*Record, good int64, partial bool, l
 			if len(b) == 0 {
 				return recs, good + int64(len(line)), false, nil, nil
 			}
-			if !looksLikeRecordStart(b) {
+			last, _ = parseLine(b, name, n)
+			if last == nil && (len(recs) == 0 || !isRecordPrefix(b)) {
+				// a torn record follows whole ones and is a prefix of one
 				return nil, 0, false, nil, fmt.Errorf("%s:%d: not a memsh record", name, n)
 			}
-			last, _ = parseLine(b, name, n)
 			return recs, good, true, last, nil
 		}
 		if b := bytes.TrimSpace(line); len(b) > 0 {
@@ -224,35 +230,6 @@ func read(r io.Reader, name string) (recs []*Record, good int64, partial bool, l
 			return recs, good, false, nil, nil
 		}
 	}
-}
-
-// looksLikeRecordStart reports whether b begins as Writer writes a record.
-func looksLikeRecordStart(b []byte) bool {
-	for _, p := range []string{`{"schema":`, `{"kind":"`} {
-		if len(b) <= len(p) {
-			if bytes.HasPrefix([]byte(p), b) {
-				return true
-			}
-		} else if bytes.HasPrefix(b, []byte(p)) {
-			return true
-		}
-	}
-	return false
-}
-
-// parseLine decodes one record and checks that it is one of memsh's.
-func parseLine(b []byte, name string, n int) (*Record, error) {
-	rec := new(Record)
-	if err := json.Unmarshal(b, rec); err != nil {
-		return nil, fmt.Errorf("%s:%d: not a memsh record: %v", name, n, err)
-	}
-	if err := rec.validate(); err != nil {
-		return nil, fmt.Errorf("%s:%d: not a memsh record: %v", name, n, err)
-	}
-	if rec.Schema == 0 {
-		rec.Schema = 1
-	}
-	return rec, nil
 }
 
 // WriteAll writes records as JSONL to w.

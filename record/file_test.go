@@ -215,3 +215,55 @@ func TestReadFileBounded(t *testing.T) {
 		t.Fatal("ReadFile(/dev/zero) does not return")
 	}
 }
+
+// A file that is not memsh's is never cut or appended to, whatever its
+// last line looks like, and the error quotes none of its values: a
+// foreign JSON object without a final newline, one that starts as
+// records do, or a lone "{" (cut to 0 bytes at 42a6389).
+func TestOpenWriterRefusesForeign(t *testing.T) {
+	dir := t.TempDir()
+	for i, content := range []string{
+		`{"kind":"config","db_password":"hunter2"}`,
+		`{"schema":"v1","token":"sk-live-123"}`,
+		`{`,
+		`{"schema":3,"kind":"trial","name":"x","secret":"sk-live-123"`,
+		sampleLine(1) + `{"schema":3,"kind":"trial","password":"sk-live-123"`,
+		sampleLine(1) + `{"kind":"config","db_password":"hunter2"}` + "\n",
+	} {
+		path := filepath.Join(dir, fmt.Sprintf("f%d.jsonl", i))
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := OpenWriter(path)
+		if err == nil {
+			t.Errorf("case %d: accepted %q", i, content)
+		} else if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "sk-live") {
+			t.Errorf("case %d: the error quotes the file: %v", i, err)
+		}
+		if b, _ := os.ReadFile(path); string(b) != content {
+			t.Errorf("case %d: the file changed to %q", i, b)
+		}
+	}
+	// a torn record after whole ones is cut; the whole ones stay
+	path := filepath.Join(dir, "torn.jsonl")
+	whole := sampleLine(1) + sampleLine(2)
+	if err := os.WriteFile(path, []byte(whole+sampleLine(3)[:57]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, recs, err := OpenWriter(path)
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("torn tail: %v, %d records", err, len(recs))
+	}
+	w.Close()
+	if b, _ := os.ReadFile(path); string(b) != whole {
+		t.Errorf("after the cut: %q", b)
+	}
+	// read-only: refused
+	ro := filepath.Join(dir, "ro.jsonl")
+	if err := os.WriteFile(ro, []byte(whole), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := OpenWriter(ro); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Errorf("read-only --out: %v", err)
+	}
+}

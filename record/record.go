@@ -96,9 +96,9 @@ func (r *Record) validate() error {
 		if r.Kind == "" {
 			return fmt.Errorf("no \"kind\"")
 		}
-		return fmt.Errorf("kind %q is neither \"experiment\" nor \"trial\"", r.Kind)
-	case r.Status == "":
-		return fmt.Errorf("no \"status\"")
+		return fmt.Errorf("its kind is neither \"experiment\" nor \"trial\"")
+	case r.Status != "ok" && r.Status != "oom" && r.Status != "error":
+		return fmt.Errorf("its status is none of \"ok\", \"oom\", \"error\"")
 	case r.Schema < 0 || r.Schema > SchemaVersion:
 		return fmt.Errorf("schema %d: written by a newer memsh (this one reads up to %d)", r.Schema, SchemaVersion)
 	}

@@ -158,13 +158,13 @@ func TestOpenWriterCutsPartialLine(t *testing.T) {
 }
 
 func TestReadRejectsMalformedLine(t *testing.T) {
-	in := "{\"kind\":\"trial\",\"name\":\"a\",\"status\":\"ok\",\"pos\":[0,0,0]}\nnot json\n{\"kind\":\"trial\"}\n"
+	in := "{\"kind\":\"trial\",\"name\":\"a\",\"status\":\"ok\",\"time\":0,\"pos\":[0,0,0],\"host\":{},\"gpus\":[]}\nnot json\n{\"kind\":\"trial\"}\n"
 	_, err := Read(bytes.NewReader([]byte(in)), "x.jsonl")
 	if err == nil || !strings.Contains(err.Error(), "x.jsonl:2: not a memsh record") {
 		t.Fatalf("err = %v", err)
 	}
 	_, err = Read(strings.NewReader(`{"name":"a"}`+"\n"), "y.jsonl")
-	if err == nil || !strings.Contains(err.Error(), `y.jsonl:1: not a memsh record: no "kind"`) {
+	if err == nil || !strings.Contains(err.Error(), `y.jsonl:1: not a memsh record (no "kind" field)`) {
 		t.Fatalf("err = %v", err)
 	}
 }

@@ -184,6 +184,10 @@ func Loop(s *scope.Session, r LineReader, out io.Writer) error {
 		if err := execInterruptible(s, fmt.Sprintf("<stdin-%d>", n), src); err != nil {
 			printError(out, err)
 		}
+		if t := terminator(); t != nil && t.Signal() != nil {
+			t.Finish()
+			return nil
+		}
 	}
 }
 
@@ -251,8 +255,16 @@ func execInterruptible(s *scope.Session, name, src string) error {
 // Interruptible runs f (which executes code in s) so that Ctrl-C (SIGINT)
 // interrupts the running statement instead of killing the process: the
 // statement fails with an "interrupted" error, the Session reclaims and
-// stays usable. Scripts run this way too.
+// stays usable. Scripts run this way too. With a Terminator installed,
+// SIGTERM and SIGHUP interrupt it the same way (the caller then ends
+// memsh: Terminated says why).
 func Interruptible(s *scope.Session, f func() error) error {
+	if t := terminator(); t != nil && t.s == s {
+		if !t.enter() {
+			return &SignalError{t.Signal()}
+		}
+		defer t.leave()
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt)
 	done := make(chan struct{})

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"go.starlark.net/syntax"
 
 	"github.com/memsh/memsh/env"
+	"github.com/memsh/memsh/fsafe"
 )
 
 // echoName receives the value of an interactive expression statement; it is
@@ -240,7 +240,11 @@ func (s *Session) execStmt(f *syntax.File, stmt syntax.Stmt, fileBound map[strin
 		delete(s.live, echoName)
 		s.globalsGen++
 		if err == nil && v != starlark.None {
-			fmt.Fprintln(s.out, v.String())
+			// written as str() writes it: Ctrl-C stops a huge value
+			var text string
+			if text, err = starlark.StringOf(s.thread, v); err == nil {
+				fmt.Fprintln(s.out, text)
+			}
 		}
 	}
 	return s.endStmt(pos, end, first, last, err)
@@ -257,9 +261,33 @@ func readSource(filename string, src any) ([]byte, error) {
 	case io.Reader:
 		return io.ReadAll(src)
 	case nil:
-		return os.ReadFile(filename)
+		return ReadScript(filename)
 	}
 	return nil, fmt.Errorf("memsh: invalid source type %T", src)
+}
+
+// MaxScript bounds a script or module file memsh reads: a bigger file is
+// refused before it is read (a 3 GB file given to load() would otherwise
+// take the process's memory).
+const MaxScript = 64 << 20
+
+// ReadScript reads a script or module file: a regular file of at most
+// MaxScript bytes (a FIFO, a device or a directory is an error, and never
+// blocks).
+func ReadScript(path string) ([]byte, error) {
+	f, err := fsafe.OpenRegular(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > MaxScript {
+		return nil, fmt.Errorf("%s: %d bytes, larger than a script may be (%d MiB)", path, fi.Size(), MaxScript>>20)
+	}
+	return io.ReadAll(io.LimitReader(f, MaxScript+1))
 }
 
 // Source returns the lines of a pseudo-file the Session ran (a REPL input

@@ -159,7 +159,7 @@ func (s *Session) load(thread *starlark.Thread, module string) (starlark.StringD
 	if lib, ok := strings.CutPrefix(path, libraryPrefix); ok {
 		src, err = fs.ReadFile(s.opts.Library, lib)
 	} else {
-		src, err = os.ReadFile(path)
+		src, err = ReadScript(path)
 	}
 	if err != nil {
 		return nil, pathErr(err)

@@ -28,6 +28,13 @@ import (
 	"github.com/memsh/memsh/tensor"
 )
 
+// Starlark's built-ins and operators ask before a large Go allocation a
+// script's values size (a repetition, list(range(n)), a list's growth, a
+// string built): past a host memory limit (RLIMIT_AS, RLIMIT_DATA, the
+// memory cgroup, the RAM available) that is a Starlark error naming the
+// built-in and the size, not the Go runtime's fatal out-of-memory.
+func init() { starlark.HostAlloc = host.CheckAlloc }
+
 // Options configure a Session.
 type Options struct {
 	// Device picks the GPU backend, as the --device flag: "auto" (the

@@ -2,10 +2,14 @@ package snapshot
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+
+	"github.com/memsh/memsh/fsafe"
 )
 
 // This file is a small pickle writer: protocol 2, and only the opcodes
@@ -179,4 +183,78 @@ func (p *pickler) long(u uint64, nonneg bool) {
 	p.w.WriteByte(opLong1)
 	p.w.WriteByte(byte(n))
 	p.w.Write(p.buf[:n])
+}
+
+// Mark is the first item of every snapshot memsh writes ("memsh":
+// Mark): memory_viz ignores it, and it lets memsh prove a file is one of
+// its own snapshots before it replaces it (Verify).
+const Mark = "memsh memory snapshot 1"
+
+func init() { fsafe.RegisterVerifier(fsafe.Snapshot, Verify) }
+
+// Verify proves that r holds a snapshot memsh wrote: a protocol 2 pickle
+// of only the opcodes Pickle writes, well formed to its STOP and nothing
+// after it, whose value is a dict whose first item is "memsh": Mark.
+func Verify(r io.Reader) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	var head bytes.Buffer
+	head.Write([]byte{opProto, 2, opEmptyDic, opMark})
+	hp := &pickler{w: bufio.NewWriter(&head)}
+	_ = hp.value("memsh")
+	_ = hp.value(Mark)
+	hp.w.Flush()
+	if !bytes.HasPrefix(b, head.Bytes()) {
+		return errors.New("no memsh mark")
+	}
+	// walk every opcode: arguments in bounds, marks balanced, one STOP at
+	// the end
+	i, marks := 2, 0
+	for i < len(b) {
+		op := b[i]
+		i++
+		need := 0
+		switch op {
+		case opStop:
+			if i != len(b) || marks != 0 {
+				return errors.New("malformed pickle")
+			}
+			return nil
+		case opMark:
+			marks++
+		case opSetitems, opAppends, opTuple:
+			if marks == 0 {
+				return errors.New("malformed pickle")
+			}
+			marks--
+		case opEmptyDic, opEmptyLst, opNone, opNewTrue, opNewFalse:
+		case opBinint1:
+			need = 1
+		case opBinint2:
+			need = 2
+		case opBinint:
+			need = 4
+		case opBinfloat:
+			need = 8
+		case opLong1:
+			if i >= len(b) {
+				return errors.New("malformed pickle")
+			}
+			need = 1 + int(b[i])
+		case opBinUni:
+			if i+4 > len(b) {
+				return errors.New("malformed pickle")
+			}
+			need = 4 + int(binary.LittleEndian.Uint32(b[i:]))
+		default:
+			return errors.New("an opcode memsh's snapshots do not use")
+		}
+		if i+need > len(b) {
+			return errors.New("malformed pickle")
+		}
+		i += need
+	}
+	return errors.New("no STOP: a truncated pickle")
 }

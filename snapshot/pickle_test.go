@@ -126,3 +126,30 @@ print(json.dumps(plain(v)))
 		t.Errorf("big dict: %d items", len(b))
 	}
 }
+
+// Verify proves a snapshot memsh wrote, and nothing else: not another
+// protocol 2 pickle (a model's state dict), not one cut short, not one
+// with bytes after its STOP.
+func TestVerify(t *testing.T) {
+	var b bytes.Buffer
+	if err := Pickle(&b, Dict{{"memsh", Mark}, {"segments", []any{Dict{{"address", uint64(1 << 40)}, {"size", 3.5}}}}, {"device_traces", []any{[]any{}}}}); err != nil {
+		t.Fatal(err)
+	}
+	good := b.Bytes()
+	if err := Verify(bytes.NewReader(good)); err != nil {
+		t.Fatalf("memsh's own snapshot: %v", err)
+	}
+	var foreign bytes.Buffer
+	_ = Pickle(&foreign, Dict{{"segments", []any{}}, {"device_traces", []any{}}})
+	for name, data := range map[string][]byte{
+		"foreign":   foreign.Bytes(),
+		"truncated": good[:len(good)-1],
+		"trailing":  append(append([]byte(nil), good...), 'x'),
+		"bad op":    append(append([]byte(nil), good[:len(good)-1]...), 'c', '.'),
+		"python":    []byte("\x80\x02}q\x00(X\x05\x00\x00\x00memshq\x01X\x01\x00\x00\x00xq\x02u."),
+	} {
+		if err := Verify(bytes.NewReader(data)); err == nil {
+			t.Errorf("%s: verified", name)
+		}
+	}
+}

@@ -5,6 +5,7 @@
 //
 // A snapshot is a dict:
 //
+//	memsh: Mark (first: memsh's own snapshots are proven by it, Verify)
 //	segments: [{device, address, total_size, allocated_size, active_size,
 //	            requested_size, stream, segment_type ("small"/"large"),
 //	            segment_pool_id, is_expandable, frames,
@@ -50,7 +51,7 @@
 package snapshot
 
 import (
-	"os"
+	"io"
 	"sync"
 	"time"
 
@@ -58,6 +59,7 @@ import (
 	"go.starlark.net/syntax"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/fsafe"
 )
 
 // DefaultMaxEntries is the default length of each device's history, as
@@ -277,7 +279,7 @@ func (r *Recorder) Snapshot() Dict {
 		}
 		traces[dev] = l
 	}
-	return Dict{{"segments", segments}, {"device_traces", traces}}
+	return Dict{{"memsh", Mark}, {"segments", segments}, {"device_traces", traces}}
 }
 
 func (r *Recorder) segment(dev int, s backend.SegmentInfo) Dict {
@@ -317,16 +319,9 @@ func frameList(fs []Frame) []any {
 	return l
 }
 
-// WriteFile writes the snapshot to path as a protocol 2 pickle.
+// WriteFile writes the snapshot to path as a protocol 2 pickle, through
+// fsafe (a file that is not a memsh snapshot is not replaced).
 func (r *Recorder) WriteFile(path string) error {
 	snap := r.Snapshot()
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := Pickle(f, snap); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return fsafe.WriteFile(path, fsafe.Snapshot, false, func(w io.Writer) error { return Pickle(w, snap) })
 }

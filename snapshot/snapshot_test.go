@@ -161,7 +161,7 @@ func TestSnapshotLoadsInPython(t *testing.T) {
 			t.Errorf("%s = %v, want %v", what, got, want)
 		}
 	}
-	check("snapshot keys", got.Top, []string{"device_traces", "segments"})
+	check("snapshot keys", got.Top, []string{"device_traces", "memsh", "segments"})
 	check("segment keys", got.SegKeys, []string{"active_size", "address", "allocated_size", "blocks", "device", "frames",
 		"is_expandable", "requested_size", "segment_pool_id", "segment_type", "stream", "total_size"})
 	check("block keys", got.BlockKeys, []string{"address", "frames", "requested_size", "size", "state"})

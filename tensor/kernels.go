@@ -171,6 +171,10 @@ func newElemIter(shape []int, ops ...strided) *elemIter {
 type iterScratch struct {
 	idx, offs []int
 	p         []unsafe.Pointer
+	// stop, when not nil, ends runRangeWith early once set (checked every
+	// interruptGrain elements, between runs: the runs visited and their
+	// order are unchanged, so an uninterrupted result is too)
+	stop *atomic.Bool
 }
 
 func (it *elemIter) scratch() *iterScratch {
@@ -207,6 +211,7 @@ func (it *elemIter) runRangeWith(sc *iterScratch, base []int, lo, hi int, body f
 		}
 	}
 	inner := it.shape[nd-1]
+	check := lo + interruptGrain
 	for pos := lo; pos < hi; {
 		n := min(inner-idx[nd-1], hi-pos)
 		for k, o := range it.ops {
@@ -216,6 +221,12 @@ func (it *elemIter) runRangeWith(sc *iterScratch, base []int, lo, hi int, body f
 		pos += n
 		if pos >= hi {
 			break
+		}
+		if sc.stop != nil && pos >= check {
+			if sc.stop.Load() {
+				return
+			}
+			check = pos + interruptGrain
 		}
 		for k, o := range it.ops {
 			offs[k] += n * o.st[nd-1]

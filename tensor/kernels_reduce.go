@@ -29,44 +29,57 @@ type accum struct {
 
 // sumRunF adds n elements of dtype dt at p (stride in bytes) in float64.
 func sumRunF(p unsafe.Pointer, n, stride int, dt DType) float64 {
+	return sumRunFFrom(0, p, n, stride, dt)
+}
+
+// sumRunFFrom is sumRunF continuing a strided (or short) run's sequential
+// sum s, so that a run summed in pieces (to check for an interrupt
+// between them) gives the same result as whole; a contiguous piece's sum
+// is added to s.
+func sumRunFFrom(s float64, p unsafe.Pointer, n, stride int, dt DType) float64 {
 	switch {
 	case (dt == Float32 || dt == Float64) && stride == dt.Size() && n >= simdMin:
-		return sumSIMD(stride, p, n)
+		return s + sumSIMD(stride, p, n)
 	case dt == Float32 && stride == 4:
-		s := unsafe.Slice((*float32)(p), n)
+		xs := unsafe.Slice((*float32)(p), n)
 		var a0, a1, a2, a3 float64
 		i := 0
 		for ; i+4 <= n; i += 4 {
-			a0 += float64(s[i])
-			a1 += float64(s[i+1])
-			a2 += float64(s[i+2])
-			a3 += float64(s[i+3])
+			a0 += float64(xs[i])
+			a1 += float64(xs[i+1])
+			a2 += float64(xs[i+2])
+			a3 += float64(xs[i+3])
 		}
 		for ; i < n; i++ {
-			a0 += float64(s[i])
+			a0 += float64(xs[i])
 		}
-		return (a0 + a1) + (a2 + a3)
+		return s + ((a0 + a1) + (a2 + a3))
 	case dt == Float64 && stride == 8:
-		s := unsafe.Slice((*float64)(p), n)
+		xs := unsafe.Slice((*float64)(p), n)
 		var a0, a1 float64
 		i := 0
 		for ; i+2 <= n; i += 2 {
-			a0 += s[i]
-			a1 += s[i+1]
+			a0 += xs[i]
+			a1 += xs[i+1]
 		}
 		if i < n {
-			a0 += s[i]
+			a0 += xs[i]
 		}
-		return a0 + a1
+		return s + (a0 + a1)
 	}
 	load := loadF64[dt]
-	var s float64
 	for range n {
 		s += load(p)
 		p = unsafe.Add(p, stride)
 	}
 	return s
 }
+
+// reducePiece bounds the elements of one run a reduction handles between
+// two checks of the interrupt flag. A contiguous float run longer than it
+// is summed piece by piece (the pieces' sums added in order); strided runs
+// continue one sequential sum, so their results do not change.
+const reducePiece = 1 << 24
 
 func sumRunI(p unsafe.Pointer, n, stride int, dt DType) int64 {
 	load := loadI64[dt]
@@ -155,17 +168,28 @@ func reduceKernel(kind reduceKind, in *Tensor, red []bool, outP unsafe.Pointer, 
 		var a accum
 		pos := lo
 		inner.runRangeWith(sc, base, lo, hi, func(p []unsafe.Pointer, n int) {
-			switch kind {
-			case redSum, redMean:
-				if isFloat {
-					a.f += sumRunF(p[0], n, stride, in.dtype)
-				} else {
-					a.i += sumRunI(p[0], n, stride, in.dtype)
+			q := p[0]
+			var runF float64
+			for n > 0 {
+				m := min(n, reducePiece)
+				switch kind {
+				case redSum, redMean:
+					if isFloat {
+						runF = sumRunFFrom(runF, q, m, stride, in.dtype)
+					} else {
+						a.i += sumRunI(q, m, stride, in.dtype)
+					}
+				default:
+					extremeRun(&a, q, m, stride, in.dtype, kind == redMax, pos)
 				}
-			default:
-				extremeRun(&a, p[0], n, stride, in.dtype, kind == redMax, pos)
+				pos += m
+				n -= m
+				q = unsafe.Add(q, m*stride)
+				if n > 0 && stop != nil && stop.Load() {
+					break
+				}
 			}
-			pos += n
+			a.f += runF
 		})
 		return a
 	}
@@ -203,6 +227,7 @@ func reduceKernel(kind reduceKind, in *Tensor, red []bool, outP unsafe.Pointer, 
 		}
 		parallelFor(nOut, thr, func(lo, hi int) {
 			sc := inner.scratch()
+			sc.stop = stop
 			base := []int{0}
 			for o := lo; o < hi; o++ {
 				if stop != nil && stop.Load() {
@@ -225,7 +250,9 @@ func reduceKernel(kind reduceKind, in *Tensor, red []bool, outP unsafe.Pointer, 
 		parallelFor(p, 1, func(lo, hi int) {
 			for c := lo; c < hi; c++ {
 				clo, chi := c*size, min((c+1)*size, nIn)
-				chunks[c] = reduceRange(inner.scratch(), base, clo, chi)
+				sc := inner.scratch()
+				sc.stop = stop
+				chunks[c] = reduceRange(sc, base, clo, chi)
 			}
 		})
 		a := chunks[0]

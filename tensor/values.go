@@ -111,8 +111,9 @@ func contains(fname string, t *Tensor, x Scalar) (bool, error) {
 const ScalarBytes = uint64(unsafe.Sizeof(Scalar{}))
 
 // AvailableMemory returns the memory the process may still take (host
-// MemAvailable capped by the memory cgroup's room; 0 when unknown). A
-// variable so that tests can inject a figure.
+// MemAvailable capped by the memory cgroup's room and the address-space
+// and data-segment limits: host.Allowance; 0 when unknown). A variable
+// so that tests can inject a figure.
 var AvailableMemory = host.Allowance
 
 // CheckConversion returns an error naming fname when converting n elements

@@ -28,6 +28,7 @@ package trace
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -59,6 +60,9 @@ type Options struct {
 	// HostInterval is the host RSS sampling period (0 means
 	// DefaultHostInterval; negative: sample only at statement boundaries).
 	HostInterval time.Duration
+	// Overwrite lets WriteFile replace an existing file that is not a
+	// trace memsh wrote (memsh --force).
+	Overwrite bool
 }
 
 // Thread ids of the trace's tracks.
@@ -382,9 +386,9 @@ func (r *Recorder) WriteTo(w io.Writer) (int64, error) {
 // WriteFile writes the trace to path through a temporary file synced and
 // renamed into place, so a reader never sees half a trace and a failed
 // write leaves the previous trace whole. An existing file that is not a
-// trace is not replaced.
+// trace memsh wrote is not replaced unless Options.Overwrite.
 func (r *Recorder) WriteFile(path string) error {
-	return fsafe.WriteFile(path, fsafe.Trace, func(w io.Writer) error {
+	return fsafe.WriteFile(path, fsafe.Trace, r.opts.Overwrite, func(w io.Writer) error {
 		_, err := r.WriteTo(w)
 		return err
 	})
@@ -399,4 +403,28 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+func init() { fsafe.RegisterVerifier(fsafe.Trace, Verify) }
+
+// Verify proves that r holds a trace memsh wrote: one JSON object with a
+// traceEvents array and otherData.tool "memsh", and nothing after it.
+func Verify(r io.Reader) error {
+	var t struct {
+		TraceEvents []json.RawMessage `json:"traceEvents"`
+		OtherData   struct {
+			Tool string `json:"tool"`
+		} `json:"otherData"`
+	}
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(&t); err != nil {
+		return errors.New("not a JSON trace")
+	}
+	if t.TraceEvents == nil || t.OtherData.Tool != "memsh" {
+		return errors.New("no memsh mark (otherData.tool)")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("something after the trace object")
+	}
+	return nil
 }

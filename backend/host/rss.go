@@ -169,21 +169,38 @@ func HeapLive() uint64 {
 }
 
 // Allowance returns the memory this process may still take without being
-// killed or swapping: MemAvailable, capped by the room left under the
-// memory cgroup's limit (cgroup v2 memory.max less memory.current, or v1's
-// memory.limit_in_bytes less memory.usage_in_bytes) when there is one. 0 if
-// nothing can be read.
+// killed, swapping or failing: MemAvailable, capped by the room left under
+// the memory cgroup's limit and the address-space and data-segment limits
+// (Room). 0 if nothing can be read.
 func Allowance() uint64 {
-	avail := Available()
-	if room, ok := cgroupRoom(); ok && (avail == 0 || room < avail) {
-		avail = room
-	}
-	return avail
+	room, _ := Room()
+	return room
 }
 
 // cgroupRoom returns the bytes left under this process's memory cgroup
 // limit, and false when there is no limit or it cannot be read.
 func cgroupRoom() (uint64, bool) {
+	limit, used, ok := cgroupFigures()
+	if !ok {
+		return 0, false
+	}
+	if used >= limit {
+		return 0, true
+	}
+	return limit - used, true
+}
+
+// cgroupLimit returns this process's memory cgroup limit, and false when
+// there is none or it cannot be read.
+func cgroupLimit() (uint64, bool) {
+	limit, _, ok := cgroupFigures()
+	return limit, ok
+}
+
+// cgroupFigures reads the memory cgroup's limit and usage (v2
+// memory.max and memory.current, or v1's limit_in_bytes and
+// usage_in_bytes).
+func cgroupFigures() (limit, used uint64, ok bool) {
 	read := func(path string) (uint64, bool) {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -208,10 +225,18 @@ func cgroupRoom() (uint64, bool) {
 		if !ok {
 			continue
 		}
-		if used >= limit {
-			return 0, true
-		}
-		return limit - used, true
+		return limit, used, true
 	}
-	return 0, false
+	return 0, 0, false
+}
+
+// goMapped returns the memory Go's runtime has mapped
+// ("/memory/classes/total:bytes").
+func goMapped() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }

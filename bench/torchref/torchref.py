@@ -345,6 +345,10 @@ def cnn():
         nn.Flatten(), nn.Linear(32 * 8 * 8, 10))
 
 
+# Hugging Face decoder families: bench/torchref/hf_families.py
+from hf_families import HFCausalLM, MOE_TINY, MOE_BATCH, MOE_SEQ, hf_models, hf_tiny, moe_desc, moe_inputs  # noqa: E402
+
+
 MLP_DESC = ("nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), "
             "nn.ReLU(), nn.Linear(1024, 10)); x = torch.randn(64, 512); "
             "y = torch.randint(0, 10, (64,)); loss = F.cross_entropy(out, y)")
@@ -399,10 +403,16 @@ MODELS = {
              "torch.optim.SGD(lr=0.1, momentum=0.9)"),
 }
 
-# Hugging Face transformers' causal LMs, tiny configs (bench/torchref/hf_families.py):
-# hf_<family>_tiny, the model computing its own loss in the forward phase.
-from hf_families import hf_models  # noqa: E402  (beside this file)
+for _name in MOE_TINY:
+    MODELS[_name] = dict(
+        build=(lambda n: lambda: HFCausalLM(hf_tiny(MOE_TINY[n]), MOE_BATCH, MOE_SEQ))(_name),
+        inputs=(lambda n: lambda: moe_inputs(n))(_name),
+        opt=lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.1, foreach=True),
+        lm=True, desc=moe_desc(_name))
 
+# Hugging Face transformers' dense causal LMs (bench/torchref/hf_families.py):
+# hf_<family>_tiny and hf_<family>_long, language models (lm) computing their
+# own loss in the forward phase.
 MODELS.update(hf_models())
 
 STEPS = 2
@@ -438,24 +448,23 @@ def run_model(case, device):
         rec.cuda_baseline()
 
     st_out_raw = [None]
-    fused = spec.get("fused_loss", False)
     host_rule = spec.get("host_rule")
+    # a language model takes the labels and returns its loss (Hugging Face's
+    # model(input_ids, labels=labels)): forward and loss in one phase
+    lm = spec.get("lm", False)
 
     def fwd():
-        if fused:
-            # The model takes the labels and returns the loss (Hugging Face's
-            # model(input_ids, labels=labels)): forward and loss in one phase.
-            st["loss"] = model(x, y)
-            st_out_raw[0] = tbytes(st["loss"])
-            return
-        st["out"] = model(x)
+        st["out"] = model(x, y) if lm else model(x)
         st_out_raw[0] = tbytes(st["out"])
 
     def loss():
         st["loss"] = loss_fn(st["out"], y)
 
     def bwd():
-        st["loss"].backward()
+        (st["out"] if lm else st["loss"]).backward()
+        if "grad_bytes" not in st:
+            # parameters an MoE's unused experts hold get no gradient
+            st["grad_bytes"] = sum(rounded(tbytes(p.grad)) for p in model.parameters() if p.grad is not None)
 
     def step():
         opt.step()
@@ -464,21 +473,21 @@ def run_model(case, device):
         opt.zero_grad(set_to_none=True)
 
     def release():
-        if fused:
-            del st["loss"]
-            return
-        del st["out"], st["loss"]
+        del st["out"]
+        st.pop("loss", None)
 
+    # a language model's call returns its loss (ForCausalLMLoss): no loss phase
+    order = [("forward", fwd), ("loss", loss), ("backward", bwd),
+             ("step", step), ("zero_grad", zero), ("release", release)]
+    if lm:
+        order = [o for o in order if o[0] != "loss"]
     for s in range(1, STEPS + 1):
-        for name, fn in (("forward", fwd), ("loss", loss), ("backward", bwd),
-                         ("step", step), ("zero_grad", zero), ("release", release)):
-            if fused and name == "loss":
-                continue
+        for name, fn in order:
             rec.phase(name, fn, step=s, host_rule=host_rule)
     gc.enable()
     res = {
         "case": case,
-        "kind": "model",
+        "kind": "lm" if lm else "model",
         "torch_version": torch.__version__,
         "device": device,
         "description": spec["desc"],
@@ -490,10 +499,9 @@ def run_model(case, device):
         "buffers": buffers,
         "inputs": [tensor_info("x", x), tensor_info("y", y)],
         "out_raw": st_out_raw[0],
+        "grad_bytes": st["grad_bytes"],
         "phases": rec.phases,
     }
-    if fused:
-        res["fused_loss"] = True
     if "config" in spec:
         res["config"] = spec["config"]
     return res, rec
@@ -560,6 +568,30 @@ def micro_cases():
     M["index_select"] = ("torch.index_select(x[1024,256] requiring grad, 0, idx[64] int64)",
                          lambda: dict(x=_r(1024, 256), idx=torch.randint(0, 1024, (64,))),
                          lambda i: torch.index_select(i["x"], 0, i["idx"]))
+    # The Mixture-of-Experts ops (transformers' MixtralSparseMoeBlock): topk of
+    # the router's probabilities, advanced indexing with int64 index tensors
+    # (IndexBackward0), index_add_ (IndexAddBackward0).
+    M["topk"] = ("torch.topk(x[4096,8] requiring grad, 2, dim=-1).values (largest, sorted); "
+                 "the indices are kept by TopkBackward0",
+                 lambda: dict(x=_r(4096, 8)),
+                 lambda i: torch.topk(i["x"], 2, dim=-1).values)
+    M["index_none_tensor"] = ("x[1024,256] requiring grad indexed x[None, idx] with idx[96] int64 "
+                              "(a [1,96,256] copy; IndexBackward0 saves idx)",
+                              lambda: dict(x=_r(1024, 256), idx=torch.randint(0, 1024, (96,))),
+                              lambda i: i["x"][None, i["idx"]])
+    M["index_pair_none"] = ("w[1024,4] requiring grad indexed w[i0, i1, None] with i0[512] in [0,1024) "
+                            "and i1[512] in [0,4) int64 (a [512,1] copy)",
+                            lambda: dict(w=_r(1024, 4), i0=torch.randint(0, 1024, (512,)),
+                                         i1=torch.randint(0, 4, (512,))),
+                            lambda i: i["w"][i["i0"], i["i1"], None])
+    M["index_add"] = ("torch.index_add(z[1024,256], 0, idx[96] int64, src[96,256]) z and src requiring grad "
+                      "(IndexAddBackward0 saves idx and src)",
+                      lambda: dict(z=_r(1024, 256), idx=torch.randint(0, 1024, (96,)), src=_r(96, 256)),
+                      lambda i: torch.index_add(i["z"], 0, i["idx"], i["src"]))
+    M["index_add_"] = ("torch.zeros(1024, 256).index_add_(0, idx[96] int64, src[96,256] requiring grad): "
+                       "the zeros made in the op region, as MoE's final_hidden_states",
+                       lambda: dict(idx=torch.randint(0, 1024, (96,)), src=_r(96, 256)),
+                       lambda i: torch.zeros(1024, 256).index_add_(0, i["idx"], i["src"]))
     M["pow"] = ("torch.pow(x[64,1024], 2)", lambda: dict(x=_r(64, 1024)), lambda i: torch.pow(i["x"], 2))
     M["rsqrt"] = ("torch.rsqrt(x[64,1024]) (x = randn.abs() + 1)",
                   lambda: dict(x=(torch.randn(64, 1024).abs() + 1).requires_grad_(True)),
@@ -648,11 +680,15 @@ def check_model(res):
     """Closed forms: every model, then the three plain-MLP cases (figures as on CUDA)."""
     case = res["case"]
     P0 = res["param_bytes"]
-    # out and loss alive after backward (a fused-loss model: the loss alone)
-    out_loss = rounded(4) if res.get("fused_loss") else rounded(res["out_raw"]) + rounded(4)
+    # out and loss alive after backward (a language model: the loss alone)
+    out_loss = rounded(res["out_raw"]) + rounded(4)
+    if res["kind"] == "lm":
+        out_loss = rounded(4)  # the model's output is its loss
     # Step 1 starts empty; after its backward: one grad per parameter + logits + loss.
     assert ph(res, 1, "forward")["start"] == 0
-    assert ph(res, 1, "backward")["end"] == P0 + out_loss, (case, ph(res, 1, "backward")["end"])
+    assert ph(res, 1, "backward")["end"] == res["grad_bytes"] + out_loss, (case, ph(res, 1, "backward")["end"])
+    if "routing plan worst" not in res["description"]:
+        assert res["grad_bytes"] == P0, (case, res["grad_bytes"], P0)
     # Steady state: step 2 ends where step 1 ended.
     assert ph(res, 2, "release")["end"] == ph(res, 1, "release")["end"]
     if case == "gpt2_tiny" or case.startswith("hf_"):

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -209,6 +210,10 @@ print("done", len(r.trials))
 	r.want(t, 1, "memsh: --out "+out+": record \"n=3\" not written: file too large")
 	if strings.Contains(r.stdout, "done") {
 		t.Errorf("the sweep went on after its records failed: %q", r.stdout)
+	}
+	// the table marks the point whose record failed, and only it
+	if n := strings.Count(r.stdout, "(record not written to --out)"); n != 1 || !regexp.MustCompile(`(?m)^3 .*ok .*\(record not written to --out\)$`).MatchString(r.stdout) {
+		t.Errorf("the sweep table does not mark point 3 (and only it) as unrecorded:\n%s", r.stdout)
 	}
 	got, _ := os.ReadFile(out)
 	if len(got) == 0 || got[len(got)-1] != '\n' {

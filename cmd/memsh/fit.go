@@ -35,6 +35,7 @@ func fitCommand(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Optimizer, "optimizer", "adamw", "adamw, adam or sgd (momentum 0.9)")
 	fs.BoolVar(&o.Checkpoint, "checkpoint", false, "activation checkpointing per layer (nn.checkpoint, non-reentrant)")
 	fs.StringVar(&o.Attention, "attention", "sdpa", "eager, sdpa or flash (Hugging Face's attn_implementation names; sdpa's backend is PyTorch's choice for the card)")
+	fs.StringVar(&o.Routing, "routing", "balanced", "a Mixture-of-Experts model's tokens per expert: balanced (even) or worst (every token on the same experts)")
 	fs.IntVar(&o.GradAccum, "grad-accum", 1, "gradient accumulation: `N` micro-batches (each forward and backward, the loss divided by N) per optimizer step; the batch searched is the micro-batch")
 	fs.BoolVar(&o.Inference, "inference", false, "generation instead of training: greedy decoding of --max-new-tokens after a prompt of --seq tokens, with a KV cache, under no_grad (bfloat16 weights unless --precision says otherwise)")
 	fs.IntVar(&o.MaxNewTokens, "max-new-tokens", 128, "with --inference: the tokens to generate")

@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"os"
 
 	"github.com/memsh/memsh/scope"
 	memlog "github.com/memsh/memsh/starlib/log"
@@ -35,7 +34,7 @@ func init() {
 	sessionFlags = append(sessionFlags, func(fs *flag.FlagSet) func(s *scope.Session) (func(), error) {
 		f := &logFlag{}
 		fs.Var(f, "log", "after each statement or REPL input, log memory (consumed, peaked, used), time and CPU to stderr; --log=compact: one line")
-		file := fs.String("log-file", "", "write the --log lines to `PATH` (appended) instead of stderr")
+		file := fs.String("log-file", "", "write the --log lines to `PATH` instead of stderr: a new file, or appended to a log memsh wrote (its first line '# memsh log 1')")
 		return func(s *scope.Session) (func(), error) {
 			if f.mode == "" {
 				if *file != "" {
@@ -45,9 +44,9 @@ func init() {
 			}
 			w, closeFile := s.Env().Err, func() error { return nil }
 			if *file != "" {
-				fh, err := os.OpenFile(*file, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+				fh, err := memlog.OpenFile(*file)
 				if err != nil {
-					return nil, fmt.Errorf("--log-file: %w", err)
+					return nil, fmt.Errorf("--log-file %v", err)
 				}
 				w, closeFile = fh, fh.Close
 			}
@@ -58,7 +57,7 @@ func init() {
 			return func() {
 				memlog.Stop(s.Env())
 				if err := closeFile(); err != nil {
-					fmt.Fprintln(s.Env().Err, "memsh: --log-file:", err)
+					outputFailed(s, fmt.Errorf("--log-file %s: %v", *file, err))
 				}
 			}, nil
 		}

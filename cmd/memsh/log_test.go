@@ -49,7 +49,7 @@ func TestLogFile(t *testing.T) {
 	var out, errb bytes.Buffer
 	rc := run([]string{"--device", "sim:1GiB", "--log=compact", "--log-file", path, "-c", "print(1)\ny = 2"}, strings.NewReader(""), &out, &errb)
 	b, _ := os.ReadFile(path)
-	if rc != 0 || out.String() != "1\n" || errb.Len() != 0 || strings.Count(string(b), "\n") != 2 || !strings.Contains(string(b), "<cmd>:2") {
+	if rc != 0 || out.String() != "1\n" || errb.Len() != 0 || strings.Count(string(b), "\n") != 3 || !strings.HasPrefix(string(b), "# memsh log 1\n") || !strings.Contains(string(b), "<cmd>:2") {
 		t.Errorf("rc %d stdout %q stderr %q file %q", rc, out.String(), errb.String(), b)
 	}
 	if rc := run([]string{"--log-file", path, "-c", "1"}, strings.NewReader(""), &out, &errb); rc != 2 {

@@ -35,6 +35,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/memsh/memsh/backend"
+	"github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/repl"
 	"github.com/memsh/memsh/scope"
 	"github.com/memsh/memsh/scripts"
@@ -58,6 +59,9 @@ var (
 var version = ""
 
 func main() {
+	// the collector works harder near a host memory limit (ulimit -v, a
+	// memory cgroup) rather than the runtime failing at it
+	host.SetGoMemoryLimit()
 	stdout := newStdout(os.Stdout)
 	code := run(os.Args[1:], os.Stdin, stdout, os.Stderr)
 	os.Exit(stdout.exit(code, os.Stderr))
@@ -95,6 +99,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 	if *showVersion {
 		fmt.Fprintln(stdout, "memsh", versionString())
 		return 0
+	}
+	if err := distinctOutputs(fs, "out", "trace", "log-file"); err != nil {
+		fmt.Fprintln(stderr, "memsh:", err)
+		return 2
 	}
 	if err := loadPath.check(); err != nil {
 		fmt.Fprintln(stderr, "memsh:", err)
@@ -147,10 +155,18 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 	}
 	defer s.Close()
 	defer func() { // after the cleanups: a record lost on the way out fails too
-		if rc == 0 && outputsFailed(s) {
+		if rc == 0 && outputsFailed(s, stderr) {
 			rc = 1
 		}
+		if sig := repl.Terminated(); sig != nil {
+			rc = repl.ExitCode(sig)
+		}
 	}()
+	// SIGTERM and SIGHUP end memsh as Ctrl-C ends a statement, outputs
+	// flushed (the cleanups run once, here or from the signal)
+	term := repl.StartTerminator(s)
+	defer term.Stop()
+	defer term.RunCleanups()
 	for _, setup := range setups {
 		cleanup, err := setup(s)
 		if err != nil {
@@ -158,7 +174,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 			return 2
 		}
 		if cleanup != nil {
-			defer cleanup()
+			term.OnExit(cleanup)
 		}
 	}
 
@@ -201,14 +217,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
 }
 
 // unknownCommand is the usage error for a first argument that is neither
-// a subcommand nor a script: a bare word (no ".star", no path) that names
-// no file, such as a mistyped subcommand.
+// a subcommand nor a script: memsh runs only FILE.star and - (a file of
+// another name is refused unread), and a bare word that names no file is
+// a mistyped subcommand.
 func unknownCommand(arg string) error {
-	if arg == "-" || strings.HasSuffix(arg, ".star") || strings.ContainsRune(arg, filepath.Separator) || strings.HasPrefix(arg, "-") {
+	if arg == "-" || strings.HasSuffix(arg, ".star") {
 		return nil
 	}
-	if _, err := os.Stat(arg); err == nil {
-		return nil
+	if _, err := os.Lstat(arg); err == nil || strings.ContainsRune(arg, filepath.Separator) || strings.HasPrefix(arg, "-") {
+		// never read: an error must not show a foreign file's content
+		return fmt.Errorf("%s: not a script: memsh runs FILE.star, - (standard input) or -c CODE", arg)
 	}
 	names := []string{"devices", "help", "test", "version"}
 	for n := range subcommands {
@@ -232,6 +250,11 @@ func unknownCommand(arg string) error {
 // failure's status ("oom" or "error") in its report, record and trace.
 // It returns the exit status.
 func failed(s *scope.Session, stderr io.Writer, err error) int {
+	if sig := repl.Terminated(); sig != nil {
+		fmt.Fprintf(stderr, "memsh: %v: the open experiments are finished and recorded\n", &repl.SignalError{Sig: sig})
+		s.FinishOpen(&repl.SignalError{Sig: sig})
+		return repl.ExitCode(sig)
+	}
 	printError(stderr, err)
 	s.FinishOpen(err)
 	return exitCode(err)
@@ -401,4 +424,36 @@ func versionString() string {
 		rev += "+modified"
 	}
 	return fmt.Sprintf("%s commit %s %s %s/%s", v, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// distinctOutputs is the usage error for one file named by two output
+// flags (--out X --trace X would lose every record): the same path, or
+// two paths to the same existing file.
+func distinctOutputs(fs *flag.FlagSet, names ...string) error {
+	type named struct{ flag, path, abs string }
+	var seen []named
+	for _, n := range names {
+		f := fs.Lookup(n)
+		if f == nil || f.Value.String() == "" || f.Value.String() == os.DevNull {
+			continue
+		}
+		p := f.Value.String()
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			abs = filepath.Clean(p)
+		}
+		for _, o := range seen {
+			same := o.abs == abs
+			if !same {
+				a, errA := os.Stat(o.path)
+				b, errB := os.Stat(p)
+				same = errA == nil && errB == nil && os.SameFile(a, b)
+			}
+			if same {
+				return fmt.Errorf("--%s and --%s name the same file %s: each output needs its own", o.flag, n, p)
+			}
+		}
+		seen = append(seen, named{n, p, abs})
+	}
+	return nil
 }

@@ -18,8 +18,9 @@ func mergeCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("memsh merge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "write the merged records to `FILE` (default: standard output)")
+	force := fs.Bool("force", false, "replace FILE even if it is not a file of records memsh wrote")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: memsh merge A.jsonl B.jsonl ... [-o ALL.jsonl]")
+		fmt.Fprintln(stderr, "usage: memsh merge A.jsonl B.jsonl ... [-o ALL.jsonl [--force]]")
 		fs.PrintDefaults()
 	}
 	files, code := parseInterspersed(fs, args)
@@ -43,8 +44,8 @@ func mergeCommand(args []string, stdout, stderr io.Writer) int {
 	var err error
 	if *out != "" {
 		// Whole or not at all; an existing file is replaced only if it
-		// holds records (one of the inputs, say).
-		err = fsafe.WriteFile(*out, fsafe.Records, func(w io.Writer) error { return record.WriteAll(w, merged) })
+		// holds memsh's records (one of the inputs, say), or --force.
+		err = fsafe.WriteFile(*out, fsafe.Records, *force, func(w io.Writer) error { return record.WriteAll(w, merged) })
 	} else {
 		err = record.WriteAll(stdout, merged)
 	}

@@ -25,6 +25,7 @@ func init() {
 		shard := fs.String("shard", "", "run only shard `i/n` of every sweep's points (0 <= i < n); combine the shards' --out files with memsh merge")
 		tracePath := fs.String("trace", "", "write a Chrome Trace Event timeline of memory, statements, trials and OOMs to `FILE.json` at exit (open it in ui.perfetto.dev)")
 		traceMax := fs.Int("trace-max-events", trace.DefaultMaxEvents, "bound on the events in the --trace file (counters are aggregated, keeping peaks, beyond it)")
+		force := fs.Bool("force", false, "let --trace replace an existing file that is not a trace memsh wrote")
 		outDir := fs.String("out-dir", "", "let builtins that write files (cuda.dump_snapshot) write under `DIR` as well as the working directory")
 		return func(s *scope.Session) (func(), error) {
 			if *outDir != "" {
@@ -59,7 +60,7 @@ func init() {
 					st.Close()
 					return nil, fmt.Errorf("--trace-max-events: got %d, want a positive number", *traceMax)
 				}
-				rec = trace.Start(s.Env(), trace.Options{MaxEvents: *traceMax})
+				rec = trace.Start(s.Env(), trace.Options{MaxEvents: *traceMax, Overwrite: *force})
 				// Fail now, not at exit, if the file cannot be written; and
 				// leave a valid (empty) trace should memsh be killed outright.
 				if err := rec.WriteFile(*tracePath); err != nil {
@@ -68,7 +69,6 @@ func init() {
 					return nil, fmt.Errorf("--trace %v", err)
 				}
 			}
-			stopTerm := writeTraceOnTerm(rec, *tracePath, s.Env().Err)
 			return func() {
 				// Experiments a successful script never finished are
 				// finished now, quietly, while the records and the trace
@@ -76,48 +76,18 @@ func init() {
 				// run, and any a failed statement cut carry that
 				// failure's status from the Session itself.)
 				finishOpen(s)
-				stopTerm()
 				if rec != nil {
 					rec.Stop()
 					if err := rec.WriteFile(*tracePath); err != nil {
-						fmt.Fprintf(s.Env().Err, "memsh: --trace %v\n", err)
+						outputFailed(s, fmt.Errorf("--trace %v", err))
 					}
 				}
 				if err := st.Close(); err != nil {
-					fmt.Fprintf(s.Env().Err, "memsh: --out: %v\n", err)
+					outputFailed(s, fmt.Errorf("--out: %v", err))
 				}
 			}, nil
 		}
 	})
-}
-
-// writeTraceOnTerm makes a SIGTERM (what Slurm and Kubernetes send at a
-// time limit or on cancellation) write the trace before memsh exits with
-// status 143; records need nothing, each is on disk when its block ends.
-// Ctrl-C (SIGINT) is left to the REPL, which interrupts the statement.
-func writeTraceOnTerm(rec *trace.Recorder, path string, stderr io.Writer) (stop func()) {
-	if rec == nil {
-		return func() {}
-	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-sigs:
-			if err := rec.WriteFile(path); err != nil {
-				fmt.Fprintf(stderr, "memsh: terminated; --trace %v\n", err)
-			} else {
-				fmt.Fprintf(stderr, "memsh: terminated; trace written to %s\n", path)
-			}
-			os.Exit(143)
-		case <-done:
-		}
-	}()
-	return func() {
-		signal.Stop(sigs)
-		close(done)
-	}
 }
 
 // finishOpen finishes the experiments still open, without reports, with
@@ -133,10 +103,26 @@ func finishOpen(s *scope.Session) {
 	s.SetOutput(out)
 }
 
-// outputsFailed reports, for run's exit status, whether a record could
-// not be written to --out (the message was printed when it happened).
-func outputsFailed(s *scope.Session) bool {
-	return record.Of(s.Env()).Err() != nil
+// outputErrsKey is the env.Values key of the outputs that failed.
+const outputErrsKey = "memsh.cmd.output_errors"
+
+// outputFailed notes that an output could not be written (at exit: the
+// trace, the log); memsh then exits non-zero naming it.
+func outputFailed(s *scope.Session, err error) {
+	errs, _ := s.Env().Values[outputErrsKey].([]error)
+	s.Env().Values[outputErrsKey] = append(errs, err)
+}
+
+// outputsFailed reports, for run's exit status, whether an output could
+// not be written: a record to --out (its message was printed when it
+// happened), or another output at exit (printed now, with the path and
+// the OS error).
+func outputsFailed(s *scope.Session, stderr io.Writer) bool {
+	errs, _ := s.Env().Values[outputErrsKey].([]error)
+	for _, err := range errs {
+		fmt.Fprintln(stderr, "memsh:", err)
+	}
+	return record.Of(s.Env()).Err() != nil || len(errs) > 0
 }
 
 // checkedStdout is memsh's standard output: it remembers the first write

@@ -13,6 +13,7 @@ import (
 	gplot "gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/memsh/memsh/fsafe"
 	"github.com/memsh/memsh/plot"
 	"github.com/memsh/memsh/record"
 )
@@ -30,8 +31,9 @@ func plotCommand(args []string, stdout, stderr io.Writer) int {
 	sweepName := fs.String("sweep", "", "plot only the sweep named `NAME` (default: every sweep, one panel each)")
 	width := fs.Float64("width", 8, "width in `inches`")
 	height := fs.Float64("height", 5, "height in `inches`")
+	force := fs.Bool("force", false, "replace the output even if it is not a chart memsh drew")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: memsh plot RECORDS.jsonl... [-o OUT.svg|OUT.png] [-x PARAM] [--sweep NAME]")
+		fmt.Fprintln(stderr, "usage: memsh plot RECORDS.jsonl... [-o OUT.svg|OUT.png [--force]] [-x PARAM] [--sweep NAME]")
 		fmt.Fprintln(stderr, "       memsh plot TRACE.json [-o OUT.svg|OUT.png]")
 		fs.PrintDefaults()
 	}
@@ -54,7 +56,7 @@ func plotCommand(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		var f *os.File
-		if f, err = os.Open(files[0]); err == nil {
+		if f, err = fsafe.OpenRegular(files[0]); err == nil {
 			var p *gplot.Plot
 			if p, err = plot.Timeline(bufio.NewReader(f)); err == nil {
 				plots = []*gplot.Plot{p}
@@ -76,7 +78,7 @@ func plotCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err == nil {
-		err = plot.SaveAll(plots, *out, vg.Length(*width)*vg.Inch, vg.Length(*height)*vg.Inch)
+		err = plot.SaveAll(plots, *out, vg.Length(*width)*vg.Inch, vg.Length(*height)*vg.Inch, *force)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "memsh plot: %v\n", err)
@@ -98,7 +100,7 @@ func isTrace(name string) bool {
 	case ".json":
 		return true
 	}
-	f, err := os.Open(name)
+	f, err := fsafe.OpenRegular(name)
 	if err != nil {
 		return false
 	}

@@ -143,7 +143,7 @@ func runTestFile(file string, opts scope.Options, maxPeak uint64, stdout io.Writ
 		fmt.Fprintf(stdout, "FAIL %s\n%s", what, indent(detail))
 		failed++
 	}
-	src, err := os.ReadFile(file)
+	src, err := scope.ReadScript(file)
 	if err != nil {
 		fail(file, err.Error()+"\n")
 		return

@@ -13,6 +13,8 @@ package refpath
 import (
 	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
@@ -74,25 +76,50 @@ func HoldersAll(roots []Root, visit func(h env.Holder, path string) bool) {
 	holders(roots, visit, true)
 }
 
-func holders(roots []Root, visit func(h env.Holder, path string) bool, aliases bool) {
-	type item struct {
-		v    starlark.Value
-		path string
-	}
-	seen := map[uintptr]bool{}
-	queue := make([]item, 0, len(roots))
-	for _, r := range roots {
-		if r.Value != nil {
-			queue = append(queue, item{r.Value, r.Name})
+// step is one value of the walk's queue: how it was reached (its parent
+// step and the edge's suffix) rather than its whole path, so that the
+// walk is linear in the values it visits however deep they nest; a path
+// is built only for a holder visit reports.
+type step struct {
+	v      starlark.Value
+	parent int32  // index of the step it was reached from; -1 for a root
+	suffix string // the edge's suffix, or its format with key
+	key    starlark.Value
+}
+
+// path builds the path of steps[i] from its root.
+func path(steps []step, i int32) string {
+	var parts []string
+	for ; i >= 0; i = steps[i].parent {
+		st := &steps[i]
+		if st.key != nil {
+			parts = append(parts, fmt.Sprintf(st.suffix, st.key.String()))
+		} else {
+			parts = append(parts, st.suffix)
 		}
 	}
-	for len(queue) > 0 {
-		it := queue[0]
-		queue = queue[1:]
-		it.v, _ = env.UnwrapCell(it.v)
-		id, ok := identity(it.v)
+	var b strings.Builder
+	for k := len(parts) - 1; k >= 0; k-- {
+		b.WriteString(parts[k])
+	}
+	return b.String()
+}
+
+func holders(roots []Root, visit func(h env.Holder, path string) bool, aliases bool) {
+	seen := map[uintptr]bool{}
+	steps := make([]step, 0, len(roots))
+	for _, r := range roots {
+		if r.Value != nil {
+			steps = append(steps, step{v: r.Value, parent: -1, suffix: r.Name})
+		}
+	}
+	for head := 0; head < len(steps); head++ {
+		cur := int32(head)
+		v, _ := env.UnwrapCell(steps[head].v)
+		steps[head].v = nil // the queue does not keep what it walked
+		id, ok := identity(v)
 		if ok && seen[id] && aliases {
-			if h, isH := it.v.(env.Holder); isH && h.HeldMemory() != nil && !visit(h, it.path) {
+			if h, isH := v.(env.Holder); isH && h.HeldMemory() != nil && !visit(h, path(steps, cur)) {
 				return
 			}
 		}
@@ -100,35 +127,40 @@ func holders(roots []Root, visit func(h env.Holder, path string) bool, aliases b
 			continue // a scalar holds nothing; a seen value was walked
 		}
 		seen[id] = true
-		if h, ok := it.v.(env.Holder); ok && h.HeldMemory() != nil {
-			if !visit(h, it.path) {
+		if h, ok := v.(env.Holder); ok && h.HeldMemory() != nil {
+			if !visit(h, path(steps, cur)) {
 				return
 			}
 		}
-		push := func(suffix string, v starlark.Value) {
-			if v != nil {
-				queue = append(queue, item{v, it.path + suffix})
+		push := func(suffix string, x starlark.Value) {
+			if x != nil {
+				steps = append(steps, step{v: x, parent: cur, suffix: suffix})
 			}
 		}
-		switch v := it.v.(type) {
+		pushKey := func(format string, key, x starlark.Value) {
+			if x != nil {
+				steps = append(steps, step{v: x, parent: cur, suffix: format, key: key})
+			}
+		}
+		switch v := v.(type) {
 		case *starlark.List:
 			for i := 0; i < v.Len(); i++ {
-				push(fmt.Sprintf("[%d]", i), v.Index(i))
+				push("["+strconv.Itoa(i)+"]", v.Index(i))
 			}
 		case starlark.Tuple:
 			for i, x := range v {
-				push(fmt.Sprintf("[%d]", i), x)
+				push("["+strconv.Itoa(i)+"]", x)
 			}
 		case *starlark.Dict:
 			for _, kv := range v.Items() {
-				push(fmt.Sprintf("[%s]", kv[0].String()), kv[1])
-				push(fmt.Sprintf(".<key %s>", kv[0].String()), kv[0])
+				pushKey("[%s]", kv[0], kv[1])
+				pushKey(".<key %s>", kv[0], kv[0])
 			}
 		case *starlark.Set:
 			iter := v.Iterate()
 			var x starlark.Value
 			for i := 0; iter.Next(&x); i++ {
-				push(fmt.Sprintf(".<element %d>", i), x)
+				push(".<element "+strconv.Itoa(i)+">", x)
 			}
 			iter.Done()
 		case *starlarkstruct.Struct:

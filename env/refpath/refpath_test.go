@@ -82,3 +82,28 @@ def g(x=d):
 		t.Errorf("paths:\n got %q\nwant %q", got, want)
 	}
 }
+
+// A holder 200,000 lists deep is found with its whole path, in time
+// linear in the depth (the paths were built by concatenation per level
+// before: 100,000 levels took 27 s).
+func TestDeepPath(t *testing.T) {
+	mgr := backend.NewManager(backend.Config{Host: host.NewAllocator()})
+	defer mgr.Close()
+	m, err := mgr.Alloc("cpu", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const depth = 200000
+	var v starlark.Value = &holder{m}
+	for range depth {
+		v = starlark.NewList([]starlark.Value{starlark.None, v})
+	}
+	var got []string
+	refpath.Walk([]refpath.Root{{Name: "deep", Value: v}}, func(h refpath.Hit) bool {
+		got = append(got, h.Path)
+		return true
+	})
+	if len(got) != 1 || got[0] != "deep"+strings.Repeat("[1]", depth) {
+		t.Fatalf("%d hits; path length %d", len(got), len(got[0]))
+	}
+}

@@ -6,32 +6,49 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"testing"
 )
 
-// hf_<family>_tiny and hf_<family>_long: Hugging Face transformers'
-// causal LMs as scripts/models/hf.star builds them from a config.json,
-// against the plain-PyTorch references of bench/torchref/hf_families.py
-// (written from transformers' modeling code): the config the JSON records
-// (2 layers, hidden 64, 4 heads, 2 KV heads; GPT-2: n_embd 64, 4 heads),
-// eager attention, fp32, labels a copy of the inputs, loss =
-// model(input_ids, labels) (ForCausalLMLoss) as the forward phase,
-// AdamW(lr=1e-3, foreach=True). _tiny: vocab 512, batch 2 × 32 tokens;
-// _long: vocab 32, 2 × 256 tokens.
+// Hugging Face transformers' causal LMs as scripts/models/hf.star builds
+// them from a config.json, against the plain-PyTorch references of
+// bench/torchref/hf_families.py (written from transformers 4.5x's
+// modeling code): eager attention, fp32, labels a copy of the inputs,
+// loss = model(input_ids, labels) (ForCausalLMLoss) as the forward phase,
+// two AdamW steps.
+//
+// hf_<family>_tiny and hf_<family>_long, the dense families: the config
+// the JSON records (2 layers, hidden 64, 4 heads, 2 KV heads; GPT-2:
+// n_embd 64, 4 heads), AdamW(lr=1e-3, foreach=True). _tiny: vocab 512,
+// batch 2 × 32 tokens; _long: vocab 32, 2 × 256 tokens.
+//
+// mixtral_tiny, qwen2_moe_tiny, qwen3_moe_tiny, the Mixture-of-Experts
+// families (hf_families.py's HFCausalLM, SparseMoe): the configs read from
+// the golden files' descriptions, so the two sides build the same model;
+// qwen3_moe_tiny with the "worst" routing plan, the others "balanced",
+// forced on topk's indices in the reference; AdamW(lr=1e-3,
+// weight_decay=0.1); batch 2 × 32 tokens.
 //
 // Corrections from PyTorch 1.13 (the recording) to 2.x (what memsh
 // models), each computed from its cause:
-//   - foreach AdamW: 1.13 keeps two parameter-sized temporary lists in the
-//     step, 2.x one (README item 7): step peak − param_bytes, as gpt2_tiny.
 //   - mean over a dim (RMSNorm's variance): 1.13's MeanBackward1 saves its
-//     input (the x.pow(2) temporary) until the backward node runs; 2.x's
-//     saves only its sizes and numel, so the temporary dies when mean
-//     returns (README item 13). The golden figures are recomputed from the
-//     event list with each such tensor freed right after its mean instead
-//     of in MeanBackward1.
+//     input (derivatives.yaml's mean.dim formula reads self.numel(), which
+//     1.13's codegen saves as the whole tensor); 2.x saves
+//     self.sym_numel() only. So each RMSNorm's x.pow(2) (LlamaRMSNorm:
+//     pow(2).mean(-1, keepdim=True)) is kept from the forward until its
+//     MeanBackward1 runs, where 2.x frees it once the mean is computed
+//     (README item 14). The figures are recomputed from the golden file's
+//     event list with those tensors freed right after the mean's result is
+//     allocated and their later free left out (without2xMeanSaves).
+//   - foreach AdamW: 1.13 keeps two parameter-sized temporary lists during
+//     the step, 2.x one (README item 7, adamForeachCorrection); the step's
+//     peak is lower by the bytes of the parameters that have a gradient
+//     (all of a dense model's; an unused expert's have none, and AdamW
+//     skips them).
 var hfGoldenFamilies = []string{"llama", "qwen2", "qwen3", "gemma2", "phi3", "gpt2", "mistral", "gemma3_text"}
 
 // hfGoldenVariants: _tiny (vocab 512, 32 tokens: the peaks at the loss) and
-// _long (vocab 32, 128 tokens: the peaks inside the layers, in the
+// _long (vocab 32, 256 tokens: the peaks inside the layers, in the
 // attention scores).
 var hfGoldenVariants = []string{"tiny", "long"}
 
@@ -41,124 +58,154 @@ func init() {
 			addGolden(hfGoldenCase("hf_" + fam + "_" + v))
 		}
 	}
+	for _, name := range []string{"mixtral_tiny", "qwen2_moe_tiny", "qwen3_moe_tiny"} {
+		addGolden(moeModelCase(name))
+	}
 }
 
 // hfGolden is what the cases read from a golden file beyond the figures.
 type hfGolden struct {
-	Config     json.RawMessage `json:"config"`
-	ParamBytes int64           `json:"param_bytes"`
-	Inputs     []struct {
+	Description string          `json:"description"`
+	Config      json.RawMessage `json:"config"`
+	GradBytes   int64           `json:"grad_bytes"`
+	Inputs      []struct {
 		Shape []int `json:"shape"`
 	} `json:"inputs"`
-	Phases []hfPhase `json:"phases"`
+	Phases []struct {
+		Phase  string        `json:"phase"`
+		Step   int           `json:"step"`
+		Start  int64         `json:"start"`
+		End    int64         `json:"end"`
+		Peak   int64         `json:"peak"`
+		Events []goldenEvent `json:"events"`
+	} `json:"phases"`
 }
 
-type hfPhase struct {
-	Phase  string    `json:"phase"`
-	Step   int       `json:"step"`
-	Start  int64     `json:"start"`
-	End    int64     `json:"end"`
-	Peak   int64     `json:"peak"`
-	Events []hfEvent `json:"events"`
-}
-
-type hfEvent struct {
+// goldenEvent is one allocation or free of a golden file's event list.
+type goldenEvent struct {
 	Ev    string `json:"ev"`
-	ID    int64  `json:"id"`
+	ID    int    `json:"id"`
 	Bytes int64  `json:"bytes"`
+	Op    string `json:"op"`
 	Top   string `json:"top"`
 	Host  string `json:"host"`
 }
 
-const meanBackward = "autograd::engine::evaluate_function: MeanBackward1"
+const meanBackward1 = "autograd::engine::evaluate_function: MeanBackward1"
 
-// replay recomputes every phase's start, end and peak (host-only events
-// left out) from the events; with mean2x, a forward's tensor that 1.13's
-// MeanBackward1 frees is freed instead right after the top-level
-// aten::mean that follows its allocation (2.x's MeanBackward1 saves no
-// tensor, so the temporary dies when mean returns).
-func replay(phases []hfPhase, mean2x bool) map[string]figures {
-	moved := map[int64]bool{}
-	if mean2x {
-		// the saved input: allocated in a forward, freed by MeanBackward1
-		// (the node frees its incoming grad too, made in the backward)
-		inForward := map[int64]bool{}
-		for _, p := range phases {
-			for _, e := range p.Events {
-				if e.Ev == "alloc" && p.Phase == "forward" {
-					inForward[e.ID] = true
-				}
-				if e.Ev == "free" && e.Top == meanBackward && inForward[e.ID] {
-					moved[e.ID] = true
-				}
-			}
-		}
-	}
-	size := map[int64]int64{}
-	out := map[string]figures{}
-	var total int64
-	for _, p := range phases {
-		f := figures{Start: total, Peak: total}
-		var pending []int64 // moved tensors waiting for their mean to return
-		inMean := false
-		release := func() {
-			for _, id := range pending {
-				total -= size[id]
-			}
-			pending = pending[:0]
-		}
-		for _, e := range p.Events {
-			if inMean && e.Top != "aten::mean" {
-				inMean = false
-				release()
-			}
-			if e.Top == "aten::mean" && len(pending) > 0 {
-				inMean = true
-			}
-			if e.Host != "" {
-				continue
-			}
-			switch {
-			case e.Ev == "alloc" && moved[e.ID]:
-				size[e.ID] = e.Bytes
-				pending = append(pending, e.ID)
-			case e.Ev == "free" && moved[e.ID]:
-				continue // freed already, after its mean
-			}
-			total += e.Bytes
-			f.Peak = max(f.Peak, total)
-		}
-		if inMean {
-			release()
-		}
-		f.End = total
-		out[fmt.Sprintf("%s/%d", p.Phase, p.Step)] = f
-	}
-	return out
-}
-
-// hfGoldenCase reads the case's config, input shape, parameter bytes and
-// events from its golden file; a file that cannot be read, or whose events
-// do not add up to its figures, makes a setup that fails, naming it.
-func hfGoldenCase(name string) goldenCase {
+// readHFGolden reads a case's golden file.
+func readHFGolden(name string) (*hfGolden, error) {
 	var g hfGolden
 	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "torchref", name+".json"))
 	if err == nil {
 		err = json.Unmarshal(data, &g)
 	}
+	return &g, err
+}
+
+// without2xMeanSaves recomputes every phase's start, end and peak (the
+// device figures: host-only events left out) with the forward
+// allocations that 1.13's MeanBackward1 frees (its saved input) freed
+// instead right after the next aten::mean allocation that follows them,
+// as PyTorch 2.x frees them. It fails when the events do not reproduce the
+// file's own figures, or, with wantMean (a model with an RMSNorm), when
+// no MeanBackward1 frees a forward's tensor.
+func without2xMeanSaves(g *hfGolden, wantMean bool) (map[string]figures, error) {
+	moved := map[int]bool{} // allocation ids 1.13's MeanBackward1 frees
+	allocPhase := map[int]string{}
+	for _, p := range g.Phases {
+		for _, e := range p.Events {
+			if e.Host != "" {
+				continue
+			}
+			if e.Ev == "alloc" {
+				allocPhase[e.ID] = p.Phase
+			} else if e.Top == meanBackward1 && allocPhase[e.ID] == "forward" {
+				moved[e.ID] = true
+			}
+		}
+	}
+	out := map[string]figures{}
+	var total, real int64
+	for _, p := range g.Phases {
+		var pending []int64 // moved tensors waiting for their mean
+		f := figures{Start: total, Peak: total}
+		realStart, realPeak := real, real
+		for _, e := range p.Events {
+			if e.Host != "" {
+				continue
+			}
+			real += e.Bytes
+			realPeak = max(realPeak, real)
+			if e.Ev == "free" && moved[e.ID] {
+				continue // freed earlier, below
+			}
+			total += e.Bytes
+			f.Peak = max(f.Peak, total)
+			if e.Ev == "alloc" && moved[e.ID] {
+				pending = append(pending, e.Bytes)
+			} else if e.Ev == "alloc" && e.Op == "aten::mean" && len(pending) > 0 {
+				total -= pending[0]
+				pending = pending[1:]
+			}
+		}
+		if len(pending) > 0 {
+			return nil, fmt.Errorf("%s/%d: %d saved inputs of MeanBackward1 without a mean after them", p.Phase, p.Step, len(pending))
+		}
+		f.End = total
+		if realStart != p.Start || real != p.End || realPeak != p.Peak {
+			return nil, fmt.Errorf("%s/%d: the events give start %d end %d peak %d, the file %d %d %d", p.Phase, p.Step, realStart, real, realPeak, p.Start, p.End, p.Peak)
+		}
+		out[fmt.Sprintf("%s/%d", p.Phase, p.Step)] = f
+	}
+	if wantMean && len(moved) == 0 {
+		return nil, fmt.Errorf("no input saved by MeanBackward1 found")
+	}
+	return out, nil
+}
+
+// hfPhases: two steps of loss = model(x, y), its backward, AdamW's step,
+// zero_grad and the loss's release.
+func hfPhases(out string) []goldenPhase {
+	var phases []goldenPhase
+	for step := 1; step <= 2; step++ {
+		phases = append(phases,
+			goldenPhase{"forward", step, out + " = model(x, y)"},
+			goldenPhase{"backward", step, out + ".backward()"},
+			goldenPhase{"step", step, "opt.step()"},
+			goldenPhase{"zero_grad", step, "opt.zero_grad(set_to_none=True)"},
+			goldenPhase{"release", step, out + " = None"},
+		)
+	}
+	return phases
+}
+
+// hfCorrection replaces a phase's figures with the 2.x ones of fixed and
+// takes the second foreach list (grads bytes) off the step's peak.
+func hfCorrection(name string, fixed map[string]figures, ferr error, grads int64) func(string, int, *figures) {
+	return func(phase string, step int, f *figures) {
+		if ferr != nil {
+			panic(fmt.Sprintf("%s: %v", name, ferr))
+		}
+		*f = fixed[fmt.Sprintf("%s/%d", phase, step)]
+		if phase == "step" {
+			f.Peak -= grads
+		}
+	}
+}
+
+// hfGoldenCase reads the case's config, input shape, gradient bytes and
+// events from its golden file; a file that cannot be read, or whose events
+// do not add up to its figures, makes a setup that fails, naming it.
+func hfGoldenCase(name string) goldenCase {
+	g, err := readHFGolden(name)
 	if err == nil && (len(g.Config) == 0 || len(g.Inputs) == 0 || len(g.Inputs[0].Shape) != 2) {
 		err = fmt.Errorf("no config or input shape")
 	}
-	var plain, fixed map[string]figures
+	var fixed map[string]figures
 	if err == nil {
-		plain, fixed = replay(g.Phases, false), replay(g.Phases, true)
-		for _, p := range g.Phases {
-			key := fmt.Sprintf("%s/%d", p.Phase, p.Step)
-			if got := plain[key]; got != (figures{p.Start, p.End, p.Peak}) {
-				err = fmt.Errorf("%s: events replay to %+v, the file says %d/%d/%d", key, got, p.Start, p.End, p.Peak)
-				break
-			}
-		}
+		// GPT-2's LayerNorms take no mean: nothing to move
+		fixed, err = without2xMeanSaves(g, !strings.HasPrefix(name, "hf_gpt2_"))
 	}
 	setup := ""
 	if err != nil {
@@ -172,26 +219,67 @@ x, y = inputs(cfg, %d, %d, "cuda")
 opt = optim.AdamW(model.parameters(), lr = 1e-3, foreach = True)
 `, strconv.Quote(string(g.Config)), g.Inputs[0].Shape[0], g.Inputs[0].Shape[1])
 	}
-	var phases []goldenPhase
-	for step := 1; step <= 2; step++ {
-		phases = append(phases,
-			goldenPhase{"forward", step, "loss = model(x, y)"},
-			goldenPhase{"backward", step, "loss.backward()"},
-			goldenPhase{"step", step, "opt.step()"},
-			goldenPhase{"zero_grad", step, "opt.zero_grad(set_to_none=True)"},
-			goldenPhase{"release", step, "loss = None"},
-		)
+	return goldenCase{name: name, setup: setup, phases: hfPhases("loss"), scripts: true,
+		correct: hfCorrection(name, fixed, err, g.GradBytes)}
+}
+
+func moeModelCase(name string) goldenCase {
+	g, err := readHFGolden(name)
+	// a missing or bad file fails the case when it runs (runGolden reads it)
+	cfg, routing := "{}", "balanced"
+	if err == nil {
+		cfg, routing = moeConfigOf(g.Description)
 	}
-	params := g.ParamBytes
-	return goldenCase{name: name, setup: setup, phases: phases, scripts: true,
-		correct: func(phase string, step int, f *figures) {
-			key := fmt.Sprintf("%s/%d", phase, step)
-			p, x := plain[key], fixed[key]
-			f.Start += x.Start - p.Start
-			f.End += x.End - p.End
-			f.Peak += x.Peak - p.Peak
-			if phase == "step" {
-				f.Peak -= params
+	setup := fmt.Sprintf(`
+load("models/hf.star", "from_config", "inputs")
+cfg = json.decode(%q)
+model = from_config(cfg, attention = "eager", device = "cuda", routing = %q)
+x = tensor.randint(0, cfg["vocab_size"], [2, 32], device = "cuda")
+y = x.clone()
+opt = optim.AdamW(model.parameters(), lr = 1e-3, weight_decay = 0.1)
+`, cfg, routing)
+	fixed, ferr := without2xMeanSaves(g, true)
+	return goldenCase{name: name, setup: setup, phases: hfPhases("out"), scripts: true,
+		correct: hfCorrection(name, fixed, ferr, g.GradBytes)}
+}
+
+// moeConfigOf reads the config JSON and the routing plan out of a golden
+// file's description ("..., config {...}; routing plan NAME forced ...").
+func moeConfigOf(desc string) (cfg, routing string) {
+	var i, depth int
+	start := -1
+	for i = 0; i < len(desc); i++ {
+		switch desc[i] {
+		case '{':
+			if depth == 0 {
+				start = i
 			}
-		}}
+			depth++
+		case '}':
+			depth--
+			if depth == 0 && start >= 0 {
+				cfg = desc[start : i+1]
+				i = len(desc)
+			}
+		}
+	}
+	routing = "balanced"
+	const key = "routing plan "
+	for j := 0; j+len(key) < len(desc); j++ {
+		if desc[j:j+len(key)] == key {
+			rest := desc[j+len(key):]
+			if len(rest) >= 5 && rest[:5] == "worst" {
+				routing = "worst"
+			}
+			break
+		}
+	}
+	return cfg, routing
+}
+
+func TestMoEConfigOf(t *testing.T) {
+	cfg, routing := moeConfigOf(`family in plain PyTorch, config {"a": {"b": 1}, "c": [1]}; routing plan worst forced on`)
+	if cfg != `{"a": {"b": 1}, "c": [1]}` || routing != "worst" {
+		t.Errorf("got %q %q", cfg, routing)
+	}
 }

@@ -39,11 +39,13 @@ type pointRec struct {
 	status   uint8 // statusOK, statusOOM, statusError
 	resumed  bool
 	hasData  bool
-	gpus     int32 // offset into figs
-	ngpus    int32
-	current  int32 // index of data.GPU among the point's GPU figures, -1 for none
-	time     time.Duration
-	host     figs
+	// unrecorded: its record could not be written to --out
+	unrecorded bool
+	gpus       int32 // offset into figs
+	ngpus      int32
+	current    int32 // index of data.GPU among the point's GPU figures, -1 for none
+	time       time.Duration
+	host       figs
 }
 
 // figs is env.Figures without its device name (an index into devices).
@@ -76,14 +78,15 @@ func (ps *points) len() int { return len(ps.recs) }
 // add stores p.
 func (ps *points) add(p *point) {
 	r := pointRec{
-		keys:     ps.keySet(p.keys),
-		params:   int32(len(ps.params)),
-		value:    -1,
-		err:      -1,
-		dataName: -1,
-		status:   statusCode(p.status),
-		resumed:  p.resumed,
-		current:  -1,
+		keys:       ps.keySet(p.keys),
+		params:     int32(len(ps.params)),
+		value:      -1,
+		err:        -1,
+		dataName:   -1,
+		status:     statusCode(p.status),
+		resumed:    p.resumed,
+		unrecorded: p.unrecorded,
+		current:    -1,
 	}
 	if p.pidx != nil {
 		ps.params = append(ps.params, p.pidx...)
@@ -122,7 +125,7 @@ func (ps *points) add(p *point) {
 func (ps *points) at(i int) *point {
 	r := &ps.recs[i]
 	keys := ps.keySets[r.keys]
-	p := &point{keys: keys, params: make(starlark.StringDict, len(keys)), status: statusNames[r.status], resumed: r.resumed}
+	p := &point{keys: keys, params: make(starlark.StringDict, len(keys)), status: statusNames[r.status], resumed: r.resumed, unrecorded: r.unrecorded}
 	for j, k := range keys {
 		p.params[k] = ps.pvals[ps.params[int(r.params)+j]]
 	}

@@ -96,6 +96,9 @@ type point struct {
 	value   starlark.Value
 	data    *env.Data
 	resumed bool
+	// unrecorded: its record could not be written to --out (the table
+	// says so; the sweep fails)
+	unrecorded bool
 }
 
 // Value returns struct(name, params, status, error, value, data, resumed).
@@ -290,13 +293,15 @@ func (r *runner) run(keys []string, params starlark.StringDict, pidx []int32, ar
 	if s, ok := v.(*starlarkstruct.Struct); ok {
 		p.value, _ = s.Attr("value")
 	}
+	recErr := r.rec.Err()
+	p.unrecorded = recErr != nil
 	r.points.add(p)
 	r.bar.add()
 	if err := r.checkBaseline(p, got.Leaks); err != nil {
 		return nil, err
 	}
-	if err := r.rec.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %v", r.builtin, err)
+	if recErr != nil {
+		return nil, fmt.Errorf("%s: %v", r.builtin, recErr)
 	}
 	if p.status == "error" {
 		return nil, fmt.Errorf("%s: trial %s failed with an error (not out of memory): %s", r.builtin, p.name, p.err)

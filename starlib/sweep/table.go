@@ -78,6 +78,9 @@ func writeTable(w io.Writer, header string, ps *points, gpus []string, base []ui
 		if p.resumed {
 			b.WriteString("  (resumed)")
 		}
+		if p.unrecorded {
+			b.WriteString("  (record not written to --out)")
+		}
 		b.WriteByte('\n')
 	}
 	for _, f := range footer {

@@ -77,7 +77,7 @@ h = tensor.ones(2, 3)
 		{`a[2]`, `tensor index: index 2 is out of bounds for dimension 0 with size 2`},
 		{`a[0, -4]`, `tensor index: index -4 is out of bounds for dimension 1 with size 3`},
 		{`a[1 << 70]`, `tensor index: index 1180591620717411303424 is out of bounds for dimension 0 with size 2`},
-		{`a[0.5]`, `tensor index: got float, want int or tuple of ints`},
+		{`a[0.5]`, `tensor index: got float, want int, None or tensor`},
 		{`tensor.tensor(3)[0]`, `tensor index: invalid index of a 0-dim tensor`},
 		{`a.select(0, 2)`, `tensor.select: index 2 out of range for tensor of size [2, 3] at dimension 0`},
 		{`a.narrow(1, 2, 2)`, `tensor.narrow: start (2) + length (2) exceeds dimension size (3)`},

@@ -24,7 +24,8 @@ import (
 // Module functions: the same as tensor.<name>(input, ...), plus
 // tensor.where(condition, input, other) (numbers allowed for input and
 // other: a 0-dim device tensor is made for each, as ATen's Scalar
-// overloads do) and tensor.randint(low=0, high, size, dtype=None,
+// overloads do), tensor.where(condition) (nonzero(condition,
+// as_tuple=True): the columns of one int64 result, views) and tensor.randint(low=0, high, size, dtype=None,
 // device=None) (int64 unless dtype says otherwise).
 func init() {
 	for name, fn := range map[string]methodFn{
@@ -192,10 +193,22 @@ func methodWhere(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tupl
 	return where(fname, cv, t, yv)
 }
 
+// whereFunction is tensor.where(condition, input, other), and
+// tensor.where(condition): nonzero(condition, as_tuple=True).
 func whereFunction(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var cv, xv, yv starlark.Value
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "condition", &cv, "input", &xv, "other", &yv); err != nil {
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "condition", &cv, "input?", &xv, "other?", &yv); err != nil {
 		return nil, err
+	}
+	if xv == nil && yv == nil {
+		c, ok := cv.(*Tensor)
+		if !ok {
+			return nil, fmt.Errorf("%s: for parameter condition: got %s, want tensor", b.Name(), cv.Type())
+		}
+		return nonzeroTuple(b.Name(), c.t)
+	}
+	if xv == nil || yv == nil {
+		return nil, fmt.Errorf("%s: takes condition alone or condition, input and other", b.Name())
 	}
 	return where(b.Name(), cv, xv, yv)
 }

@@ -6,12 +6,13 @@ import (
 	"go.starlark.net/starlark"
 )
 
-// valuesIndices is the result of max(dim) and min(dim), PyTorch's named
-// tuple torch.return_types.max: a pair (values, indices) that indexes,
+// valuesIndices is the result of max(dim), min(dim) and topk, PyTorch's
+// named tuple torch.return_types.max: a pair (values, indices) that indexes,
 // iterates and unpacks like a tuple (v, i = t.max(dim=1)) and has the
-// attributes values and indices. Its type is "return_types.max" (or min).
+// attributes values and indices. Its type is "return_types.max" (or min,
+// topk).
 type valuesIndices struct {
-	kind    string // "max" or "min"
+	kind    string // "max", "min" or "topk"
 	values  *Tensor
 	indices *Tensor
 }

@@ -355,7 +355,7 @@ func TestErrors(t *testing.T) {
 		{`tensor.ones(1, 3).expand(2, 3).add_(1)`, `tensor.add_: unsupported operation: more than one element of the written-to tensor refers to a single memory location`},
 		{`tensor.ones(1).expand(4).fill_(1)`, `tensor.fill_: unsupported operation: more than one element`},
 		{`tensor.ones(2, 2)[0] = tensor.ones(3)`, `tensor.__setitem__: the size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 0`},
-		{`tensor.ones(2)["a"]`, `tensor index: got string, want int or tuple of ints`},
+		{`tensor.ones(2)["a"]`, `tensor index: got string, want int, None or tensor`},
 		{`tensor.ones(2) + (1 << 70)`, `tensor.add: integer 1180591620717411303424 does not fit in int64`},
 		{`tensor.zeros(True)`, `tensor.zeros: for parameter shape: got bool, want list or tuple`},
 		{`tensor.ones(2).to("tpu")`, `tensor.to: invalid device "tpu"`},

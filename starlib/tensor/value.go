@@ -114,7 +114,9 @@ func (t *Tensor) Slice(start, end, step int) starlark.Value {
 }
 
 // Get implements t[i] and t[i, j, ...] with int indices (negative ones
-// count from the end).
+// count from the end), and with None and index tensors among them
+// (PyTorch's advanced indexing: t[None, idx], t[i0, i1, None]; see
+// indexTensors).
 func (t *Tensor) Get(k starlark.Value) (starlark.Value, bool, error) {
 	v, err := t.index("tensor index", k)
 	if err != nil {
@@ -130,6 +132,11 @@ func (t *Tensor) index(fname string, k starlark.Value) (*tensor.Tensor, error) {
 		idx = k
 	default:
 		idx = []starlark.Value{k}
+	}
+	for _, x := range idx {
+		if _, ok := x.(starlark.Int); !ok {
+			return t.indexTensors(fname, idx)
+		}
 	}
 	shape := t.t.Shape()
 	if len(idx) > len(shape) {
@@ -164,6 +171,18 @@ func (t *Tensor) index(fname string, k starlark.Value) (*tensor.Tensor, error) {
 // tensor broadcastable to t[i] (copy). Nothing is allocated.
 func (t *Tensor) SetKey(k, v starlark.Value) error {
 	const fname = "tensor.__setitem__"
+	if keys, ok := k.(starlark.Tuple); ok || k == starlark.None {
+		for _, x := range keys {
+			if _, isInt := x.(starlark.Int); !isInt {
+				return fmt.Errorf("%s: only int indices are supported in an assignment (t[i, j] = v), got %s", fname, x.Type())
+			}
+		}
+		if k == starlark.None {
+			return fmt.Errorf("%s: only int indices are supported in an assignment (t[i, j] = v), got NoneType", fname)
+		}
+	} else if _, isInt := k.(starlark.Int); !isInt {
+		return fmt.Errorf("%s: only int indices are supported in an assignment (t[i, j] = v), got %s", fname, k.Type())
+	}
 	dst, err := t.index(fname, k)
 	if err != nil {
 		return err

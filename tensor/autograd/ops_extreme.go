@@ -123,3 +123,59 @@ func extremeDim(name string, a *tensor.Tensor, dim int, keepdim bool, fwd func(*
 	}
 	return vals, idx, nil
 }
+
+// TopK is torch.topk(a, k, dim, largest, sorted) (TopkBackward0: saves
+// the indices, self's sizes and dim, as derivatives.yaml does for topk;
+// backward value_selecting_reduction_backward with keepdim — zeros of
+// self's sizes with the gradient scattered in at the indices, one
+// allocation).
+func TopK(a *tensor.Tensor, k, dim int, largest, sorted bool) (values, indices *tensor.Tensor, err error) {
+	return topkNode(a, dim, func() (*tensor.Tensor, *tensor.Tensor, error) {
+		return tensor.TopK(a, k, dim, largest, sorted)
+	})
+}
+
+// RouteTopK is tensor.RouteTopK (memsh's topk whose indices follow a
+// routing plan) with topk's node, TopkBackward0, over the last dim.
+func RouteTopK(probs *tensor.Tensor, k int, plan string) (values, indices *tensor.Tensor, err error) {
+	return topkNode(probs, -1, func() (*tensor.Tensor, *tensor.Tensor, error) {
+		return tensor.RouteTopK(probs, k, plan)
+	})
+}
+
+func topkNode(a *tensor.Tensor, dim int, fwd func() (*tensor.Tensor, *tensor.Tensor, error)) (*tensor.Tensor, *tensor.Tensor, error) {
+	n := newNode("TopkBackward0", a)
+	vals, idx, err := fwd()
+	if err != nil || n == nil {
+		return vals, idx, err
+	}
+	in := a.Shape()
+	d := dim
+	if d < 0 {
+		d += max(len(in), 1)
+	}
+	n.setOutputs(vals, nil)
+	si := n.saveOutput(idx, 1)
+	n.apply = func(n *Node, g []*tensor.Tensor) ([]*tensor.Tensor, error) {
+		ix, err := si.Unpack()
+		if err != nil {
+			return nil, err
+		}
+		z, err := zeros(g[0], in, g[0].DType())
+		if err != nil {
+			return nil, err
+		}
+		if len(in) == 0 {
+			// a 0-dim input: k is 0 or 1, the gradient is the value's
+			if ix.Numel() == 1 {
+				err = copyInto(z, g[0])
+			}
+			return []*tensor.Tensor{z}, err
+		}
+		if err := tensor.ScatterAdd_(z, d, ix, g[0]); err != nil {
+			return nil, err
+		}
+		return []*tensor.Tensor{z}, nil
+	}
+	return vals, idx, nil
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"math/big"
 	"math/bits"
 	"sort"
@@ -125,6 +126,28 @@ func (thread *Thread) Uncancel() {
 //
 // Unlike most methods of Thread, it is safe to call Cancel from any
 // goroutine, even if the thread is actively executing.
+// cancelled returns the interpreter's cancellation error once the thread
+// is cancelled, else nil: long built-ins check it (memsh patch).
+func (thread *Thread) cancelled() error {
+	if thread == nil {
+		return nil
+	}
+	if reason := thread.cancelReason.Load(); reason != nil {
+		return fmt.Errorf("Starlark computation cancelled: %s", *reason)
+	}
+	return nil
+}
+
+// tick counts one step of a long built-in's loop in *n and returns the
+// cancellation error, checked every cancelCheckEvery steps (memsh patch).
+func (thread *Thread) tick(n *int) error {
+	*n++
+	if *n%cancelCheckEvery != 0 {
+		return nil
+	}
+	return thread.cancelled()
+}
+
 func (thread *Thread) Cancel(reason string) {
 	// Atomically set cancelReason, preserving earlier reason if any.
 	thread.cancelReason.CompareAndSwap(nil, &reason)
@@ -774,18 +797,29 @@ func makeExprFunc(opts *syntax.FileOptions, expr syntax.Expr, env StringDict) (*
 // The following functions are primitive operations of the byte code interpreter.
 
 // list += iterable
-func listExtend(x *List, y Iterable) {
+func listExtend(x *List, y Iterable) error {
 	if ylist, ok := y.(*List); ok {
 		// fast path: list += list
+		if n := len(x.elems) + len(ylist.elems); n > cap(x.elems) {
+			if err := checkAlloc("extend", uint64(n)+uint64(n)/4, 16); err != nil {
+				return err
+			}
+		}
 		x.elems = append(x.elems, ylist.elems...)
 	} else {
 		iter := y.Iterate()
 		defer iter.Done()
 		var z Value
 		for iter.Next(&z) {
+			if len(x.elems) == cap(x.elems) {
+				if err := checkGrow("extend", len(x.elems)); err != nil {
+					return err
+				}
+			}
 			x.elems = append(x.elems, z)
 		}
 	}
+	return nil
 }
 
 // getAttr implements x.dot.
@@ -939,10 +973,16 @@ func Binary(op syntax.Token, x, y Value) (Value, error) {
 		switch x := x.(type) {
 		case String:
 			if y, ok := y.(String); ok {
+				if err := checkAlloc("+", uint64(len(x))+uint64(len(y)), 1); err != nil {
+					return nil, err
+				}
 				return x + y, nil
 			}
 		case Bytes:
 			if y, ok := y.(Bytes); ok {
+				if err := checkAlloc("+", uint64(len(x))+uint64(len(y)), 1); err != nil {
+					return nil, err
+				}
 				return x + y, nil
 			}
 		case Int:
@@ -969,6 +1009,9 @@ func Binary(op syntax.Token, x, y Value) (Value, error) {
 			}
 		case *List:
 			if y, ok := y.(*List); ok {
+				if err := checkAlloc("+", uint64(x.Len())+uint64(y.Len()), 16); err != nil {
+					return nil, err
+				}
 				z := make([]Value, 0, x.Len()+y.Len())
 				z = append(z, x.elems...)
 				z = append(z, y.elems...)
@@ -976,6 +1019,9 @@ func Binary(op syntax.Token, x, y Value) (Value, error) {
 			}
 		case Tuple:
 			if y, ok := y.(Tuple); ok {
+				if err := checkAlloc("+", uint64(len(x))+uint64(len(y)), 16); err != nil {
+					return nil, err
+				}
 				z := make(Tuple, 0, len(x)+len(y))
 				z = append(z, x...)
 				z = append(z, y...)
@@ -1305,6 +1351,41 @@ unknown:
 	return nil, fmt.Errorf("unknown binary op: %s %s %s", x.Type(), op, y.Type())
 }
 
+// HostAlloc, when not nil, is asked before a built-in or an operator
+// makes a Go allocation of at least hostAllocMin bytes that a script's
+// values size (a repetition, a list or tuple materialised from an
+// iterable, a list's growth, a string being built) with what makes it and
+// the bytes; an error it returns is returned instead (memsh patch: a host
+// memory limit such as RLIMIT_AS is a Starlark error, not the Go
+// runtime's fatal out-of-memory).
+var HostAlloc func(what string, bytes uint64) error
+
+const hostAllocMin = 16 << 20
+
+// checkAlloc asks HostAlloc about n elements of size bytes.
+func checkAlloc(what string, n, size uint64) error {
+	if HostAlloc == nil {
+		return nil
+	}
+	hi, b := bits.Mul64(n, size)
+	if hi != 0 {
+		b = math.MaxUint64
+	}
+	if b < hostAllocMin {
+		return nil
+	}
+	return HostAlloc(what, b)
+}
+
+// checkGrow asks HostAlloc before a list of n elements (at capacity) grows
+// by append: the new array, about 1.25 times, while the old one lives.
+func checkGrow(what string, n int) error {
+	if HostAlloc == nil || n < hostAllocMin/16/2 {
+		return nil
+	}
+	return checkAlloc(what, uint64(n)+uint64(n)/4, 16)
+}
+
 // It's always possible to overeat in small bites but we'll
 // try to stop someone swallowing the world in one gulp.
 const maxAlloc = 1 << 30
@@ -1325,6 +1406,9 @@ func tupleRepeat(elems Tuple, n Int) (Tuple, error) {
 	if of != 0 || sz >= maxAlloc { // of != 0 => overflow
 		// Don't print sz.
 		return nil, fmt.Errorf("excessive repeat (%d * %d elements)", len(elems), i)
+	}
+	if err := checkAlloc(fmt.Sprintf("repeat (%d * %d elements)", len(elems), i), uint64(sz), 16); err != nil {
+		return nil, err
 	}
 	res := make([]Value, sz)
 	// copy elems into res, doubling each time
@@ -1357,6 +1441,9 @@ func stringRepeat(s String, n Int) (String, error) {
 	if of != 0 || sz >= maxAlloc { // of != 0 => overflow
 		// Don't print sz.
 		return "", fmt.Errorf("excessive repeat (%d * %d elements)", len(s), i)
+	}
+	if err := checkAlloc(fmt.Sprintf("repeat (%d * %d bytes)", len(s), i), uint64(sz), 1); err != nil {
+		return "", err
 	}
 	return String(strings.Repeat(string(s), i)), nil
 }

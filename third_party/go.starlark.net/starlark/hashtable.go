@@ -9,6 +9,7 @@ import (
 	"hash/maphash"
 	"math/big"
 	"os"
+	"unsafe"
 )
 
 // hashtable is used to represent Starlark dict and set values.
@@ -133,6 +134,10 @@ retry:
 
 	// Does the number of elements exceed the buckets' load factor?
 	if overloaded(int(ht.len), len(ht.table)) {
+		// memsh: the doubled table, while the old one lives
+		if err := checkAlloc("dict or set", uint64(len(ht.table))*2, uint64(unsafe.Sizeof(bucket{}))); err != nil {
+			return err
+		}
 		ht.grow()
 		goto retry
 	}

@@ -239,7 +239,9 @@ loop:
 					if err = xlist.checkAppendable("apply += to"); err != nil { // memsh: see Pin
 						break loop
 					}
-					listExtend(xlist, yiter)
+					if err = listExtend(xlist, yiter); err != nil {
+						break loop
+					}
 					z = xlist
 				}
 			}
@@ -416,6 +418,7 @@ loop:
 		case compile.ITERPOP:
 			n := len(iterstack) - 1
 			iterstack[n].Done()
+			iterstack[n] = nil // memsh: the finished iterator is garbage (its slot kept it for the collector)
 			iterstack = iterstack[:n]
 			fr.iterables[n] = nil // memsh
 			fr.iterables = fr.iterables[:n]
@@ -492,6 +495,11 @@ loop:
 			elem := stack[sp-1]
 			list := stack[sp-2].(*List)
 			sp -= 2
+			if len(list.elems) == cap(list.elems) {
+				if err = checkGrow("append", len(list.elems)); err != nil {
+					break loop
+				}
+			}
 			list.elems = append(list.elems, elem)
 
 		case compile.SLICE:

@@ -219,7 +219,11 @@ func all(thread *Thread, _ *Builtin, args Tuple, kwargs []Tuple) (Value, error) 
 	iter := iterable.Iterate()
 	defer iter.Done()
 	var x Value
+	ticks := 0
 	for iter.Next(&x) {
+		if err := thread.tick(&ticks); err != nil {
+			return nil, err
+		}
 		if !x.Truth() {
 			return False, nil
 		}
@@ -236,7 +240,11 @@ func any_(thread *Thread, _ *Builtin, args Tuple, kwargs []Tuple) (Value, error)
 	iter := iterable.Iterate()
 	defer iter.Done()
 	var x Value
+	ticks := 0
 	for iter.Next(&x) {
+		if err := thread.tick(&ticks); err != nil {
+			return nil, err
+		}
 		if x.Truth() {
 			return True, nil
 		}
@@ -362,9 +370,16 @@ func enumerate(thread *Thread, _ *Builtin, args Tuple, kwargs []Tuple) (Value, e
 
 	if n := Len(iterable); n >= 0 {
 		// common case: known length
+		if err := checkAlloc("enumerate", 3*uint64(n), 16); err != nil { // memsh
+			return nil, err
+		}
 		pairs = make([]Value, 0, n)
 		array := make(Tuple, 2*n) // allocate a single backing array
+		ticks := 0
 		for i := 0; iter.Next(&x); i++ {
+			if err := thread.tick(&ticks); err != nil {
+				return nil, err
+			}
 			pair := array[:2:2]
 			array = array[2:]
 			pair[0] = MakeInt(start + i)
@@ -373,7 +388,11 @@ func enumerate(thread *Thread, _ *Builtin, args Tuple, kwargs []Tuple) (Value, e
 		}
 	} else {
 		// non-sequence (unknown length)
+		ticks := 0
 		for i := 0; iter.Next(&x); i++ {
+			if err := thread.tick(&ticks); err != nil {
+				return nil, err
+			}
 			pair := Tuple{MakeInt(start + i), x}
 			pairs = append(pairs, pair)
 		}
@@ -702,10 +721,22 @@ func list(thread *Thread, _ *Builtin, args Tuple, kwargs []Tuple) (Value, error)
 		iter := iterable.Iterate()
 		defer iter.Done()
 		if n := Len(iterable); n > 0 {
+			if err := checkAlloc("list", uint64(n), 16); err != nil {
+				return nil, err
+			}
 			elems = make([]Value, 0, n) // preallocate if length known
 		}
 		var x Value
+		ticks := 0
 		for iter.Next(&x) {
+			if err := thread.tick(&ticks); err != nil {
+				return nil, err
+			}
+			if len(elems) == cap(elems) {
+				if err := checkGrow("list", len(elems)); err != nil {
+					return nil, err
+				}
+			}
 			elems = append(elems, x)
 		}
 	}
@@ -757,7 +788,11 @@ func minmax(thread *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, erro
 	}
 
 	var x Value
+	ticks := 0
 	for iter.Next(&x) {
+		if err := thread.tick(&ticks); err != nil {
+			return nil, err
+		}
 		var key Value
 		if keyFunc == nil {
 			key = x
@@ -826,7 +861,10 @@ func print(thread *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, error
 		} else if b, ok := v.(Bytes); ok {
 			buf.WriteString(string(b))
 		} else {
-			writeValue(buf, v, nil)
+			w := valueWriter{out: buf, thread: thread}
+			if w.write(v); w.err != nil {
+				return nil, w.err
+			}
 		}
 	}
 
@@ -985,7 +1023,11 @@ func repr(thread *Thread, _ *Builtin, args Tuple, kwargs []Tuple) (Value, error)
 	if err := unpackPositionalArgsNoEscape("repr", args, kwargs, 1, &x); err != nil {
 		return nil, err
 	}
-	return String(x.String()), nil
+	s, err := StringOf(thread, x)
+	if err != nil {
+		return nil, err
+	}
+	return String(s), nil
 }
 
 // https://github.com/google/starlark-go/blob/master/doc/spec.md#reversed
@@ -998,10 +1040,22 @@ func reversed(thread *Thread, _ *Builtin, args Tuple, kwargs []Tuple) (Value, er
 	defer iter.Done()
 	var elems []Value
 	if n := Len(args[0]); n >= 0 {
+		if err := checkAlloc("reversed", uint64(n), 16); err != nil {
+			return nil, err
+		}
 		elems = make([]Value, 0, n) // preallocate if length known
 	}
 	var x Value
+	ticks := 0
 	for iter.Next(&x) {
+		if err := thread.tick(&ticks); err != nil {
+			return nil, err
+		}
+		if len(elems) == cap(elems) {
+			if err := checkGrow("reversed", len(elems)); err != nil {
+				return nil, err
+			}
+		}
 		elems = append(elems, x)
 	}
 	n := len(elems)
@@ -1022,7 +1076,11 @@ func set(thread *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, error) 
 		iter := iterable.Iterate()
 		defer iter.Done()
 		var x Value
+		ticks := 0
 		for iter.Next(&x) {
+			if err := thread.tick(&ticks); err != nil {
+				return nil, err
+			}
 			if err := set.Insert(x); err != nil {
 				return nil, nameErr(b, err)
 			}
@@ -1049,11 +1107,24 @@ func sorted(thread *Thread, _ *Builtin, args Tuple, kwargs []Tuple) (Value, erro
 	defer iter.Done()
 	var values []Value
 	if n := Len(iterable); n > 0 {
+		if err := checkAlloc("sorted", uint64(n), 16); err != nil {
+			return nil, err
+		}
 		values = make(Tuple, 0, n) // preallocate if length is known
 	}
 	var x Value
 	for iter.Next(&x) {
+		if len(values) == cap(values) {
+			if err := checkGrow("sorted", len(values)); err != nil {
+				return nil, err
+			}
+		}
 		values = append(values, x)
+		if len(values)%cancelCheckEvery == 0 {
+			if err := thread.cancelled(); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	// Derive keys from values by applying key function.
@@ -1069,23 +1140,54 @@ func sorted(thread *Thread, _ *Builtin, args Tuple, kwargs []Tuple) (Value, erro
 		}
 	}
 
-	slice := &sortSlice{keys: keys, values: values}
-	if reverse {
-		sort.Stable(sort.Reverse(slice))
-	} else {
-		sort.Stable(slice)
+	slice := &sortSlice{keys: keys, values: values, thread: thread}
+	if err := slice.sort(reverse); err != nil {
+		return nil, err
 	}
 	return NewList(slice.values), slice.err
+}
+
+// sortCancelled is the panic with which a comparison stops a sort once
+// the thread is cancelled (memsh patch).
+type sortCancelled struct{ err error }
+
+// sort sorts s stably, stopping with the thread's cancellation error.
+func (s *sortSlice) sort(reverse bool) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c, ok := r.(sortCancelled)
+			if !ok {
+				panic(r)
+			}
+			err = c.err
+		}
+	}()
+	if reverse {
+		sort.Stable(sort.Reverse(s))
+	} else {
+		sort.Stable(s)
+	}
+	return nil
 }
 
 type sortSlice struct {
 	keys   []Value // nil => values[i] is key
 	values []Value
 	err    error
+	thread *Thread // checked for cancellation every cancelCheckEvery comparisons
+	n      int
 }
 
 func (s *sortSlice) Len() int { return len(s.values) }
 func (s *sortSlice) Less(i, j int) bool {
+	if s.thread != nil {
+		s.n++
+		if s.n%cancelCheckEvery == 0 {
+			if err := s.thread.cancelled(); err != nil {
+				panic(sortCancelled{err})
+			}
+		}
+	}
 	keys := s.keys
 	if s.keys == nil {
 		keys = s.values
@@ -1118,7 +1220,11 @@ func str(thread *Thread, _ *Builtin, args Tuple, kwargs []Tuple) (Value, error) 
 		// Invalid encodings are replaced by that of U+FFFD.
 		return String(utf8Transcode(string(x))), nil
 	default:
-		return String(x.String()), nil
+		s, err := StringOf(thread, x)
+		if err != nil {
+			return nil, err
+		}
+		return String(s), nil
 	}
 }
 
@@ -1149,10 +1255,22 @@ func tuple(thread *Thread, _ *Builtin, args Tuple, kwargs []Tuple) (Value, error
 	defer iter.Done()
 	var elems Tuple
 	if n := Len(iterable); n > 0 {
+		if err := checkAlloc("tuple", uint64(n), 16); err != nil {
+			return nil, err
+		}
 		elems = make(Tuple, 0, n) // preallocate if length is known
 	}
 	var x Value
+	ticks := 0
 	for iter.Next(&x) {
+		if err := thread.tick(&ticks); err != nil {
+			return nil, err
+		}
+		if len(elems) == cap(elems) {
+			if err := checkGrow("tuple", len(elems)); err != nil {
+				return nil, err
+			}
+		}
 		elems = append(elems, x)
 	}
 	return elems, nil
@@ -1199,7 +1317,11 @@ func zip(thread *Thread, _ *Builtin, args Tuple, kwargs []Tuple) (Value, error) 
 		// length known
 		result = make([]Value, rows)
 		array := make(Tuple, cols*rows) // allocate a single backing array
+		ticks := 0
 		for i := 0; i < rows; i++ {
+			if err := thread.tick(&ticks); err != nil {
+				return nil, err
+			}
 			tuple := array[:cols:cols]
 			array = array[cols:]
 			for j, iter := range iters {
@@ -1209,8 +1331,12 @@ func zip(thread *Thread, _ *Builtin, args Tuple, kwargs []Tuple) (Value, error) 
 		}
 	} else {
 		// length not known
+		ticks := 0
 	outer:
 		for {
+			if err := thread.tick(&ticks); err != nil {
+				return nil, err
+			}
 			tuple := make(Tuple, cols)
 			for i, iter := range iters {
 				if !iter.Next(&tuple[i]) {
@@ -1355,6 +1481,11 @@ func list_append(_ *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, erro
 	if err := recv.checkAppendable("append to"); err != nil { // memsh: see Pin
 		return nil, nameErr(b, err)
 	}
+	if len(recv.elems) == cap(recv.elems) {
+		if err := checkGrow("append", len(recv.elems)); err != nil {
+			return nil, err
+		}
+	}
 	recv.elems = append(recv.elems, object)
 	return None, nil
 }
@@ -1380,7 +1511,9 @@ func list_extend(_ *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, erro
 	if err := recv.checkAppendable("extend"); err != nil { // memsh: see Pin
 		return nil, nameErr(b, err)
 	}
-	listExtend(recv, iterable)
+	if err := listExtend(recv, iterable); err != nil {
+		return nil, err
+	}
 	return None, nil
 }
 
@@ -1423,6 +1556,11 @@ func list_insert(_ *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, erro
 		index += recv.Len()
 	}
 
+	if len(recv.elems) == cap(recv.elems) {
+		if err := checkGrow("insert", len(recv.elems)); err != nil {
+			return nil, err
+		}
+	}
 	if index >= recv.Len() {
 		// end
 		recv.elems = append(recv.elems, object)
@@ -1869,7 +2007,7 @@ func string_index(_ *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, err
 }
 
 // https://github.com/google/starlark-go/blob/master/doc/spec.md#string·join
-func string_join(_ *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, error) {
+func string_join(thread *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, error) {
 	recv := string(b.Receiver().(String))
 	var iterable Iterable
 	if err := unpackPositionalArgsNoEscape(b.Name(), args, kwargs, 1, &iterable); err != nil {
@@ -1879,13 +2017,22 @@ func string_join(_ *Thread, b *Builtin, args Tuple, kwargs []Tuple) (Value, erro
 	defer iter.Done()
 	buf := new(strings.Builder)
 	var x Value
+	ticks := 0
 	for i := 0; iter.Next(&x); i++ {
+		if err := thread.tick(&ticks); err != nil {
+			return nil, err
+		}
 		if i > 0 {
 			buf.WriteString(recv)
 		}
 		s, ok := AsString(x)
 		if !ok {
 			return nil, fmt.Errorf("join: in list, want string, got %s", x.Type())
+		}
+		if n := buf.Len() + len(recv) + len(s); n > buf.Cap() {
+			if err := checkAlloc("join", 2*uint64(n), 1); err != nil {
+				return nil, err
+			}
 		}
 		buf.WriteString(s)
 	}

@@ -1184,6 +1184,11 @@ func (l *List) Append(v Value) error {
 	if err := l.checkAppendable("append to"); err != nil { // memsh: see Pin
 		return err
 	}
+	if len(l.elems) == cap(l.elems) {
+		if err := checkGrow("append", len(l.elems)); err != nil {
+			return err
+		}
+	}
 	l.elems = append(l.elems, v)
 	return nil
 }
@@ -1484,6 +1489,19 @@ func toString(v Value) string {
 	return buf.String()
 }
 
+// StringOf returns the string form of v as v.String() does, stopping with
+// the thread's cancellation error once thread is cancelled (memsh patch:
+// str, repr and print of a huge or deeply nested value stop on Ctrl-C).
+func StringOf(thread *Thread, v Value) (string, error) {
+	buf := new(strings.Builder)
+	w := valueWriter{out: buf, thread: thread}
+	w.write(v)
+	if w.err != nil {
+		return "", w.err
+	}
+	return buf.String(), nil
+}
+
 // writeValue writes x to out.
 //
 // path is used to detect cycles.
@@ -1492,6 +1510,76 @@ func toString(v Value) string {
 // Callers should generally pass nil for path.
 // It is safe to re-use the same path slice for multiple calls.
 func writeValue(out *strings.Builder, x Value, path []Value) {
+	w := valueWriter{out: out, path: path}
+	w.write(x)
+}
+
+// valueWriter writes values (writeValue). The containers being written
+// (path) are also kept in a set once the path is deep, so that a deeply
+// nested value is written in time linear in its size; with a thread, the
+// writer checks for cancellation every cancelCheckEvery values (memsh
+// patch).
+type valueWriter struct {
+	out    *strings.Builder
+	path   []Value
+	onPath map[Value]struct{} // path's elements, once it is longer than pathSetMin
+	thread *Thread
+	n      int
+	err    error
+}
+
+const (
+	pathSetMin       = 32
+	cancelCheckEvery = 4096
+)
+
+func (w *valueWriter) contains(x Value) bool {
+	if w.onPath != nil {
+		_, ok := w.onPath[x]
+		return ok
+	}
+	return slices.Contains(w.path, x)
+}
+
+func (w *valueWriter) push(x Value) {
+	w.path = append(w.path, x)
+	if w.onPath == nil && len(w.path) > pathSetMin {
+		w.onPath = make(map[Value]struct{}, 2*len(w.path))
+		for _, p := range w.path {
+			w.onPath[p] = struct{}{}
+		}
+	} else if w.onPath != nil {
+		w.onPath[x] = struct{}{}
+	}
+}
+
+func (w *valueWriter) pop() {
+	x := w.path[len(w.path)-1]
+	w.path = w.path[:len(w.path)-1]
+	if w.onPath != nil {
+		delete(w.onPath, x)
+	}
+}
+
+func (w *valueWriter) write(x Value) {
+	if w.err != nil {
+		return
+	}
+	if w.thread != nil { // (without one, an error could not be returned)
+		w.n++
+		if w.n%cancelCheckEvery == 0 {
+			if w.err = w.thread.cancelled(); w.err != nil {
+				return
+			}
+			// the text grows by doubling: ask before the next doubling
+			if n := w.out.Len(); n >= hostAllocMin && n*2 > w.out.Cap() {
+				if w.err = checkAlloc("str", 2*uint64(n), 1); w.err != nil {
+					return
+				}
+			}
+		}
+	}
+	out := w.out
 	switch x := x.(type) {
 	case nil:
 		out.WriteString("<nil>") // indicates a bug
@@ -1515,25 +1603,33 @@ func writeValue(out *strings.Builder, x Value, path []Value) {
 
 	case *List:
 		out.WriteByte('[')
-		if pathContains(path, x) {
+		if w.contains(x) {
 			out.WriteString("...") // list contains itself
 		} else {
+			w.push(x)
 			for i, elem := range x.elems {
+				if w.err != nil {
+					break
+				}
 				if i > 0 {
 					out.WriteString(", ")
 				}
-				writeValue(out, elem, append(path, x))
+				w.write(elem)
 			}
+			w.pop()
 		}
 		out.WriteByte(']')
 
 	case Tuple:
 		out.WriteByte('(')
 		for i, elem := range x {
+			if w.err != nil {
+				break
+			}
 			if i > 0 {
 				out.WriteString(", ")
 			}
-			writeValue(out, elem, path)
+			w.write(elem)
 		}
 		if len(x) == 1 {
 			out.WriteByte(',')
@@ -1552,16 +1648,18 @@ func writeValue(out *strings.Builder, x Value, path []Value) {
 
 	case *Dict:
 		out.WriteByte('{')
-		if pathContains(path, x) {
+		if w.contains(x) {
 			out.WriteString("...") // dict contains itself
 		} else {
 			sep := ""
-			for e := x.ht.head; e != nil; e = e.next {
+			for e := x.ht.head; e != nil && w.err == nil; e = e.next {
 				k, v := e.key, e.value
 				out.WriteString(sep)
-				writeValue(out, k, path)
+				w.write(k)
 				out.WriteString(": ")
-				writeValue(out, v, append(path, x)) // cycle check
+				w.push(x) // cycle check
+				w.write(v)
+				w.pop()
 				sep = ", "
 			}
 		}
@@ -1569,21 +1667,17 @@ func writeValue(out *strings.Builder, x Value, path []Value) {
 
 	case *Set:
 		out.WriteString("set([")
-		for e := x.ht.head; e != nil; e = e.next {
+		for e := x.ht.head; e != nil && w.err == nil; e = e.next {
 			if e != x.ht.head {
 				out.WriteString(", ")
 			}
-			writeValue(out, e.key, path)
+			w.write(e.key)
 		}
 		out.WriteString("])")
 
 	default:
 		out.WriteString(x.String())
 	}
-}
-
-func pathContains(path []Value, x Value) bool {
-	return slices.Contains(path, x)
 }
 
 // CompareLimit is the depth limit on recursive comparison operations such as == and <.
