@@ -346,7 +346,7 @@ def cnn():
 
 
 # Hugging Face decoder families: bench/torchref/hf_families.py
-from hf_families import HFCausalLM, MOE_TINY, MOE_BATCH, MOE_SEQ, hf_tiny, moe_desc, moe_inputs  # noqa: E402
+from hf_families import HFCausalLM, MOE_TINY, MOE_BATCH, MOE_SEQ, hf_models, hf_tiny, moe_desc, moe_inputs  # noqa: E402
 
 
 MLP_DESC = ("nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), "
@@ -410,6 +410,10 @@ for _name in MOE_TINY:
         opt=lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.1, foreach=True),
         lm=True, desc=moe_desc(_name))
 
+# Hugging Face transformers' dense causal LMs (bench/torchref/hf_families.py):
+# hf_<family>_tiny and hf_<family>_long, language models (lm) computing their
+# own loss in the forward phase.
+MODELS.update(hf_models())
 
 # Frozen layers, LoRA and QLoRA (bench/torchref/peft_ref.py)
 import peft_ref  # noqa: E402
@@ -506,7 +510,9 @@ def run_model(case, device):
         rec.cuda_baseline()
 
     st_out_raw = [None]
-
+    host_rule = spec.get("host_rule")
+    # a language model takes the labels and returns its loss (Hugging Face's
+    # model(input_ids, labels=labels)): forward and loss in one phase
     lm = spec.get("lm", False)
 
     def fwd():
@@ -539,7 +545,7 @@ def run_model(case, device):
         order = [o for o in order if o[0] != "loss"]
     for s in range(1, STEPS + 1):
         for name, fn in order:
-            rec.phase(name, fn, step=s)
+            rec.phase(name, fn, step=s, host_rule=host_rule)
     gc.enable()
     res = {
         "case": case,
@@ -561,6 +567,8 @@ def run_model(case, device):
         "trainable_bytes": sum(rounded(tbytes(p)) for p in model.parameters() if p.requires_grad),
         "phases": rec.phases,
     }
+    if "config" in spec:
+        res["config"] = spec["config"]
     return res, rec
 
 
@@ -745,6 +753,7 @@ def check_model(res):
     """Closed forms: every model, then the three plain-MLP cases (figures as on CUDA)."""
     case = res["case"]
     P0 = res["param_bytes"]
+    # out and loss alive after backward (a language model: the loss alone)
     out_loss = rounded(res["out_raw"]) + rounded(4)
     if res["kind"] == "lm":
         out_loss = rounded(4)  # the model's output is its loss
@@ -760,7 +769,7 @@ def check_model(res):
         assert res["trainable_bytes"] == P0
     # Steady state: step 2 ends where step 1 ended.
     assert ph(res, 2, "release")["end"] == ph(res, 1, "release")["end"]
-    if case == "gpt2_tiny":
+    if case == "gpt2_tiny" or case.startswith("hf_"):
         s1 = ph(res, 1, "step")
         # AdamW state 2P; 1.13 foreach peak adds the sqrt list and the denom list (2P more).
         assert s1["end"] - s1["start"] == 2 * P0 and s1["peak"] - s1["start"] == 4 * P0

@@ -79,7 +79,7 @@ opt = optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
 // nf4, double quantization, compute dtype bfloat16), then peft (Starlark
 // run on the model), two AdamW steps of loss = model(input_ids, labels).
 func peftCase(name, peft string, quant, checkpoint bool) goldenCase {
-	var g moeGolden
+	var g hfGolden
 	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "torchref", name+".json"))
 	if err == nil {
 		err = json.Unmarshal(data, &g)
@@ -114,7 +114,7 @@ opt = optim.AdamW(model.parameters(), lr = 1e-3, weight_decay = 0.1)
 		)
 	}
 	grads := g.GradBytes
-	fixed, ferr := withoutCPUOnly(&g, cpuScratch(&g))
+	fixed, ferr := withoutCPUOnly(&g, cpuScratch(&g), false)
 	return goldenCase{name: name, setup: setup, phases: phases, scripts: true,
 		correct: func(phase string, step int, f *figures) {
 			if ferr != nil {
@@ -129,7 +129,7 @@ opt = optim.AdamW(model.parameters(), lr = 1e-3, weight_decay = 0.1)
 
 // cpuScratch returns the allocations a golden file's aten::mm made and
 // freed inside itself (the CPU bfloat16 product's scratch).
-func cpuScratch(g *moeGolden) map[int]bool {
+func cpuScratch(g *hfGolden) map[int]bool {
 	allocOp := map[int]string{}
 	drop := map[int]bool{}
 	for _, p := range g.Phases {
