@@ -731,7 +731,6 @@ func TestOptimizers(t *testing.T) {
 		flag, name, precision string
 	}{
 		{"adamw_torch", "adamw_torch", "bf16"},
-		{"adamw", "adamw_torch", "bf16"},
 		{"adamw_torch_fused", "adamw_torch_fused", "bf16"},
 		{"adamw_bnb_8bit", "adamw_bnb_8bit", "bf16"},
 		{"paged_adamw_8bit", "paged_adamw_8bit", "bf16"},
@@ -770,6 +769,18 @@ func TestOptimizers(t *testing.T) {
 				t.Errorf("breakdown sums to %d, peak allocated %d", sum, r.Peak.Allocated)
 			}
 		})
+	}
+}
+
+// adamw, fit's name before the Trainer's, is adamw_torch.
+func TestOptimizerAlias(t *testing.T) {
+	o := options("gpt2-small", map[string]any{"optimizer": "adamw"})
+	m, err := fit.Resolve(o.Source, scripts.Library)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Validate(m); err != nil || o.Optimizer != "adamw_torch" {
+		t.Errorf("--optimizer adamw: %q, %v; want adamw_torch", o.Optimizer, err)
 	}
 }
 
