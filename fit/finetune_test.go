@@ -61,6 +61,7 @@ func peakAt(r fit.Report, v int) int64 {
 // adapters', r × (in + out) for q_proj (1024 → 1024) and v_proj (1024 →
 // 512) per layer.
 func TestFinetuneOrdering(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.json")
 	if err := os.WriteFile(cfg, []byte(wideLlama), 0o644); err != nil {
@@ -120,6 +121,7 @@ func TestFinetuneOrdering(t *testing.T) {
 // When full fine-tuning fits no batch, LoRA and QLoRA are tried like the
 // other changes (each found by trials).
 func TestAdviceFinetune(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.json")
 	if err := os.WriteFile(cfg, []byte(smallLlama), 0o644); err != nil {
@@ -173,6 +175,7 @@ func TestAdviceFinetune(t *testing.T) {
 // q_proj 512 → 512, k_proj and v_proj 512 → 256, o_proj 512 → 512,
 // gate/up 512 → 1536, down 1536 → 512).
 func TestFinetuneClosedForms(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.json")
 	if err := os.WriteFile(cfg, []byte(smallLlama), 0o644); err != nil {
@@ -225,6 +228,7 @@ func TestFinetuneLibraryOrdering(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three searches of a 1B model")
 	}
+	t.Parallel()
 	var rs []fit.Report
 	for _, ft := range []string{"full", "lora", "qlora"} {
 		rs = append(rs, finetuneReport(t, "llama-3.2-1b", map[string]any{"finetune": ft}))
