@@ -113,7 +113,7 @@ func TestFinetuneOrdering(t *testing.T) {
 	// not to (prepare_model_for_kbit_training's default)
 	rc, out, errs := runMain(t, options(cfg, map[string]any{"gpu": "3GiB", "seq": 128, "batch": 4, "finetune": "qlora", "lora-r": 16, "lora-targets": "all-linear"}))
 	if rc != 0 || !strings.Contains(out, "fine-tuning: QLoRA: LoRA r=16, alpha 8.0, dropout 0.0 on all-linear (56 modules)") || !strings.Contains(out, "4-bit NF4") ||
-		!strings.Contains(out, "training: bf16 autocast (float32 adapters, gradients and optimizer state), adamw, activation checkpointing") {
+		!strings.Contains(out, "training: bf16 autocast (float32 adapters, gradients and optimizer state), adamw_torch: AdamW (torch.optim.AdamW, foreach), activation checkpointing") {
 		t.Errorf("exit %d: %s\n%s", rc, errs, out)
 	}
 }
