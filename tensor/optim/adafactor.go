@@ -133,9 +133,7 @@ func (o *HFAdafactor) Reach(r *tensor.Reacher) {
 			continue
 		}
 		for _, t := range []*tensor.Tensor{s.expAvg, s.row, s.col, s.expAvgSq, s.rms} {
-			if t != nil {
-				r.Tensor(t)
-			}
+			r.Tensor(t) // nil-safe
 		}
 	}
 }

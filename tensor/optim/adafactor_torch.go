@@ -79,9 +79,7 @@ func (o *Adafactor) Reach(r *tensor.Reacher) {
 			continue
 		}
 		for _, t := range []*tensor.Tensor{s.rowVar, s.colVar, s.variance} {
-			if t != nil {
-				r.Tensor(t)
-			}
+			r.Tensor(t) // nil-safe
 		}
 	}
 }
