@@ -226,7 +226,7 @@ class Attention(nn.Module):
             self.q_norm = s["norm_cls"](hd, s["eps"])
             self.k_norm = s["norm_cls"](hd, s["eps"])
 
-    def forward(self, hidden_states, position_embeddings, attention_mask):
+    def forward(self, hidden_states, position_embeddings, attention_mask, cache=None, layer_idx=None):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         if self.fused:
@@ -251,6 +251,9 @@ class Attention(nn.Module):
         cos, sin = position_embeddings
         rope = apply_rotary_pos_emb_partial if self.partial else apply_rotary_pos_emb
         query_states, key_states = rope(query_states, key_states, cos, sin)
+        if cache is not None:
+            # past_key_values.update(key_states, value_states, self.layer_idx, cache_kwargs)
+            key_states, value_states = cache.update(key_states, value_states, layer_idx)
         attn_output, attn_weights = eager_attention_forward(
             self, query_states, key_states, value_states, attention_mask,
             dropout=0.0 if not self.training else self.attention_dropout,
@@ -322,10 +325,10 @@ class DecoderLayer(nn.Module):
             self.resid_attn_dropout = nn.Dropout(s["resid_dropout"])
             self.resid_mlp_dropout = nn.Dropout(s["resid_dropout"])
 
-    def forward(self, hidden_states, attention_mask, position_embeddings):
+    def forward(self, hidden_states, attention_mask, position_embeddings, cache=None, layer_idx=None):
         residual = hidden_states
         hidden_states = self.input_layernorm(hidden_states)
-        hidden_states, _ = self.self_attn(hidden_states, position_embeddings, attention_mask)
+        hidden_states, _ = self.self_attn(hidden_states, position_embeddings, attention_mask, cache, layer_idx)
         if self.sandwich:
             hidden_states = self.post_attention_layernorm(hidden_states)
             hidden_states = residual + hidden_states
@@ -349,20 +352,24 @@ class DecoderLayer(nn.Module):
         return hidden_states
 
 
-def causal_masks(layer_types, sliding_window, batch, T, dtype, device):
+def causal_masks(layer_types, sliding_window, batch, T, dtype, device, past=0, kv=None, valid=None):
     """One float mask per layer type (eager_mask of masking_utils' causal / sliding-window mask),
-    built as models/decoder.star builds it."""
+    built as models/decoder.star builds it: [B, 1, T, kv] for queries at past..past+T-1 over kv
+    keys (kv: past + T; a StaticCache's whole length, with valid the keys filled)."""
+    kv = kv or past + T
     masks = {}
     for lt in layer_types:
         if lt in masks:
             continue
         window = sliding_window if lt == "sliding_attention" else None
-        q_idx = torch.arange(0, T, device=device).view(1, 1, T, 1)
-        kv_idx = torch.arange(T, device=device).view(1, 1, 1, T)
+        q_idx = torch.arange(past, past + T, device=device).view(1, 1, T, 1)
+        kv_idx = torch.arange(kv, device=device).view(1, 1, 1, kv)
         m = kv_idx.le(q_idx)
         if window is not None:
             m = torch.where(kv_idx.gt(q_idx - window), m, False)
-        m = m.expand(batch, 1, T, T)
+        if valid is not None and valid < kv:
+            m = torch.where(kv_idx.lt(valid), m, False)
+        m = m.expand(batch, 1, T, kv)
         m = torch.where(m, torch.tensor(0.0, device=device, dtype=dtype), torch.finfo(dtype).min)
         masks[lt] = m
     return masks
@@ -384,17 +391,24 @@ class DecoderModel(nn.Module):
         if s.get("embed_buffer"):
             self.register_buffer("embed_scale", torch.tensor(s["embed_scale"]), persistent=False)
 
-    def forward(self, input_ids):
+    def forward(self, input_ids, cache=None):
         s = self.s
         if s.get("embed_buffer"):
             # Gemma3TextScaledWordEmbedding: embedding(ids) * embed_scale.to(weight.dtype)
             inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale.to(self.embed_tokens.weight.dtype)
         else:
             inputs_embeds = self.embed_tokens(input_ids)
-        cache_position = torch.arange(0, inputs_embeds.shape[1], device=inputs_embeds.device)
+        T = inputs_embeds.shape[1]
+        past = cache.get_seq_length() if cache is not None else 0
+        cache_position = torch.arange(past, past + T, device=inputs_embeds.device)
         position_ids = cache_position.unsqueeze(0)
+        kv, valid = (None, None)
+        if cache is not None:
+            # cache_kwargs' cache_position (a StaticCache's index_copy_ positions)
+            cache.cache_position = cache_position
+            kv, valid = cache.mask_sizes(past, T)
         masks = causal_masks(s["layer_types"], s.get("sliding_window"), inputs_embeds.shape[0],
-                             inputs_embeds.shape[1], inputs_embeds.dtype, inputs_embeds.device)
+                             T, inputs_embeds.dtype, inputs_embeds.device, past, kv, valid)
         hidden_states = inputs_embeds
         position_embeddings = self.rotary_emb(hidden_states, position_ids)
         pe = {"full_attention": position_embeddings, "sliding_attention": position_embeddings}
@@ -405,8 +419,11 @@ class DecoderModel(nn.Module):
             with torch.profiler.record_function("host_tensor"):
                 normalizer = torch.tensor(s["embed_scale"], dtype=hidden_states.dtype)
             hidden_states = hidden_states * normalizer
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, masks[layer.attention_type], pe[layer.attention_type])
+        for i, layer in enumerate(self.layers):
+            hidden_states = layer(hidden_states, masks[layer.attention_type], pe[layer.attention_type], cache, i)
+        if cache is not None:
+            cache.seen += T
+            cache.cache_position = None  # generate's own copy is left out (generate_ref.py)
         hidden_states = self.norm(hidden_states)
         return hidden_states
 
@@ -432,14 +449,16 @@ class DecoderForCausalLM(nn.Module):
         if s["tie"]:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, input_ids, labels):
-        hidden_states = self.model(input_ids)
-        logits = self.lm_head(hidden_states[:, slice(0, None), :])
+    def forward(self, input_ids, labels=None, cache=None, logits_to_keep=0):
+        hidden_states = self.model(input_ids, cache)
+        logits = self.lm_head(hidden_states[:, slice(-logits_to_keep, None), :])
         cap = self.s.get("final_softcap")
         if cap is not None:
             logits = logits / cap
             logits = torch.tanh(logits)
             logits = logits * cap
+        if labels is None:
+            return logits
         loss = for_causal_lm_loss(logits, labels, self.s["vocab"])
         return loss
 

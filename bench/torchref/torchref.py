@@ -902,6 +902,11 @@ import optim_refs  # noqa: E402
 
 optim_refs.register(globals())
 
+# Generation with a KV cache (generate_ref.py), registered the same way.
+import generate_ref  # noqa: E402
+
+generate_ref.register(globals())
+
 
 if __name__ == "__main__":
     main()
