@@ -52,6 +52,18 @@ type trackState struct {
 	depth map[*memtrack.Module]int
 }
 
+// Reach walks what nn.track holds while its function runs (env.Reacher):
+// the tracker's tensors and the modules it named.
+func (ts *trackState) Reach(w *env.Walker) {
+	w.Engine(ts.tr.Reach)
+	for l := range ts.names {
+		w.Value(l)
+	}
+	for l := range ts.mods {
+		w.Value(l)
+	}
+}
+
 func trackOf(thread *starlark.Thread) *trackState {
 	ts, _ := thread.Local(trackKey).(*trackState)
 	return ts
@@ -174,7 +186,19 @@ func nnTrack(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 		return tr.StepEnd
 	}))
 	tr.Start()
-	res, callErr := starlark.Call(thread, fn, args[1:], kwargs)
+	// what nn.track's Go code holds while fn runs is its arguments (the
+	// frame's) and ts, walked as a root: the reclaim may free what fn's
+	// callees drop without a Go collection
+	var res starlark.Value
+	var callErr error
+	if e.Session != nil {
+		release := e.Session.Root(ts)
+		thread.DeclareTransparent()
+		res, callErr = starlark.Call(thread, fn, args[1:], kwargs)
+		release()
+	} else {
+		res, callErr = starlark.Call(thread, fn, args[1:], kwargs)
+	}
 	var rep *memtrack.Report
 	if callErr != nil {
 		rep = tr.StopFailed()
