@@ -18,9 +18,14 @@
 // search, fresh="search"; trials replayed where a replay is the full
 // trial's), and measures the boundary sizes under nn.track (memtrack's categories:
 // parameters, gradients, optimizer state, activations, temporaries,
-// other). When batch 1 does not fit, Advise runs the changes that could
-// (activation checkpointing, a shorter sequence, another optimizer, lower
-// precision, a bigger card) as trials of their own.
+// other). --finetune lora or qlora trains PEFT's LoRA adapters on the
+// frozen model, or on its linear layers in bitsandbytes' 4-bit NF4
+// (nn.lora, nn.Linear4bit, nn.prepare_model_for_kbit_training), with
+// PEFT's LoraConfig defaults and target modules unless the --lora-*
+// options say otherwise. When batch 1 does not fit, Advise runs the
+// changes that could (activation checkpointing, a shorter sequence,
+// another optimizer, lower precision, a bigger card, LoRA, QLoRA) as
+// trials of their own.
 //
 // Output is a text report (Report.WriteText) or, with --json, one JSON
 // object per run (Report, its fields documented in docs/fit.md).

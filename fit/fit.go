@@ -7,13 +7,16 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/backend/sim"
+	"github.com/memsh/memsh/tensor/optim"
 )
 
 // Main runs `memsh fit` with validated-as-it-goes options and returns the
@@ -120,7 +123,10 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		defer done()
 	}
 	rep := &Report{Model: m.Name, Title: m.Title, Source: sourceKind(m), GPU: o.GPU, Precision: o.Precision,
-		Optimizer: o.Optimizer, Checkpoint: o.Checkpoint, Attention: o.Attention, Steps: Steps}
+		Optimizer: o.Optimizer, Checkpoint: o.Checkpoint, Attention: o.Attention, Steps: Steps, Finetune: o.Finetune}
+	if rep.Finetune == "" {
+		rep.Finetune = FinetuneFull
+	}
 	if m.HF != nil && m.HF.IsMoE() {
 		rep.Routing = o.Routing
 	}
@@ -137,6 +143,18 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		return nil, err
 	}
 	info, err := r.describe()
+	if err != nil && (o.Finetune == FinetuneLoRA || o.Finetune == FinetuneQLoRA) && strings.Contains(err.Error(), "not found in the base model") {
+		// no target matched (nn.lora fails, as get_peft_model does): say
+		// which modules the model has, from the model without adapters
+		ob := o
+		ob.Finetune = FinetuneFull
+		if base, berr := describeUnbounded(ob, m, lib, stderr); berr == nil {
+			if uerr := checkLoRATargets(o, m, base); uerr != nil {
+				return nil, uerr
+			}
+		}
+		return nil, err
+	}
 	buildOOM := err != nil && backend.IsOOM(err)
 	if buildOOM {
 		// The weights alone are more than the card: count them on a card
@@ -144,13 +162,27 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		// and the advice say what would fit.
 		info, err = describeUnbounded(o, m, lib, stderr)
 		if err == nil {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("the model's weights alone (%s) are more than the card's memory: building it runs out of memory", backend.FormatBytes(info.ParamBytes)))
+			rep.Notes = append(rep.Notes, fmt.Sprintf("the model's weights alone (%s) are more than the card's memory: building it runs out of memory", backend.FormatBytes(info.ParamBytes+info.QuantBytes)))
+		}
+		if o.Started != nil {
+			o.Started(r.s) // Ctrl-C interrupts the search's Session again
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
 	rep.Parameters, rep.TrainableParameters, rep.ParameterDType = info.Parameters, info.Trainable, info.DType
+	if o.Finetune == FinetuneLoRA || o.Finetune == FinetuneQLoRA {
+		if err := checkLoRATargets(o, m, info); err != nil {
+			return nil, err
+		}
+		st := floorOf(o, info, 0)
+		rep.LoRA = &LoRAInfo{R: o.LoRAR, Alpha: o.LoRAAlpha, Dropout: o.LoRADropout, Targets: o.loraTargets, Modules: info.AdapterModules, Parameters: info.Adapters,
+			GradientBytes: st.Gradients, OptimizerStateBytes: st.OptimizerState}
+		if o.Finetune == FinetuneQLoRA {
+			rep.LoRA.Quantization, rep.LoRA.ComputeDType, rep.LoRA.QuantBytes = "nf4", qloraDType(o.Precision), info.QuantBytes
+		}
+	}
 	if m.Kind == KindStar && rep.PublishedParameters > 0 && rep.PublishedParameters != rep.Parameters {
 		return nil, fmt.Errorf("%s: PARAMETERS is %s, but the model build() returns has %s parameters", m.Star, commas(rep.PublishedParameters), commas(rep.Parameters))
 	}
@@ -226,6 +258,9 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		rep.Capacity, rep.Usable, rep.Context = ms.Total, ms.Total-ms.Outside, ms.Outside
 		rep.Peak = &Peak{Allocated: ms.MaxAllocated, Reserved: ms.MaxReserved, Fragmentation: ms.MaxReserved - ms.MaxAllocated, Headroom: ms.Total - ms.Outside - ms.MaxReserved}
 		rep.Breakdown = breakdownOf(ms.Peak)
+		if rep.Breakdown != nil && !o.Inference {
+			rep.Breakdown.OptimizerStatePaged = ms.Paged
+		}
 		rep.PeakPhase = ms.Phase
 		if o.Inference && ms.Generation != nil {
 			rep.PrefillPeak, rep.PeakIn = ms.Generation["prefill_peak"], ms.GenPhase
@@ -275,13 +310,65 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		rep.Advice = adv
 	} else if sr.Largest == 0 {
 		rep.Floor = floorOf(o, info, rep.Usable)
-		adv, err := advise(o, m, lib, seq, rep, stderr)
+		adv, err := advise(o, m, lib, seq, info, stderr)
 		if err != nil {
 			return nil, err
 		}
 		rep.Advice = adv
 	}
 	return rep, nil
+}
+
+// qloraDType is QLoRA's checkpoint dtype and compute dtype for a
+// precision (driver.star's QDTYPE).
+func qloraDType(p string) string {
+	switch p {
+	case PrecFP16:
+		return "float16"
+	case PrecFP32:
+		return "float32"
+	}
+	return "bfloat16"
+}
+
+// checkLoRATargets checks --lora-targets against the built model's
+// modules (a name matches a module whose dotted name is it or ends with
+// "." + it, as PEFT matches): a name that matches none is a usage error
+// listing the model's linear layers' names.
+func checkLoRATargets(o Options, m *Model, info *modelInfo) error {
+	if len(o.loraTargets) == 1 && o.loraTargets[0] == "all-linear" {
+		return nil
+	}
+	mods := map[string]bool{}
+	var names []string // the last components of the weights' modules
+	for _, p := range info.Params {
+		if !strings.HasSuffix(p.Name, ".weight") || len(p.Shape) != 2 {
+			continue
+		}
+		mod := strings.TrimSuffix(p.Name, ".weight")
+		mods[mod] = true
+		last := mod[strings.LastIndex(mod, ".")+1:]
+		if !slices.Contains(names, last) {
+			names = append(names, last)
+		}
+	}
+	for _, t := range o.loraTargets {
+		found := false
+		for mod := range mods {
+			if mod == t || strings.HasSuffix(mod, "."+t) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			what := "--lora-targets"
+			if !o.Set["lora-targets"] {
+				what = "the default LoRA targets"
+			}
+			return usageErr("%s: no module %q in %s (its 2-D weights' modules: %s)", what, t, m.Name, strings.Join(names, ", "))
+		}
+	}
+	return nil
 }
 
 func sourceKind(m *Model) string {
@@ -368,23 +455,71 @@ func checkpointBeside(m *Model, info *modelInfo, rep *Report) error {
 	return nil
 }
 
-// floorOf is the model state: parameters, their gradients and the
-// optimizer's state (AdamW and Adam: two tensors per parameter, SGD with
-// momentum one), each rounded as the allocator rounds.
+// floorOf is the model state: the weights (with a 4-bit base's
+// quantization states), the trainable parameters' gradients and the
+// optimizer's state for them, each rounded as the allocator rounds.
 func floorOf(o Options, info *modelInfo, usable int64) *Floor {
-	k := int64(2)
-	if o.Optimizer == "sgd" {
-		k = 1
-	}
-	f := &Floor{Parameters: info.ParamBytes, Gradients: info.ParamBytes, OptimizerState: k * info.ParamBytes, Usable: usable}
+	dev, paged := optimizerStateBytes(o.Optimizer, info)
+	f := &Floor{Parameters: info.ParamBytes + info.QuantBytes, Gradients: info.TrainableBytes, OptimizerState: dev, OptimizerStatePaged: paged, Usable: usable}
 	f.Total = f.Parameters + f.Gradients + f.OptimizerState
 	return f
+}
+
+// roundBlock is the caching allocator's rounding of a request (512-byte
+// blocks).
+func roundBlock(n uint64) uint64 { return (n + 511) / 512 * 512 }
+
+// optimizerStateBytes is the state optimizer name keeps for the model's
+// parameters after its first step, by the closed forms of tensor/optim:
+// on the device, and in bitsandbytes' paged memory. AdamW and Adam: two
+// moments of the parameter's dtype (fused: and a 0-dim float32 step per
+// parameter); the 8-bit AdamWs: Adam8bitStateBytes and the two [256]
+// float32 maps; Adafactor: HFAdafactorStateBytes and the 0-dim RMS per
+// parameter; SGD with momentum 0: nothing. Only trainable parameters
+// (LoRA's adapters, not a frozen base) have state.
+func optimizerStateBytes(name string, info *modelInfo) (device, paged int64) {
+	n := int64(len(info.TrainableShapes))
+	switch name {
+	case OptSGD:
+		return 0, 0
+	case OptAdamWFused:
+		return 2*info.TrainableBytes + n*512, 0
+	case OptAdamW8bit, OptPagedAdamW8bit:
+		var d, pg uint64
+		maps := false
+		for _, shape := range info.TrainableShapes {
+			numel := numelOf(shape)
+			dd, pp := optim.Adam8bitStateBytes(numel, optim.Default8bitMinSize, name == OptPagedAdamW8bit, roundBlock)
+			d += dd
+			pg += pp
+			maps = maps || numel >= optim.Default8bitMinSize
+		}
+		if maps {
+			d += 2 * roundBlock(256*4)
+		}
+		return int64(d), int64(pg)
+	case OptAdafactor:
+		var d uint64
+		for _, shape := range info.TrainableShapes {
+			d += optim.HFAdafactorStateBytes(shape, false, roundBlock) + 512
+		}
+		return int64(d), 0
+	}
+	return 2 * info.TrainableBytes, 0
+}
+
+func numelOf(shape []int) uint64 {
+	n := uint64(1)
+	for _, s := range shape {
+		n *= uint64(s)
+	}
+	return n
 }
 
 // advise tries the changes that could make the model fit, each by a
 // search of its own (a first trial at the smallest size that does not
 // fit ends it at once).
-func advise(o Options, m *Model, lib fs.FS, seq int, rep *Report, stderr io.Writer) ([]Alternative, error) {
+func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.Writer) ([]Alternative, error) {
 	var out []Alternative
 	try := func(change string, o2 Options, gpu string) (Alternative, error) {
 		a := Alternative{Change: change, Modelled: true, What: "batch"}
@@ -441,12 +576,24 @@ func advise(o Options, m *Model, lib fs.FS, seq int, rep *Report, stderr io.Writ
 		}
 		out = append(out, a)
 	}
-	if o.Optimizer != "sgd" {
+	// the optimizers that keep less state on the device than o's, the
+	// paged one only when the unpaged 8-bit one does not fit
+	cur, _ := optimizerStateBytes(o.Optimizer, info)
+	eightBitFits := false
+	for _, opt := range Optimizers {
+		dev, _ := optimizerStateBytes(opt.Name, info)
+		if !opt.Saver || opt.Name == o.Optimizer || dev >= cur || (opt.Name == OptPagedAdamW8bit && eightBitFits) {
+			continue
+		}
 		o2 := o
-		o2.Optimizer = "sgd"
-		if err := add(try("SGD with momentum instead of "+optimizerName(o.Optimizer), o2, o.GPU)); err != nil {
+		o2.Optimizer = opt.Name
+		a, err := try("optimizer "+opt.Name, o2, o.GPU)
+		if err != nil {
 			return nil, err
 		}
+		a.Note = "optimizer state " + fb(dev) + " instead of " + fb(cur)
+		eightBitFits = eightBitFits || (opt.Name == OptAdamW8bit && a.Fits)
+		out = append(out, a)
 	}
 	if lower := lowerPrecision(o.Precision); lower != "" {
 		o2 := o
@@ -477,7 +624,7 @@ func advise(o Options, m *Model, lib fs.FS, seq int, rep *Report, stderr io.Writ
 	if !anyFits {
 		o2 := o
 		o2.Checkpoint = true
-		o2.Optimizer = "sgd"
+		o2.Optimizer = OptSGD
 		if lower := lowerPrecision(o.Precision); lower != "" {
 			o2.Precision = PrecBF16True
 		}
@@ -485,12 +632,58 @@ func advise(o Options, m *Model, lib fs.FS, seq int, rep *Report, stderr io.Writ
 			return nil, err
 		}
 	}
+	for _, ft := range []string{FinetuneLoRA, FinetuneQLoRA} {
+		o2, change, ok := finetuneAlternative(o, m, ft)
+		if !ok {
+			continue
+		}
+		if err := add(try(change, o2, o.GPU)); err != nil {
+			return nil, err
+		}
+	}
 	out = append(out,
-		Alternative{Change: "LoRA / QLoRA fine-tuning", Note: "frozen base weights: an open issue of memsh's"},
-		Alternative{Change: "8-bit optimizers (bitsandbytes AdamW8bit)", Note: "an open issue of memsh's"},
 		Alternative{Change: "sharding across N GPUs (FSDP, ZeRO)", Note: "an open issue of memsh's"},
 	)
 	return out, nil
+}
+
+// finetuneAlternative is o with --finetune ft, when that is a change the
+// model takes (LoRA after full fine-tuning, QLoRA after full or LoRA):
+// the user's LoRA settings, else PEFT's defaults (r 8, alpha 8, the model
+// type's targets, all-linear for a type PEFT has none for); QLoRA with
+// activation checkpointing, as prepare_model_for_kbit_training turns it
+// on by default.
+func finetuneAlternative(o Options, m *Model, ft string) (Options, string, bool) {
+	rank := map[string]int{FinetuneFull: 0, "": 0, FinetuneLoRA: 1, FinetuneQLoRA: 2}
+	if rank[ft] <= rank[o.Finetune] {
+		return o, "", false
+	}
+	o2 := o
+	o2.Finetune = ft
+	o2.Set = map[string]bool{}
+	for k, v := range o.Set {
+		o2.Set[k] = v
+	}
+	if err := o2.validateFinetune(m); err != nil {
+		if IsUsage(err) && strings.HasPrefix(err.Error(), "--lora-targets") {
+			o2.LoRATargets = "all-linear"
+			err = o2.validateFinetune(m)
+		}
+		if err != nil {
+			return o, "", false
+		}
+	}
+	change := fmt.Sprintf("LoRA r=%d on %s", o2.LoRAR, strings.Join(o2.loraTargets, ", "))
+	if ft == FinetuneQLoRA {
+		change = "Q" + change
+		if !o.Checkpoint {
+			// prepare_model_for_kbit_training's default,
+			// use_gradient_checkpointing=True: QLoRA's recipe
+			o2.Checkpoint = true
+			change += " with checkpointing"
+		}
+	}
+	return o2, change, true
 }
 
 // adviseInference tries what could make generation fit: the other KV
@@ -551,16 +744,6 @@ func adviseInference(o Options, m *Model, lib fs.FS, seq int, stderr io.Writer) 
 		Alternative{Change: "8-bit or 4-bit weights (bitsandbytes)", Note: "an open issue of memsh's"},
 		Alternative{Change: "tensor parallelism across N GPUs", Note: "an open issue of memsh's"})
 	return out, nil
-}
-
-func optimizerName(o string) string {
-	switch o {
-	case "adamw":
-		return "AdamW"
-	case "adam":
-		return "Adam"
-	}
-	return o
 }
 
 // lowerPrecision is the next precision that stores less: fp32 → bf16

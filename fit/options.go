@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/memsh/memsh/backend/sim"
@@ -35,7 +36,7 @@ type Options struct {
 	Seq        int    // sequence length of the batch search (0: the model's default)
 	Batch      int    // > 0: search the longest sequence at this batch instead
 	Precision  string // fp32, bf16, fp16, bf16-true (Lightning's names accepted)
-	Optimizer  string // adamw, adam, sgd
+	Optimizer  string // a Trainer optim name (Optimizers); adamw is adamw_torch
 	Checkpoint bool
 	Attention  string // eager, sdpa, flash ("" : sdpa)
 	// Routing is a Mixture-of-Experts model's routing plan: "balanced"
@@ -50,8 +51,24 @@ type Options struct {
 	// GradAccum is the micro-batches of each optimizer step (gradient
 	// accumulation; the searched batch is the micro-batch).
 	GradAccum int
-	JSON      bool
-	Out       string // --out FILE.jsonl: the trials' records
+	// Finetune is what trains: FinetuneFull (every parameter),
+	// FinetuneLoRA (PEFT's LoRA adapters on the frozen model) or
+	// FinetuneQLoRA (LoRA on a model whose linear layers but lm_head are
+	// bitsandbytes' NF4 Linear4bit, prepared by
+	// prepare_model_for_kbit_training). "" is full.
+	Finetune string
+	// The LoRA adapters (PEFT's LoraConfig): rank, lora_alpha,
+	// lora_dropout and target_modules — comma-separated module names
+	// or "all-linear"; "" is PEFT's default for the model type.
+	LoRAR       int
+	LoRAAlpha   float64
+	LoRADropout float64
+	LoRATargets string
+	// loraTargets is LoRATargets resolved by Validate: the names, or
+	// ["all-linear"].
+	loraTargets []string
+	JSON        bool
+	Out         string // --out FILE.jsonl: the trials' records
 	// Set records which flags the user gave (so an error never mentions
 	// a flag they did not type).
 	Set map[string]bool
@@ -74,6 +91,88 @@ var precisionAlias = map[string]string{
 	"fp16": PrecFP16, "16": PrecFP16, "16-mixed": PrecFP16,
 	"bf16-true": PrecBF16True,
 }
+
+// Optimizer is one optimizer memsh fit trains with, by the name Hugging
+// Face Trainer's optim takes (TrainingArguments.optim), and how the
+// driver (driver.star's make_optimizer) builds it.
+type Optimizer struct {
+	Name  string // the Trainer's optim name
+	Title string // the report's words
+	// Saver is an optimizer the advice tries instead of a bigger one: it
+	// keeps less state per parameter than AdamW's two float32 moments.
+	Saver bool
+}
+
+// Optimizers are --optimizer's names: the Trainer's (adamw_torch first,
+// the default), then fit's own adam. adamw is an alias of adamw_torch.
+var Optimizers = []Optimizer{
+	{Name: OptAdamWTorch, Title: "AdamW (torch.optim.AdamW, foreach)"},
+	{Name: OptAdamWFused, Title: "AdamW fused (torch.optim.AdamW, fused=True)"},
+	{Name: OptAdamW8bit, Title: "8-bit AdamW (bitsandbytes AdamW8bit)", Saver: true},
+	{Name: OptPagedAdamW8bit, Title: "paged 8-bit AdamW (bitsandbytes PagedAdamW8bit)", Saver: true},
+	{Name: OptAdafactor, Title: "Adafactor (transformers', scale_parameter=False, relative_step=False)", Saver: true},
+	{Name: OptSGD, Title: "SGD (momentum 0: no state)", Saver: true},
+	{Name: OptAdam, Title: "Adam (torch.optim.Adam, foreach)"},
+}
+
+// The optimizers' names.
+const (
+	OptAdamWTorch     = "adamw_torch"
+	OptAdamWFused     = "adamw_torch_fused"
+	OptAdamW8bit      = "adamw_bnb_8bit"
+	OptPagedAdamW8bit = "paged_adamw_8bit"
+	OptAdafactor      = "adafactor"
+	OptSGD            = "sgd"
+	OptAdam           = "adam"
+)
+
+// LookupOptimizer finds --optimizer's name (adamw is adamw_torch).
+func LookupOptimizer(name string) (Optimizer, bool) {
+	if name == "adamw" {
+		name = OptAdamWTorch
+	}
+	for _, o := range Optimizers {
+		if o.Name == name {
+			return o, true
+		}
+	}
+	return Optimizer{}, false
+}
+
+// optimizerList is the accepted names, for a usage error.
+func optimizerList() string {
+	var names []string
+	for _, o := range Optimizers {
+		names = append(names, o.Name)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// What --finetune trains.
+const (
+	FinetuneFull  = "full"
+	FinetuneLoRA  = "lora"
+	FinetuneQLoRA = "qlora"
+)
+
+// LoRA's defaults: PEFT's LoraConfig (r=8, lora_alpha=8, lora_dropout=0.0).
+const (
+	DefaultLoRAR     = 8
+	DefaultLoRAAlpha = 8
+)
+
+// loraDefaultTargets is PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+// (peft/utils/constants.py) for the model types memsh builds; a type it
+// does not list has no default (PEFT asks for target_modules).
+var loraDefaultTargets = map[string][]string{
+	"llama": {"q_proj", "v_proj"}, "mistral": {"q_proj", "v_proj"}, "mixtral": {"q_proj", "v_proj"},
+	"qwen2": {"q_proj", "v_proj"}, "qwen3": {"q_proj", "v_proj"},
+	"gemma2": {"q_proj", "v_proj"}, "gemma3_text": {"q_proj", "v_proj"},
+	"gpt2": {"c_attn"},
+}
+
+// LoRATargetList returns the target modules Validate resolved.
+func (o *Options) LoRATargetList() []string { return o.loraTargets }
 
 // Model is a resolved SOURCE.
 type Model struct {
@@ -162,11 +261,11 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 		return nil, usageErr("--precision: want fp32, bf16, fp16 or bf16-true (Lightning's 32-true, bf16-mixed, 16-mixed), got %q", o.Precision)
 	}
 	o.Precision = p
-	switch o.Optimizer {
-	case "adamw", "adam", "sgd":
-	default:
-		return nil, usageErr("--optimizer: want adamw, adam or sgd, got %q", o.Optimizer)
+	opt, ok := LookupOptimizer(o.Optimizer)
+	if !ok {
+		return nil, usageErr("--optimizer: want %s (Hugging Face Trainer's optim names; adamw is adamw_torch), got %q", optimizerList(), o.Optimizer)
 	}
+	o.Optimizer = opt.Name
 	if o.Attention == "" {
 		o.Attention = "sdpa"
 	}
@@ -200,6 +299,9 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 		if o.GradAccum < 1 {
 			return nil, usageErr("--grad-accum: want a positive integer, got %d", o.GradAccum)
 		}
+	}
+	if err := o.validateFinetune(m); err != nil {
+		return nil, err
 	}
 	if o.Set["seq"] && o.Seq < 1 {
 		return nil, usageErr("--seq: want a positive integer, got %d", o.Seq)
@@ -236,6 +338,92 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 		}
 	}
 	return warnings, nil
+}
+
+// modelType is the model's Hugging Face model_type ("gpt2" for the
+// library's nanoGPT models; "" for others).
+func modelType(m *Model) string {
+	switch {
+	case m.HF != nil:
+		return m.HF.ModelType
+	case m.Kind == KindNanoGPT:
+		return "gpt2"
+	}
+	return ""
+}
+
+// validateFinetune checks --finetune and the --lora-* options and
+// resolves the LoRA targets.
+func (o *Options) validateFinetune(m *Model) error {
+	switch o.Finetune {
+	case "", FinetuneFull:
+		o.Finetune = FinetuneFull
+		for _, f := range []string{"lora-r", "lora-alpha", "lora-dropout", "lora-targets"} {
+			if o.Set[f] {
+				return usageErr("--%s: a LoRA option; give --finetune lora or qlora", f)
+			}
+		}
+		return nil
+	case FinetuneLoRA, FinetuneQLoRA:
+	default:
+		return usageErr("--finetune: want full, lora or qlora (LoRA adapters on the frozen model; on its linear layers in 4-bit NF4), got %q", o.Finetune)
+	}
+	if o.Inference {
+		return usageErr("--finetune: a training option; --inference generates under no_grad")
+	}
+	mt := modelType(m)
+	switch {
+	case m.Kind == KindResNet:
+		return usageErr("--finetune %s: modelled for language models; %s is an image model", o.Finetune, m.Name)
+	case o.Finetune == FinetuneQLoRA && (m.Kind != KindHF || mt == "gpt2"):
+		return usageErr("--finetune qlora: 4-bit layers are modelled for the Llama-family configs (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, mixtral, qwen2_moe, qwen3_moe); %s is not one", m.Name)
+	case m.Kind == KindHF && mt == "gpt2":
+		return usageErr("--finetune lora: GPT-2's Conv1D projections (c_attn) are not nn.Linear, which memsh's LoRA wraps; the library's gpt2-* models (nanoGPT, nn.Linear) take LoRA")
+	}
+	if o.LoRAR == 0 && !o.Set["lora-r"] {
+		o.LoRAR = DefaultLoRAR
+	}
+	if o.LoRAAlpha == 0 && !o.Set["lora-alpha"] {
+		o.LoRAAlpha = DefaultLoRAAlpha
+	}
+	if o.LoRAR < 1 {
+		return usageErr("--lora-r: want a positive integer (the adapters' rank), got %d", o.LoRAR)
+	}
+	if !(o.LoRAAlpha > 0) {
+		return usageErr("--lora-alpha: want a positive number (scaling = alpha / r), got %v", o.LoRAAlpha)
+	}
+	if !(o.LoRADropout >= 0 && o.LoRADropout < 1) {
+		return usageErr("--lora-dropout: want a probability in [0, 1), got %v", o.LoRADropout)
+	}
+	if o.Finetune == FinetuneQLoRA && !o.Set["checkpoint"] {
+		// the QLoRA recipe: prepare_model_for_kbit_training's
+		// use_gradient_checkpointing=True (--checkpoint=false says no)
+		o.Checkpoint = true
+	}
+	o.loraTargets = nil
+	if o.LoRATargets == "" {
+		t, ok := loraDefaultTargets[mt]
+		if !ok {
+			what := m.Name
+			if mt != "" {
+				what = "model_type " + mt
+			}
+			return usageErr("--lora-targets: PEFT has no default target modules for %s: name them (comma-separated, or all-linear)", what)
+		}
+		o.loraTargets = t
+		return nil
+	}
+	for _, t := range strings.Split(o.LoRATargets, ",") {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			return usageErr("--lora-targets: an empty module name in %q (comma-separated names, or all-linear)", o.LoRATargets)
+		}
+		o.loraTargets = append(o.loraTargets, t)
+	}
+	if slices.Contains(o.loraTargets, "all-linear") && len(o.loraTargets) > 1 {
+		return usageErr("--lora-targets: all-linear stands alone, got %q", o.LoRATargets)
+	}
+	return nil
 }
 
 // validateInference checks --inference's options: a decoder the

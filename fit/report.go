@@ -33,7 +33,11 @@ type Report struct {
 	SDPABackend         string `json:"sdpa_backend,omitempty"`   // cudnn, flash, efficient or math
 	Routing             string `json:"routing,omitempty"`        // a Mixture-of-Experts model's routing plan: balanced or worst
 	Steps               int    `json:"steps"`
-	GradAccum           int    `json:"grad_accum,omitempty"` // micro-batches per step (the searched batch is the micro-batch)
+	// Finetune is what trains: full, lora or qlora; LoRA describes the
+	// adapters (lora, qlora).
+	Finetune  string    `json:"finetune"`
+	LoRA      *LoRAInfo `json:"lora,omitempty"`
+	GradAccum int       `json:"grad_accum,omitempty"` // micro-batches per step (the searched batch is the micro-batch)
 	// Inference: generation of MaxNewTokens tokens with a KVCache
 	// ("dynamic" or "static") instead of training; PrefillPeak is the
 	// allocator's peak up to the end of the prefill and PeakIn where the
@@ -60,6 +64,29 @@ type Report struct {
 	Notes          []string         `json:"notes,omitempty"`
 }
 
+// LoRAInfo is --finetune lora/qlora's adapters (PEFT's LoraConfig) and,
+// for qlora, the 4-bit base.
+type LoRAInfo struct {
+	R          int      `json:"r"`
+	Alpha      float64  `json:"alpha"`
+	Dropout    float64  `json:"dropout"`
+	Targets    []string `json:"targets"`    // target_modules (names, or "all-linear")
+	Modules    int      `json:"modules"`    // the layers wrapped
+	Parameters int64    `json:"parameters"` // the adapters' (all trainable)
+	// GradientBytes and OptimizerStateBytes are the trainable
+	// parameters' gradients and optimizer state (float32 adapters: 4 and,
+	// for AdamW, 8 bytes a parameter), each tensor rounded as the
+	// allocator rounds; the frozen weights have neither.
+	GradientBytes       int64 `json:"gradient_bytes"`
+	OptimizerStateBytes int64 `json:"optimizer_state_bytes"`
+	// Quantization: qlora's base, "nf4" (bitsandbytes' Linear4bit, double
+	// quantization), ComputeDType its compute dtype, QuantBytes the 4-bit
+	// weights' quantization states (beside the packed weights).
+	Quantization string `json:"quantization,omitempty"`
+	ComputeDType string `json:"compute_dtype,omitempty"`
+	QuantBytes   int64  `json:"quant_state_bytes,omitempty"`
+}
+
 // Peak is the allocator's peaks in the trial at the largest size.
 type Peak struct {
 	Allocated     int64 `json:"allocated"`     // max_memory_allocated
@@ -72,12 +99,16 @@ type Peak struct {
 type Breakdown struct {
 	Parameters     int64 `json:"parameters"` // parameters and buffers
 	Gradients      int64 `json:"gradients"`
-	OptimizerState int64 `json:"optimizer_state"`
-	Activations    int64 `json:"activations"` // tensors saved for backward
-	Temporaries    int64 `json:"temporaries"`
-	Workspaces     int64 `json:"workspaces"`         // the cuBLAS and cuBLASLt workspaces
-	KVCache        int64 `json:"kv_cache,omitempty"` // --inference: the KV cache's bytes at the peak (closed form)
-	Other          int64 `json:"other"`              // what was allocated before the step
+	OptimizerState int64 `json:"optimizer_state"` // on the device
+	// OptimizerStatePaged is the optimizer's state in bitsandbytes' paged
+	// (managed) memory (paged_adamw_8bit): outside the caching allocator,
+	// so not in the sum of the breakdown nor in the peak.
+	OptimizerStatePaged int64 `json:"optimizer_state_paged,omitempty"`
+	Activations         int64 `json:"activations"` // tensors saved for backward
+	Temporaries         int64 `json:"temporaries"`
+	Workspaces          int64 `json:"workspaces"`         // the cuBLAS and cuBLASLt workspaces
+	KVCache             int64 `json:"kv_cache,omitempty"` // --inference: the KV cache's bytes at the peak (closed form)
+	Other               int64 `json:"other"`              // what was allocated before the step
 }
 
 // OOMInfo is the first size that ran out of memory, measured.
@@ -95,9 +126,12 @@ type OOMInfo struct {
 type Floor struct {
 	Parameters     int64 `json:"parameters"`
 	Gradients      int64 `json:"gradients"`
-	OptimizerState int64 `json:"optimizer_state"`
-	Total          int64 `json:"total"`
-	Usable         int64 `json:"usable"`
+	OptimizerState int64 `json:"optimizer_state"` // on the device
+	// OptimizerStatePaged is the state a paged optimizer keeps in paged
+	// memory (not in Total: it is not on the device).
+	OptimizerStatePaged int64 `json:"optimizer_state_paged,omitempty"`
+	Total               int64 `json:"total"`
+	Usable              int64 `json:"usable"`
 }
 
 // Alternative is one change that could make the model fit, found by
@@ -162,6 +196,22 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 	}
 	p(", %s\n", r.ParameterDType)
+	if l := r.LoRA; l != nil {
+		pct := 0.0
+		if r.Parameters > 0 {
+			pct = 100 * float64(r.TrainableParameters) / float64(r.Parameters)
+		}
+		base := "the model frozen"
+		if l.Quantization != "" {
+			base = fmt.Sprintf("the linear layers but lm_head in 4-bit NF4 (bitsandbytes Linear4bit, double quantization, computing in %s), the rest float32, all frozen", l.ComputeDType)
+		}
+		what := "LoRA"
+		if r.Finetune == FinetuneQLoRA {
+			what = "QLoRA: LoRA"
+		}
+		p("  fine-tuning: %s r=%d, alpha %s, dropout %s on %s (%d modules): %s trainable parameters (%.2f %%), their gradients %s and optimizer state %s; %s\n",
+			what, l.R, trimFloat(l.Alpha), trimFloat(l.Dropout), strings.Join(l.Targets, ", "), l.Modules, commas(r.TrainableParameters), pct, fb(l.GradientBytes), fb(l.OptimizerStateBytes), base)
+	}
 	if r.CheckpointFile != nil {
 		p("  checkpoint: %d tensors match the model's parameters (shapes; stored as %s)\n", r.CheckpointFile.Tensors, r.CheckpointFile.DType)
 	}
@@ -183,7 +233,11 @@ func (r *Report) WriteText(w io.Writer) {
 		if r.GradAccum > 1 {
 			accum = fmt.Sprintf(", %d micro-batches per step (the batch below is the micro-batch)", r.GradAccum)
 		}
-		p("  training: %s, %s, %s, %d steps per trial%s; attention %s\n", precisionText(r.Precision), r.Optimizer, checkpointText(r.Checkpoint), r.Steps, accum, att)
+		prec := precisionText(r.Precision)
+		if r.Finetune == FinetuneLoRA || r.Finetune == FinetuneQLoRA {
+			prec = finetunePrecisionText(r.Precision, r.Finetune == FinetuneQLoRA)
+		}
+		p("  training: %s, %s, %s, %d steps per trial%s; attention %s\n", prec, optimizerText(r.Optimizer), checkpointText(r.Checkpoint), r.Steps, accum, att)
 	}
 	if r.Search == "seq" && r.Inference {
 		p("  batch %d, longest prompt: ", r.Batch)
@@ -242,6 +296,9 @@ func (r *Report) WriteText(w io.Writer) {
 		p("  weights floor: parameters %s", fb(r.Floor.Total))
 	} else if r.Floor != nil {
 		p("  model-state floor: parameters %s + gradients %s + optimizer state %s = %s", fb(r.Floor.Parameters), fb(r.Floor.Gradients), fb(r.Floor.OptimizerState), fb(r.Floor.Total))
+		if r.Floor.OptimizerStatePaged > 0 {
+			p(" (and %s of optimizer state paged, off the device)", fb(r.Floor.OptimizerStatePaged))
+		}
 	}
 	if r.Floor != nil {
 		if r.Floor.Total > r.Floor.Usable {
@@ -303,7 +360,18 @@ func (b *Breakdown) text() string {
 	if b.Other != 0 {
 		s += " · other " + fb(b.Other)
 	}
+	if b.OptimizerStatePaged > 0 {
+		s += " (optimizer state paged, off the device: " + fb(b.OptimizerStatePaged) + ")"
+	}
 	return s
+}
+
+// optimizerText is the report's words for a Trainer optim name.
+func optimizerText(name string) string {
+	if o, ok := LookupOptimizer(name); ok {
+		return o.Name + ": " + o.Title
+	}
+	return name
 }
 
 func phaseText(p string) string {
@@ -324,6 +392,27 @@ func precisionText(p string) string {
 		return "fp16 autocast with a GradScaler"
 	case PrecBF16True:
 		return "bf16-true (bfloat16 weights, gradients and optimizer state)"
+	}
+	return "fp32"
+}
+
+// finetunePrecisionText is precisionText for LoRA and QLoRA, whose
+// adapters, their gradients and optimizer state are float32 whatever the
+// precision (PEFT's autocast_adapter_dtype).
+// With qlora, prepare_model_for_kbit_training has made every weight but
+// the 4-bit ones float32.
+func finetunePrecisionText(p string, qlora bool) string {
+	switch {
+	case p == PrecBF16True && qlora:
+		return "bf16-true (no autocast; float32 adapters, gradients and optimizer state)"
+	}
+	switch p {
+	case PrecBF16:
+		return "bf16 autocast (float32 adapters, gradients and optimizer state)"
+	case PrecFP16:
+		return "fp16 autocast with a GradScaler (float32 adapters)"
+	case PrecBF16True:
+		return "bf16-true (the frozen weights bfloat16; float32 adapters, gradients and optimizer state)"
 	}
 	return "fp32"
 }
@@ -404,4 +493,13 @@ func trialsText(ts []Trial, unit string) string {
 		return s + "; none replayed"
 	}
 	return s + fmt.Sprintf("; replayed at %s", strings.Join(rep, ", "))
+}
+
+// trimFloat writes f as Python does (8.0, 0.05).
+func trimFloat(f float64) string {
+	s := fmt.Sprint(f)
+	if !strings.ContainsAny(s, ".e") {
+		s += ".0"
+	}
+	return s
 }

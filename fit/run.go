@@ -86,13 +86,34 @@ func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Wri
 	if routing == "" {
 		routing = "balanced"
 	}
-	spec := fmt.Sprintf(`SPEC = dict(kind = %q, preset = PRESET, config = %s, attention = %q, precision = %q, optimizer = %q, checkpoint = %s, sequence = %s, inference = %s, max_new_tokens = %d, kv_cache = %q, grad_accum = %d, routing = %q)
-`, m.Kind, configExpr(m), o.Attention, o.Precision, o.Optimizer, pyBool(o.Checkpoint), pyBool(m.Sequence), pyBool(o.Inference), o.MaxNewTokens, o.KVCache, max(1, o.GradAccum), routing)
+	finetune := o.Finetune
+	if finetune == "" {
+		finetune = FinetuneFull
+	}
+	spec := fmt.Sprintf(`SPEC = dict(kind = %q, preset = PRESET, config = %s, attention = %q, precision = %q, optimizer = %q, checkpoint = %s, sequence = %s, inference = %s, max_new_tokens = %d, kv_cache = %q, grad_accum = %d, routing = %q, finetune = %q, lora_r = %d, lora_alpha = %s, lora_dropout = %s, lora_targets = %s)
+`, m.Kind, configExpr(m), o.Attention, o.Precision, o.Optimizer, pyBool(o.Checkpoint), pyBool(m.Sequence), pyBool(o.Inference), o.MaxNewTokens, o.KVCache, max(1, o.GradAccum), routing,
+		finetune, o.LoRAR, pyFloat(o.LoRAAlpha), pyFloat(o.LoRADropout), loraTargetsExpr(o.loraTargets))
 	if err := s.Exec("<memsh fit>", load+spec+driverSrc); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return r, nil
+}
+
+// pyFloat is f as a Starlark float literal.
+func pyFloat(f float64) string { return starlark.Float(f).String() }
+
+// loraTargetsExpr is nn.lora's target_modules: "all-linear", or a list of
+// names.
+func loraTargetsExpr(ts []string) string {
+	if len(ts) == 1 && ts[0] == "all-linear" {
+		return `"all-linear"`
+	}
+	q := make([]string, len(ts))
+	for i, t := range ts {
+		q[i] = strconv.Quote(t)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
 
 func configExpr(m *Model) string {
@@ -158,7 +179,8 @@ type Trial struct {
 	Replayed bool `json:"replayed"`
 }
 
-// search runs sweep.max_fit over what (in exact peak mode, fresh trials).
+// search runs sweep.max_fit over what (in exact peak mode, as one fresh
+// process per search: fresh="search"; replay=True).
 func (r *run) search(what string, batch, seq, low, high int, name string) (*Search, error) {
 	sr := &Search{What: what, Batch: batch, Seq: seq, Low: low, High: high}
 	seqArg := "None"
@@ -216,6 +238,7 @@ type Measurement struct {
 	Generation   map[string]int64 // --inference: generate()'s figures (prefill_peak, peak, kv_cache)
 	GenPhase     string           // --inference: "prefill" or "decode"
 	Requested    int64            // the allocation that did not fit
+	Paged        int64            // the optimizer's state in paged memory (bitsandbytes' paged optimizers), outside the allocator
 }
 
 // measure runs the driver's measure(b, s) in exact peak mode, quietly.
@@ -252,7 +275,7 @@ func (r *run) measure(batch, seq int) (*Measurement, error) {
 	ms := &Measurement{Batch: batch, Seq: seq, Status: toStr(get("status")), Error: toStr(get("error")),
 		MaxAllocated: int64(toInt(get("max_allocated"))), MaxReserved: int64(toInt(get("max_reserved"))),
 		Outside: int64(toInt(get("outside"))), Total: int64(toInt(get("total"))), Phase: toStr(get("phase")),
-		Peak: toMap(get("peak")), Failed: toMap(get("failed"))}
+		Peak: toMap(get("peak")), Failed: toMap(get("failed")), Paged: int64(toInt(get("paged")))}
 	if g, ok := get("generation").(*starlark.Dict); ok {
 		ms.Generation = toMap(g)
 		if ph, _, _ := g.Get(starlark.String("peak_phase")); ph != nil {
@@ -267,9 +290,20 @@ func (r *run) measure(batch, seq int) (*Measurement, error) {
 
 // describeModel returns the built model's parameters.
 type modelInfo struct {
-	Parameters, Trainable, ParamBytes int64
-	Params                            []ParamInfo
-	DType                             string
+	// Parameters counts the base model's (a 4-bit weight its weights,
+	// the adapters not); Trainable those that require grad; Adapters the
+	// LoRA adapters' (in AdapterModules wrapped layers).
+	Parameters, Trainable, Adapters int64
+	AdapterModules                  int
+	// ParamBytes is every parameter's bytes on the card, TrainableBytes
+	// the trainable ones', QuantBytes the 4-bit weights' quantization
+	// states' (each tensor rounded as the allocator rounds).
+	ParamBytes, TrainableBytes, QuantBytes int64
+	Params                                 []ParamInfo
+	// TrainableShapes are the trainable parameters' shapes (adapters
+	// included): the optimizer keeps state for these.
+	TrainableShapes [][]int
+	DType           string
 }
 
 func (r *run) describe() (*modelInfo, error) {
@@ -282,7 +316,9 @@ func (r *run) describe() (*modelInfo, error) {
 		x, _, _ := d.Get(starlark.String(k))
 		return x
 	}
-	mi := &modelInfo{Parameters: int64(toInt(get("parameters"))), Trainable: int64(toInt(get("trainable"))), ParamBytes: int64(toInt(get("param_bytes"))), DType: toStr(get("dtype"))}
+	i64 := func(k string) int64 { return int64(toInt(get(k))) }
+	mi := &modelInfo{Parameters: i64("parameters"), Trainable: i64("trainable"), Adapters: i64("adapters"), AdapterModules: toInt(get("adapter_modules")),
+		ParamBytes: i64("param_bytes"), TrainableBytes: i64("trainable_bytes"), QuantBytes: i64("quant_bytes"), DType: toStr(get("dtype"))}
 	if l, ok := get("params").(*starlark.List); ok {
 		for i := 0; i < l.Len(); i++ {
 			t, _ := l.Index(i).(starlark.Tuple)
@@ -296,6 +332,17 @@ func (r *run) describe() (*modelInfo, error) {
 				}
 			}
 			mi.Params = append(mi.Params, ParamInfo{Name: toStr(t[0]), Shape: shape})
+		}
+	}
+	if l, ok := get("trainable_shapes").(*starlark.List); ok {
+		for i := 0; i < l.Len(); i++ {
+			var shape []int
+			if sl, ok := l.Index(i).(*starlark.List); ok {
+				for j := 0; j < sl.Len(); j++ {
+					shape = append(shape, toInt(sl.Index(j)))
+				}
+			}
+			mi.TrainableShapes = append(mi.TrainableShapes, shape)
 		}
 	}
 	return mi, nil

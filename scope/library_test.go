@@ -79,3 +79,45 @@ func TestLoadLibrary(t *testing.T) {
 		t.Errorf("missing module: %v", err)
 	}
 }
+
+// A .json module (the library's published configs, a user's config.json)
+// loads as one member, data: its value as json.decode gives it, frozen;
+// a file that is not JSON is an error that does not quote it.
+func TestLoadJSON(t *testing.T) {
+	lib := fstest.MapFS{
+		"models/configs/tiny.json": {Data: []byte(`{"model_type": "llama", "hidden_size": 64, "layer_types": ["full_attention"]}`)},
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "secret.json"), []byte("{\"token\": \"hunter2\",\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	main := filepath.Join(dir, "main.star")
+	run := func(src string) (string, error) {
+		if err := os.WriteFile(main, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out, Library: lib})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		err = s.Exec(main, nil)
+		return out.String(), err
+	}
+	out, err := run(`load("models/configs/tiny.json", cfg = "data")
+print(cfg["model_type"], cfg["hidden_size"], cfg["layer_types"])
+`)
+	if err != nil || out != "llama 64 [\"full_attention\"]\n" {
+		t.Fatalf("library JSON: %q, %v", out, err)
+	}
+	if _, err := run(`load("models/configs/tiny.json", cfg = "data")
+cfg["hidden_size"] = 1
+`); err == nil || !strings.Contains(err.Error(), "frozen") {
+		t.Errorf("a loaded JSON value is frozen: %v", err)
+	}
+	_, err = run(`load("secret.json", "data")` + "\n")
+	if err == nil || !strings.Contains(err.Error(), "cannot load secret.json: not a valid JSON file") || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("a bad JSON file: %v", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	starlarkjson "go.starlark.net/lib/json"
 	"go.starlark.net/resolve"
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
@@ -164,6 +165,14 @@ func (s *Session) load(thread *starlark.Thread, module string) (starlark.StringD
 	if err != nil {
 		return nil, pathErr(err)
 	}
+	if strings.HasSuffix(path, ".json") {
+		g, err := jsonModule(s.thread, src)
+		if s.loaded == nil {
+			s.loaded = map[string]*loadEntry{}
+		}
+		s.loaded[path] = &loadEntry{g, err}
+		return g, err
+	}
 	prog, err := s.compileModule(module, path, src)
 	if err != nil {
 		return nil, err
@@ -188,6 +197,21 @@ func (s *Session) load(thread *starlark.Thread, module string) (starlark.StringD
 	s.loadMu.Unlock()
 	s.loaded[path] = &loadEntry{g, err}
 	return g, err
+}
+
+// jsonModule is a loaded .json file: one member, data, the file's value
+// decoded as json.decode decodes it (objects as dicts, arrays as lists),
+// frozen. A file that is not JSON is reported without its text.
+//
+//	load("models/configs/llama-3.2-1b.json", cfg = "data")
+func jsonModule(thread *starlark.Thread, src []byte) (starlark.StringDict, error) {
+	decode := starlarkjson.Module.Members["decode"]
+	v, err := starlark.Call(thread, decode, starlark.Tuple{starlark.String(src)}, nil)
+	if err != nil {
+		return nil, errors.New("not a valid JSON file")
+	}
+	v.Freeze()
+	return starlark.StringDict{"data": v}, nil
 }
 
 // compileModule parses and resolves a loaded file. A file whose name does

@@ -55,6 +55,10 @@ type Context struct {
 	// blas holds the cuBLAS workspaces PyTorch would have allocated
 	// (blas_workspace.go), shared with staging contexts.
 	blas *blasState
+
+	// quant is what 4-bit quantization shares (quant4.go: each device's
+	// dynamic map), shared with staging contexts.
+	quant *quantShared
 }
 
 // rngState is the Philox generator's state: the key and the counter of
@@ -70,7 +74,7 @@ const DefaultSeed = 67280421310721
 // NewContext returns a Context over m with the default seed and the "cpu"
 // default device.
 func NewContext(m *backend.Manager) *Context {
-	return &Context{Manager: m, DefaultDevice: "cpu", rng: &rngState{seed: DefaultSeed}, intr: new(atomic.Bool), blas: &blasState{}, roots: &goRoots{}}
+	return &Context{Manager: m, DefaultDevice: "cpu", rng: &rngState{seed: DefaultSeed}, intr: new(atomic.Bool), blas: &blasState{}, roots: &goRoots{}, quant: &quantShared{}}
 }
 
 // ErrInterrupted is the cause of the error an op returns when it stops

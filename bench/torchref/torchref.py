@@ -346,7 +346,7 @@ def cnn():
 
 
 # Hugging Face decoder families: bench/torchref/hf_families.py
-from hf_families import HFCausalLM, MOE_TINY, MOE_BATCH, MOE_SEQ, hf_tiny, moe_desc, moe_inputs  # noqa: E402
+from hf_families import HFCausalLM, MOE_TINY, MOE_BATCH, MOE_SEQ, hf_models, hf_tiny, moe_desc, moe_inputs  # noqa: E402
 
 
 MLP_DESC = ("nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), "
@@ -410,6 +410,73 @@ for _name in MOE_TINY:
         opt=lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.1, foreach=True),
         lm=True, desc=moe_desc(_name))
 
+# Hugging Face transformers' dense causal LMs (bench/torchref/hf_families.py):
+# hf_<family>_tiny and hf_<family>_long, language models (lm) computing their
+# own loss in the forward phase.
+MODELS.update(hf_models())
+
+# Frozen layers, LoRA and QLoRA (bench/torchref/peft_ref.py)
+import peft_ref  # noqa: E402
+from hf_families import LLAMA_TINY, LLAMA_QTINY  # noqa: E402
+
+
+def _frozen_mlp(i):
+    return dict(
+        build=lambda: peft_ref.FrozenMLP(i), inputs=lambda: (torch.randn(64, 512), torch.randint(0, 10, (64,))),
+        opt=lambda p: torch.optim.AdamW(p, lr=1e-3, foreach=True), frozen=True,
+        desc=MLP_DESC + "; model[%d].requires_grad_(False); torch.optim.AdamW(model.parameters(), lr=1e-3, "
+             "foreach=True) (the frozen parameters have no grad: AdamW skips them)" % i)
+
+
+MODELS["frozen_mlp_first"] = _frozen_mlp(0)
+MODELS["frozen_mlp_middle"] = _frozen_mlp(2)
+
+
+def _llama_peft(lora, targets, quant=False, input_grads=False, checkpoint=False):
+    cfg = LLAMA_QTINY if quant else LLAMA_TINY
+
+    def build():
+        m = HFCausalLM(hf_tiny(cfg), 2, 32, checkpoint=peft_ref.checkpoint_early_stop if checkpoint else None)
+        if quant:
+            # from_pretrained(torch_dtype=bfloat16, quantization_config=BitsAndBytesConfig(
+            # load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            # bnb_4bit_compute_dtype=bfloat16)); the rotary inv_freq buffer stays float32
+            for p in m.parameters():
+                p.data = p.data.to(torch.bfloat16)
+            peft_ref.replace_with_bnb_linear(m, torch.bfloat16)
+            peft_ref.prepare_model_for_kbit_training(m)
+        if input_grads:
+            peft_ref.enable_input_require_grads(m)
+        return peft_ref.apply_lora(m, lora["r"], lora["alpha"], lora["dropout"], targets)
+    what = "QLoRA: %s" % ("the linear layers but lm_head as bitsandbytes' Linear4bit (nf4, double quantization, "
+                          "blocksize 64, from bfloat16 weights, compute_dtype bfloat16), "
+                          "prepare_model_for_kbit_training(use_gradient_checkpointing=False); ") if quant else "LoRA: "
+    return dict(
+        build=build, inputs=lambda: moe_inputs_llama(), lm=True, frozen=True, input_grads=input_grads,
+        opt=lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.1, foreach=True),
+        desc="transformers 4.5x's llama family in plain PyTorch (bench/torchref/hf_families.py HFCausalLM), "
+             "config %s; eager attention; B=2 T=32; labels = input_ids; loss = model(input_ids, labels); %s"
+             "PEFT's LoRA (bench/torchref/peft_ref.py LoraLinear, apply_lora) r=%d lora_alpha=%d lora_dropout=%s "
+             "target_modules=%s%s%s; torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=True)" % (
+                 json.dumps(cfg, sort_keys=True), what, lora["r"], lora["alpha"], lora["dropout"],
+                 json.dumps(targets), "; enable_input_require_grads()" if input_grads else "",
+                 "; each decoder layer under PyTorch 2.x's non-reentrant checkpoint (early stop; "
+                 "bench/torchref/peft_ref.py checkpoint_early_stop)" if checkpoint else ""))
+
+
+def moe_inputs_llama():
+    x = torch.randint(0, LLAMA_TINY["vocab_size"], (2, 32))
+    return x, x.clone()
+
+
+_QV = ["q_proj", "v_proj"]
+_ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+MODELS["llama_lora_qv"] = _llama_peft(dict(r=8, alpha=16, dropout=0.0), _QV)
+MODELS["llama_lora_all_inputgrad"] = _llama_peft(dict(r=4, alpha=8, dropout=0.0), _ALL, input_grads=True)
+MODELS["llama_qlora_qv"] = _llama_peft(dict(r=8, alpha=16, dropout=0.0), _QV, quant=True)
+MODELS["llama_qlora_ckpt"] = _llama_peft(dict(r=8, alpha=16, dropout=0.0), _ALL, quant=True, input_grads=True,
+                                         checkpoint=True)
+
 STEPS = 2
 
 
@@ -443,7 +510,9 @@ def run_model(case, device):
         rec.cuda_baseline()
 
     st_out_raw = [None]
-
+    host_rule = spec.get("host_rule")
+    # a language model takes the labels and returns its loss (Hugging Face's
+    # model(input_ids, labels=labels)): forward and loss in one phase
     lm = spec.get("lm", False)
 
     def fwd():
@@ -476,11 +545,13 @@ def run_model(case, device):
         order = [o for o in order if o[0] != "loss"]
     for s in range(1, STEPS + 1):
         for name, fn in order:
-            rec.phase(name, fn, step=s)
+            rec.phase(name, fn, step=s, host_rule=host_rule)
     gc.enable()
     res = {
         "case": case,
         "kind": "lm" if lm else "model",
+        **({"frozen": True} if spec.get("frozen") else {}),
+        **({"input_grads": True} if spec.get("input_grads") else {}),
         "torch_version": torch.__version__,
         "device": device,
         "description": spec["desc"],
@@ -493,8 +564,11 @@ def run_model(case, device):
         "inputs": [tensor_info("x", x), tensor_info("y", y)],
         "out_raw": st_out_raw[0],
         "grad_bytes": st["grad_bytes"],
+        "trainable_bytes": sum(rounded(tbytes(p)) for p in model.parameters() if p.requires_grad),
         "phases": rec.phases,
     }
+    if "config" in spec:
+        res["config"] = spec["config"]
     return res, rec
 
 
@@ -514,6 +588,14 @@ def micro_cases():
     M["linear_nograd_input"] = ("F.linear(x[64,512] no grad, w[1024,512] requires_grad, b[1024] requires_grad)",
                                 lambda: dict(x=_r(64, 512, grad=False), w=_r(1024, 512), b=_r(1024)),
                                 lambda i: F.linear(i["x"], i["w"], i["b"]))
+    M["linear_frozen_weight"] = ("F.linear(x[64,512] requires_grad, w[1024,512] and b[1024] frozen "
+                                 "(requires_grad=False))",
+                                 lambda: dict(x=_r(64, 512), w=_r(1024, 512, grad=False), b=_r(1024, grad=False)),
+                                 lambda i: F.linear(i["x"], i["w"], i["b"]))
+    M["linear_frozen_weight_3d"] = ("F.linear(x[4,16,512] requires_grad, w[1024,512] and b[1024] frozen)",
+                                    lambda: dict(x=_r(4, 16, 512), w=_r(1024, 512, grad=False),
+                                                 b=_r(1024, grad=False)),
+                                    lambda i: F.linear(i["x"], i["w"], i["b"]))
     M["relu"] = ("F.relu(x[64,1024])", lambda: dict(x=_r(64, 1024)), lambda i: F.relu(i["x"]))
     M["gelu"] = ("F.gelu(x[64,1024]) (approximate='none')", lambda: dict(x=_r(64, 1024)),
                  lambda i: F.gelu(i["x"]))
@@ -671,17 +753,23 @@ def check_model(res):
     """Closed forms: every model, then the three plain-MLP cases (figures as on CUDA)."""
     case = res["case"]
     P0 = res["param_bytes"]
+    # out and loss alive after backward (a language model: the loss alone)
     out_loss = rounded(res["out_raw"]) + rounded(4)
     if res["kind"] == "lm":
         out_loss = rounded(4)  # the model's output is its loss
     # Step 1 starts empty; after its backward: one grad per parameter + logits + loss.
     assert ph(res, 1, "forward")["start"] == 0
-    assert ph(res, 1, "backward")["end"] == res["grad_bytes"] + out_loss, (case, ph(res, 1, "backward")["end"])
+    if not res.get("input_grads"):
+        # (with enable_input_require_grads the embeddings' output is a leaf that
+        # requires grad: it and its .grad live until the loss is released)
+        assert ph(res, 1, "backward")["end"] == res["grad_bytes"] + out_loss, (case, ph(res, 1, "backward")["end"])
     if "routing plan worst" not in res["description"]:
-        assert res["grad_bytes"] == P0, (case, res["grad_bytes"], P0)
+        assert res["grad_bytes"] == res["trainable_bytes"], (case, res["grad_bytes"], res["trainable_bytes"])
+    if not res.get("frozen"):
+        assert res["trainable_bytes"] == P0
     # Steady state: step 2 ends where step 1 ended.
     assert ph(res, 2, "release")["end"] == ph(res, 1, "release")["end"]
-    if case == "gpt2_tiny":
+    if case == "gpt2_tiny" or case.startswith("hf_"):
         s1 = ph(res, 1, "step")
         # AdamW state 2P; 1.13 foreach peak adds the sqrt list and the denom list (2P more).
         assert s1["end"] - s1["start"] == 2 * P0 and s1["peak"] - s1["start"] == 4 * P0
@@ -802,6 +890,22 @@ def main():
             check(res)  # the closed forms describe the CPU reference (no cuBLAS, no cuDNN workspaces)
         summ = " ".join(f"{p['phase'][:4]}{p['step']}={p['end']}/{p['peak']}" for p in res["phases"])
         print(f"{c}: {summ}")
+
+
+# --------------------------------------------------------------------------
+# Optimizer, clipping and gradient-accumulation cases live in optim_refs.py
+# (kept apart: it adds its cases to MODELS and routes them through
+# run_model and check_model).
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import optim_refs  # noqa: E402
+
+optim_refs.register(globals())
+
+# Generation with a KV cache (generate_ref.py), registered the same way.
+import generate_ref  # noqa: E402
+
+generate_ref.register(globals())
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +21,27 @@ import (
 // The memsh binary, built once for every test that runs it as a child.
 var memshBin, memshBuildErr string
 
+// fsizeEnv, set in a child's environment, makes the test binary a
+// wrapper: it sets its own RLIMIT_FSIZE to the value and execs the rest of
+// its arguments (memshFsize), so that the test process itself never runs
+// under the limit (its test log, written meanwhile, would fail with EFBIG).
+const fsizeEnv = "MEMSH_TEST_FSIZE_EXEC"
+
 func TestMain(m *testing.M) {
+	if v := os.Getenv(fsizeEnv); v != "" {
+		var limit uint64
+		fmt.Sscan(v, &limit)
+		var old syscall.Rlimit
+		syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old)
+		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: limit, Max: old.Max}); err != nil {
+			fmt.Fprintln(os.Stderr, "setrlimit:", err)
+			os.Exit(125)
+		}
+		env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, fsizeEnv+"=") })
+		err := syscall.Exec(os.Args[1], os.Args[1:], env)
+		fmt.Fprintln(os.Stderr, "exec:", err)
+		os.Exit(126)
+	}
 	dir, err := os.MkdirTemp("", "memsh-test-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -138,10 +158,6 @@ func sampleRecords(n int) string {
 	return b.String()
 }
 
-// rlimitMu serializes changing this process's file size limit around
-// starting a child, which inherits it.
-var rlimitMu sync.Mutex
-
 // memshFsize runs memsh with RLIMIT_FSIZE at limit bytes: a write past it
 // fails with EFBIG (Go ignores SIGXFSZ), as on a full disk.
 func memshFsize(t *testing.T, dir string, limit uint64, args ...string) result {
@@ -149,25 +165,16 @@ func memshFsize(t *testing.T, dir string, limit uint64, args ...string) result {
 	bin := buildMemsh(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	rlimitMu.Lock()
-	var old syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
-		rlimitMu.Unlock()
+	self, err := os.Executable()
+	if err != nil {
 		t.Fatal(err)
 	}
-	lim := syscall.Rlimit{Cur: limit, Max: old.Max}
-	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
-		rlimitMu.Unlock()
-		t.Skipf("setrlimit: %v", err)
-	}
-	err := cmd.Start()
-	syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old)
-	rlimitMu.Unlock()
-	if err != nil {
+	cmd := exec.CommandContext(ctx, self, append([]string{bin}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", fsizeEnv, limit))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	err = cmd.Wait()

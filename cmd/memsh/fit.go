@@ -17,7 +17,7 @@ import (
 func init() { subcommands["fit"] = fitCommand }
 
 // fitUsage is memsh fit's usage line.
-const fitUsage = "usage: memsh fit SOURCE [--gpu H100] [--seq N | --batch N] [--precision fp32|bf16|fp16|bf16-true] [--optimizer adamw|adam|sgd] [--checkpoint] [--grad-accum N] [--attention eager|sdpa|flash] [--inference [--max-new-tokens N] [--kv-cache dynamic|static]] [--json] [--out FILE.jsonl]"
+const fitUsage = "usage: memsh fit SOURCE [--gpu H100] [--seq N | --batch N] [--precision fp32|bf16|fp16|bf16-true] [--optimizer adamw_torch|adamw_torch_fused|adamw_bnb_8bit|paged_adamw_8bit|adafactor|sgd|adam] [--checkpoint] [--grad-accum N] [--finetune full|lora|qlora [--lora-r R] [--lora-alpha A] [--lora-dropout P] [--lora-targets q_proj,v_proj,...]] [--attention eager|sdpa|flash] [--inference [--max-new-tokens N] [--kv-cache dynamic|static]] [--json] [--out FILE.jsonl]"
 
 // fitCommand is `memsh fit SOURCE ...` (package fit): the largest batch
 // that trains SOURCE — a library model, a Hugging Face config.json (or
@@ -32,11 +32,16 @@ func fitCommand(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Seq, "seq", 0, "sequence length `N` of the batch search (default: the model's, at most 2048)")
 	fs.IntVar(&o.Batch, "batch", 0, "find the longest sequence at batch `N` instead (language models)")
 	fs.StringVar(&o.Precision, "precision", "bf16", "fp32, bf16 (autocast, float32 weights), fp16 (autocast and a GradScaler) or bf16-true (bfloat16 weights and optimizer state)")
-	fs.StringVar(&o.Optimizer, "optimizer", "adamw", "adamw, adam or sgd (momentum 0.9)")
+	fs.StringVar(&o.Optimizer, "optimizer", fit.OptAdamWTorch, "Hugging Face Trainer's optim name: adamw_torch (AdamW, foreach), adamw_torch_fused, adamw_bnb_8bit, paged_adamw_8bit (bitsandbytes), adafactor (transformers'), sgd (momentum 0); or adam. adamw is adamw_torch")
 	fs.BoolVar(&o.Checkpoint, "checkpoint", false, "activation checkpointing per layer (nn.checkpoint, non-reentrant)")
 	fs.StringVar(&o.Attention, "attention", "sdpa", "eager, sdpa or flash (Hugging Face's attn_implementation names; sdpa's backend is PyTorch's choice for the card)")
 	fs.StringVar(&o.Routing, "routing", "balanced", "a Mixture-of-Experts model's tokens per expert: balanced (even) or worst (every token on the same experts)")
 	fs.IntVar(&o.GradAccum, "grad-accum", 1, "gradient accumulation: `N` micro-batches (each forward and backward, the loss divided by N) per optimizer step; the batch searched is the micro-batch")
+	fs.StringVar(&o.Finetune, "finetune", "full", "what trains: full (every parameter), lora (PEFT's LoRA adapters on the frozen model) or qlora (LoRA on the model's linear layers in 4-bit NF4, bitsandbytes)")
+	fs.IntVar(&o.LoRAR, "lora-r", fit.DefaultLoRAR, "with --finetune lora/qlora: the adapters' rank `R` (PEFT's LoraConfig r)")
+	fs.Float64Var(&o.LoRAAlpha, "lora-alpha", fit.DefaultLoRAAlpha, "with --finetune lora/qlora: lora_alpha `A` (scaling = A / R)")
+	fs.Float64Var(&o.LoRADropout, "lora-dropout", 0, "with --finetune lora/qlora: lora_dropout `P`")
+	fs.StringVar(&o.LoRATargets, "lora-targets", "", "with --finetune lora/qlora: the target modules, comma-separated `names` or all-linear (default: PEFT's for the model type, q_proj,v_proj for the Llama family)")
 	fs.BoolVar(&o.Inference, "inference", false, "generation instead of training: greedy decoding of --max-new-tokens after a prompt of --seq tokens, with a KV cache, under no_grad (bfloat16 weights unless --precision says otherwise)")
 	fs.IntVar(&o.MaxNewTokens, "max-new-tokens", 128, "with --inference: the tokens to generate")
 	fs.StringVar(&o.KVCache, "kv-cache", "dynamic", "with --inference: dynamic (transformers' DynamicCache) or static (StaticCache)")

@@ -103,17 +103,20 @@ func trialsText(ts []cardTrial) string {
 // memsh fit (its searches replay what they can): GPT-2 small on the H100
 // and the H200, with and without activation checkpointing, the card's
 // math attention (--attention eager; h100_search.jsonl,
-// h200_search.jsonl), the ResNets (h100_models_search.jsonl); scripts/fit.star for the
-// card's own Llama 3.2 1B (models/llama.star): its batch at sequence
-// 2048 and its longest sequence at batch 1. Where memsh's search differs
+// h200_search.jsonl), the ResNets (h100_models_search.jsonl); the
+// card's own Llama 3.2 1B (models/llama.star, which scripts/fit.star
+// searched until it took the Hugging Face configs: llamaSearchScript,
+// its trial and its searches as fit.star made them): its batch at
+// sequence 2048 and its longest sequence at batch 1. Where memsh's search differs
 // from the card's, the trials that differ are the ones README and
 // bench/README.md name, with why: this test fails when they change.
 func TestRealGPUSearches(t *testing.T) {
 	for _, tc := range []struct {
 		file, model, gpu string
 		ckpt             bool
-		// star: run scripts/fit.star (the card's own Llama, not
-		// Hugging Face's); seq: its sequence search at batch 1
+		// star: the card's own Llama (models/llama.star, not Hugging
+		// Face's), by llamaSearchScript; seq: its sequence search at
+		// batch 1
 		star, seq bool
 		// differ lists the sizes whose status memsh does not share with
 		// the card (then memsh's own search is not compared further)
@@ -153,7 +156,7 @@ func TestRealGPUSearches(t *testing.T) {
 				what = "both"
 				search = ` "` + tc.model + map[bool]string{true: " ckpt", false: ""}[tc.ckpt] + ` seq (batch 1)"`
 			}
-			args = []string{"--device", "sim:" + tc.gpu + ",meta", "../../scripts/fit.star", tc.model, "--checkpoint", map[bool]string{true: "on", false: "off"}[tc.ckpt], "--what", what}
+			args = []string{"--device", "sim:" + tc.gpu + ",meta", "--load-path", "../../scripts", "-c", llamaSearchScript(tc.ckpt, what == "both")}
 		}
 		got := fitTrials(t, search, args...)
 		var differ []int
@@ -177,4 +180,40 @@ func TestRealGPUSearches(t *testing.T) {
 			t.Errorf("memsh fit %v: %d trials, the card's search %d\n memsh:%s\n card: %s", args, len(got), len(want), trialsText(got), trialsText(want))
 		}
 	}
+}
+
+// llamaSearchScript is the card's own Llama 3.2 1B (models/llama.star)
+// trained and searched as scripts/fit.star did before it took the
+// Hugging Face configs: two steps of bf16 autocast forward and cross
+// entropy (the logits upcast to float32), backward, AdamW(lr=1e-4) and
+// zero_grad(set_to_none=True) per trial; its batch at sequence 2048 and,
+// with seq, its longest sequence at batch 1 from 2048, each search as
+// fit.star's (binsearch, search="layout", fresh="search", replay=True,
+// named as fit.star named them).
+func llamaSearchScript(ckpt, seq bool) string {
+	py := map[bool]string{true: "True", false: "False"}
+	tag := "llama-3.2-1b" + map[bool]string{true: " ckpt", false: ""}[ckpt]
+	return fmt.Sprintf(`load("models/llama.star", "llama", "LLAMA_3_2_1B")
+CKPT = %s
+def forward_loss(model, x, y):
+    out = model(x)
+    if out.dtype != tensor.float32:
+        out = out.float()
+    return nn.functional.cross_entropy(out.view(-1, out.shape[-1]), y.view(-1))
+def train(b, s):
+    model = llama(device = "cuda", checkpoint = CKPT, **LLAMA_3_2_1B)
+    opt = optim.AdamW(model.parameters(), lr = 1e-4)
+    x = tensor.randint(0, 128256, [b, s], device = "cuda")
+    y = tensor.randint(0, 128256, [b, s], device = "cuda")
+    for _ in range(2):
+        loss = nn.autocast(forward_loss, model, x, y, dtype = "bfloat16")
+        loss.backward()
+        loss = None
+        opt.step()
+        opt.zero_grad(set_to_none = True)
+    return b
+r = sweep.max_fit(lambda b: train(b, 2048), mode = "binsearch", max_trials = 40, search = "layout", fresh = "search", replay = True, name = "%s batch (seq 2048)")
+if %s and r.fit != None and r.fit >= 1:
+    sweep.max_fit(lambda s: train(1, s), low = 2048, high = 131072, mode = "binsearch", max_trials = 48, search = "layout", fresh = "search", replay = True, name = "%s seq (batch 1)")
+`, py[ckpt], tag, py[seq], tag)
 }

@@ -32,7 +32,8 @@ type goldenCase struct {
 	phases []goldenPhase
 	// correct adjusts the golden figures of one phase (nil: none).
 	correct func(phase string, step int, f *figures)
-	// scripts: setup may load() from scripts/models.
+	// scripts: setup may load() from scripts/models ("gpt2.star") and
+	// scripts ("models/hf.star").
 	scripts bool
 	// ref names the golden file when it is not name (a memsh op compared
 	// with the figures of the PyTorch op it models).
@@ -100,8 +101,9 @@ func runGolden(t *testing.T, c goldenCase) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// scripts/ too: load("models/hf.star") and the library's own
-		// load("models/decoder.star") resolve in the working tree
+		// scripts/models, and scripts: load("models/hf.star") and the
+		// library's own load("models/decoder.star") resolve in the
+		// working tree
 		opts.LoadPath = []string{dir, filepath.Dir(dir)}
 	}
 	s, err := scope.New(opts)

@@ -22,16 +22,21 @@ func init() {
 	register("Module", newUserModule)
 	register("Flatten", newFlatten)
 	register("Identity", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-		m := newModule("Identity")
-		m.forward = func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			var x starlark.Value
-			if err := starlark.UnpackPositionalArgs("Identity", args, kwargs, 1, &x); err != nil {
-				return nil, err
-			}
-			return x, nil
-		}
-		return m, nil
+		return identityLayer(), nil
 	})
+}
+
+// identityLayer is an nn.Identity module.
+func identityLayer() *Layer {
+	m := newModule("Identity")
+	m.forward = func(thread *starlark.Thread, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		var x starlark.Value
+		if err := starlark.UnpackPositionalArgs("Identity", args, kwargs, 1, &x); err != nil {
+			return nil, err
+		}
+		return x, nil
+	}
+	return m
 }
 
 // ctxOf returns the Session's tensor context.
@@ -144,6 +149,13 @@ func newLinear(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", b.Name(), err)
 	}
+	return linearLayer(w, bs), nil
+}
+
+// linearLayer is an nn.Linear module over weight w [out, in] and bias bs
+// (nil: bias=False).
+func linearLayer(w, bs *tensor.Tensor) *Layer {
+	out, in := w.Shape()[0], w.Shape()[1]
 	m := newModule("Linear")
 	m.param("weight", w)
 	m.param("bias", bs)
@@ -163,7 +175,7 @@ func newLinear(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 		}
 		return wrap(autograd.Linear(xt, m.tensorOf("weight"), m.tensorOf("bias")))
 	}
-	return m, nil
+	return m
 }
 
 func pyBool(b bool) string {

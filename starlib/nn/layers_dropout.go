@@ -77,6 +77,11 @@ func newDropout(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	if _, err := dropoutP(b.Name(), pV); err != nil {
 		return nil, err
 	}
+	return dropoutLayer(pV, inplace), nil
+}
+
+// dropoutLayer is an nn.Dropout module of probability pV (checked).
+func dropoutLayer(pV starlark.Value, inplace bool) *Layer {
 	m := newModule("Dropout")
 	m.set("p", pV, kindAttr)
 	m.set("inplace", starlark.Bool(inplace), kindAttr)
@@ -92,7 +97,7 @@ func newDropout(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 		}
 		return dropout("Dropout", x, p, m.training, inplace)
 	}
-	return m, nil
+	return m
 }
 
 // pyFloatRepr formats f as Python's repr of a float ("0.5", "2.0", "1e-05").

@@ -31,7 +31,21 @@ func init() {
 			}
 			return setTraining(m, false), nil
 		},
-		"to":              methodTo,
+		"to":             methodTo,
+		"requires_grad_": methodRequiresGrad,
+		"num_parameters": methodNumParameters,
+		"enable_input_require_grads": func(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			return starlark.None, setInputRequireGrads(f, m, args, kwargs, true)
+		},
+		"disable_input_require_grads": func(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			return starlark.None, setInputRequireGrads(f, m, args, kwargs, false)
+		},
+		"gradient_checkpointing_enable": func(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			return starlark.None, setGradientCheckpointing(f, m, args, kwargs, true)
+		},
+		"gradient_checkpointing_disable": func(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			return starlark.None, setGradientCheckpointing(f, m, args, kwargs, false)
+		},
 		"zero_grad":       methodZeroGrad,
 		"register_buffer": methodRegisterBuffer,
 		"forward": func(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {

@@ -33,6 +33,13 @@ type Layer struct {
 	extra       func(m *Layer) string // the repr's arguments ("in_features=4, ...")
 	// indexed: Sequential and ModuleList entries are named "0", "1", ...
 	indexed bool
+	// outputRequiresGrad: the forward's tensor result gets
+	// requires_grad_(True) (transformers' enable_input_require_grads hook
+	// on the input embeddings).
+	outputRequiresGrad bool
+	// quant is an nn.Linear4bit's quantization state (its weight is the
+	// packed Params4bit); nil for other modules.
+	quant *tensor.QuantState
 	// mark is where reach walks met it (env.Walker.Visit).
 	mark backend.Mark
 }
@@ -211,14 +218,24 @@ func (m *Layer) CallInternal(thread *starlark.Thread, args starlark.Tuple, kwarg
 		ts.enter(m)
 		defer ts.tr.Exit()
 	}
+	var out starlark.Value
+	var err error
 	if m.userForward != nil {
 		thread.DeclareTransparent() // it holds the module and its arguments
-		return starlark.Call(thread, m.userForward, append(starlark.Tuple{m}, args...), kwargs)
-	}
-	if m.forward == nil {
+		out, err = starlark.Call(thread, m.userForward, append(starlark.Tuple{m}, args...), kwargs)
+	} else if m.forward == nil {
 		return nil, fmt.Errorf("%s: Module [%s] is missing the required \"forward\" function", m.typ, m.typ)
+	} else {
+		out, err = m.forward(thread, m, args, kwargs)
 	}
-	return m.forward(thread, m, args, kwargs)
+	if err == nil && m.outputRequiresGrad {
+		// the hook's output.requires_grad_(True): a leaf (a frozen
+		// embedding's output) becomes one that requires grad
+		if t, ok := out.(*startensor.Tensor); ok {
+			err = autograd.SetRequiresGrad(t.Engine(), true)
+		}
+	}
+	return out, err
 }
 
 // Pure reports that calling the module changes no value that existed

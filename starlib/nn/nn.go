@@ -25,7 +25,15 @@
 //	sdpa_kernel(backends, fn, *args, **kwargs)  sdpa_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False)
 //	    scaled_dot_product_attention's backends: "math", "flash", "efficient", "cudnn" (sdpa_kernel.go)
 //	track(fn, *args, **kwargs)                                      (track.go)
+//	lora(model, r=8, lora_alpha=8, lora_dropout=0.0, target_modules=None, use_rslora=False,
+//	     autocast_adapter_dtype=True)                               PEFT's LoRA (lora.go)
+//	prepare_model_for_kbit_training(model, use_gradient_checkpointing=True,
+//	     gradient_checkpointing_kwargs=None)                        PEFT's (lora.go)
+//	Linear4bit(input_features, output_features, bias=True, compute_dtype=None,
+//	     compress_statistics=True, quant_type="fp4", quant_storage="uint8",
+//	     device=None, dtype=None)                                   bitsandbytes' (layers_quant.go)
 //	functional: the functional forms (see functional.go)
+//	utils: clip_grad_norm_, get_total_norm, clip_grads_with_norm_   (clip_grad.go)
 //
 // Conv2d and nn.functional.conv2d model cudnn_convolution's tensors only:
 // the cuDNN workspace (its size depends on the algorithm cuDNN picks) is
@@ -35,7 +43,12 @@
 // Module methods: parameters(), named_parameters(prefix="", recurse=True),
 // buffers(), named_buffers(), children(), named_children(), modules(),
 // named_modules(), train(mode=True), eval(), to(device=None, dtype=None),
-// zero_grad(set_to_none=True), register_buffer(name, tensor), forward(...).
+// zero_grad(set_to_none=True), register_buffer(name, tensor), forward(...),
+// requires_grad_(requires_grad=True), and transformers' num_parameters(
+// only_trainable=False, exclude_embeddings=False),
+// enable_input_require_grads(), disable_input_require_grads(),
+// gradient_checkpointing_enable(gradient_checkpointing_kwargs=None),
+// gradient_checkpointing_disable() (frozen.go).
 package nn
 
 import (

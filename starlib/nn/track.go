@@ -52,6 +52,18 @@ type trackState struct {
 	depth map[*memtrack.Module]int
 }
 
+// Reach walks what nn.track holds while its function runs (env.Reacher):
+// the tracker's tensors and the modules it named.
+func (ts *trackState) Reach(w *env.Walker) {
+	w.Engine(ts.tr.Reach)
+	for l := range ts.names {
+		w.Value(l)
+	}
+	for l := range ts.mods {
+		w.Value(l)
+	}
+}
+
 func trackOf(thread *starlark.Thread) *trackState {
 	ts, _ := thread.Local(trackKey).(*trackState)
 	return ts
@@ -76,6 +88,9 @@ func (ts *trackState) root(m *Layer) {
 		for _, p := range ps {
 			ts.tr.AddParams(p.Engine())
 		}
+		// a 4-bit weight's quantization state is its weight's
+		// (bitsandbytes keeps it on the Params4bit)
+		ts.tr.AddParams(sub.quant.Tensors()...)
 		_, bs := sub.namedTensors(kindBuffer, "", false)
 		for _, b := range bs {
 			ts.tr.AddBuffers(b.Engine())
@@ -90,6 +105,7 @@ func (ts *trackState) enter(m *Layer) {
 	for _, p := range m.Parameters() {
 		ts.tr.AddParams(p)
 	}
+	ts.tr.AddParams(m.quant.Tensors()...)
 	_, bs := m.namedTensors(kindBuffer, "", false)
 	for _, b := range bs {
 		ts.tr.AddBuffers(b.Engine())
@@ -170,7 +186,19 @@ func nnTrack(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 		return tr.StepEnd
 	}))
 	tr.Start()
-	res, callErr := starlark.Call(thread, fn, args[1:], kwargs)
+	// what nn.track's Go code holds while fn runs is its arguments (the
+	// frame's) and ts, walked as a root: the reclaim may free what fn's
+	// callees drop without a Go collection
+	var res starlark.Value
+	var callErr error
+	if e.Session != nil {
+		release := e.Session.Root(ts)
+		thread.DeclareTransparent()
+		res, callErr = starlark.Call(thread, fn, args[1:], kwargs)
+		release()
+	} else {
+		res, callErr = starlark.Call(thread, fn, args[1:], kwargs)
+	}
 	var rep *memtrack.Report
 	if callErr != nil {
 		rep = tr.StopFailed()

@@ -100,14 +100,22 @@ func (g *GradScaler) Attr(name string) (starlark.Value, error) {
 			return starlark.None, g.s.Unscale(o.o)
 		}), nil
 	case "step":
-		return g.method(name, func(b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		return starlark.NewBuiltin("GradScaler."+name, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			o, err := optimizerArg(b, args, kwargs)
 			if err != nil {
 				return nil, err
 			}
-			_, err = g.s.Step(o.o)
-			return starlark.None, err
-		}), nil
+			// optimizer.step()'s hooks (nn.track's) run around the step
+			// itself, as PyTorch's do when GradScaler.step calls it
+			var hook func() func()
+			if h, ok := thread.Local(StepHookKey).(StepHook); ok {
+				hook = func() func() { return h(o.o) }
+			}
+			if _, err := g.s.StepHooked(o.o, hook); err != nil {
+				return nil, fmt.Errorf("%s: %w", b.Name(), err)
+			}
+			return starlark.None, nil
+		}).BindReceiver(g), nil // the receiver, for the reclaim's reach walk
 	case "update":
 		return g.method(name, func(b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			var ns starlark.Value = starlark.None

@@ -1,16 +1,17 @@
 // Package optim is the Starlark binding of memsh's optimizers
-// (tensor/optim), PyTorch's torch.optim:
-//
-//	SGD(params, lr, momentum=0, dampening=0, weight_decay=0, nesterov=False, foreach=None)
-//	Adam(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0, amsgrad=False, foreach=None)
-//	AdamW(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, amsgrad=False, foreach=None)
+// (tensor/optim): PyTorch's torch.optim, and the optimizers of Hugging
+// Face transformers and bitsandbytes that people pick to save memory, in
+// sub-modules named after their library. Module lists the members.
 //
 // params is an iterable of tensors (model.parameters()). foreach=None
-// means the multi-tensor implementation (PyTorch 2.x's default on CUDA),
-// foreach=False the per-parameter loop; they differ in their temporaries.
-// An optimizer has step(), zero_grad(set_to_none=True), state (a dict from
-// parameter to its state: tensors on the parameter's device and "step", a
-// host number) and param_groups.
+// means the multi-tensor implementation (PyTorch 2.x's default on CUDA;
+// Adafactor's None is its loop), foreach=False the per-parameter loop;
+// they differ in their temporaries. An optimizer has step(),
+// zero_grad(set_to_none=True), state (a dict from parameter to its state:
+// tensors on the parameter's device, "step", a host number — a 0-dim
+// device tensor with fused=True — and a paged optimizer's paged buffers
+// as structs), param_groups and paged_bytes() (the state in bitsandbytes'
+// paged memory, outside the caching allocator; 0 for the others).
 package optim
 
 import (
@@ -24,7 +25,24 @@ import (
 	"github.com/memsh/memsh/tensor/optim"
 )
 
-// Module is the optim module.
+// Module is the optim module:
+//
+//	SGD(params, lr, momentum=0, dampening=0, weight_decay=0, nesterov=False, foreach=None)
+//	    (momentum=0: no state, and a step that allocates nothing but weight decay's temporaries)
+//	Adam(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0, amsgrad=False, foreach=None, fused=None)
+//	AdamW(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, amsgrad=False, foreach=None, fused=None)
+//	    (fused=True: PyTorch 2.x's fused kernel, "step" a 0-dim float32 on the device, no temporaries)
+//	Adafactor(params, lr=0.01, beta2_decay=-0.8, eps=(None, 0.001), d=1.0, weight_decay=0.0, foreach=None, maximize=False)
+//	    (torch.optim.Adafactor, PyTorch 2.5+; adafactor.go)
+//	GradScaler(device="cuda", init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000, enabled=True)
+//	    (grad_scaler.go)
+//	transformers.Adafactor(params, lr=None, eps=(1e-30, 0.001), clip_threshold=1.0, decay_rate=-0.8, beta1=None,
+//	    weight_decay=0.0, scale_parameter=True, relative_step=True, warmup_init=False)
+//	    (transformers.optimization.Adafactor; adafactor.go)
+//	bnb.Adam8bit(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0, amsgrad=False, optim_bits=32,
+//	    args=None, min_8bit_size=4096, is_paged=False)
+//	bnb.AdamW8bit(... weight_decay=0.01 ...)  bnb.PagedAdam8bit(...)  bnb.PagedAdamW8bit(...)
+//	    (bitsandbytes 0.46+; bnb.go)
 var Module = &starlarkstruct.Module{
 	Name: "optim",
 	Members: starlark.StringDict{
@@ -64,8 +82,13 @@ func (o *Optimizer) Truth() starlark.Bool  { return true }
 func (o *Optimizer) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable: %s", o.Type()) }
 
 func (o *Optimizer) AttrNames() []string {
-	return []string{"param_groups", "state", "step", "zero_grad"}
+	return []string{"paged_bytes", "param_groups", "state", "step", "zero_grad"}
 }
+
+// pagedMemory is an engine optimizer whose state is partly in paged
+// (managed) memory, outside the caching allocator (bitsandbytes' paged
+// optimizers).
+type pagedMemory interface{ PagedBytes() uint64 }
 
 func (o *Optimizer) Attr(name string) (starlark.Value, error) {
 	switch name {
@@ -90,6 +113,16 @@ func (o *Optimizer) Attr(name string) (starlark.Value, error) {
 			}
 			return starlark.None, optim.ZeroGrad(o.o.Params(), setToNone)
 		}).BindReceiver(o), nil
+	case "paged_bytes":
+		return starlark.NewBuiltin(o.o.Name()+".paged_bytes", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
+				return nil, err
+			}
+			if pm, ok := o.o.(pagedMemory); ok {
+				return starlark.MakeUint64(pm.PagedBytes()), nil
+			}
+			return starlark.MakeInt(0), nil
+		}).BindReceiver(o), nil
 	case "state":
 		d := starlark.NewDict(len(o.params))
 		for _, p := range o.params {
@@ -105,6 +138,8 @@ func (o *Optimizer) Attr(name string) (starlark.Value, error) {
 					sv = startensor.Wrap(v)
 				case float64:
 					sv = starlark.Float(v)
+				case *optim.PagedBuffer:
+					sv = pagedValue(v)
 				default:
 					continue
 				}
@@ -230,12 +265,23 @@ func newAdam(decoupled bool) func(*starlark.Thread, *starlark.Builtin, starlark.
 			wdN = 0.01
 		}
 		var betas starlark.Tuple = starlark.Tuple{starlark.Float(0.9), starlark.Float(0.999)}
-		var amsgrad bool
-		var foreachV starlark.Value = starlark.None
+		var amsgrad, differentiable bool
+		var foreachV, fusedV starlark.Value = starlark.None, starlark.None
 		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "params", &paramsV, "lr?", &lrN, "betas?", &betas, "eps?", &epsN,
 			"weight_decay?", &wdN, "amsgrad?", &amsgrad, "foreach?", &foreachV, "maximize?", new(bool), "capturable?", new(bool),
-			"differentiable?", new(bool), "fused?", new(starlark.Value)); err != nil {
+			"differentiable?", &differentiable, "fused?", &fusedV); err != nil {
 			return nil, err
+		}
+		fused := false
+		switch v := fusedV.(type) {
+		case starlark.NoneType:
+		case starlark.Bool:
+			fused = bool(v)
+		default:
+			return nil, fmt.Errorf("%s: for parameter fused: got %s, want bool or None", b.Name(), fusedV.Type())
+		}
+		if fused && foreachV == starlark.True {
+			return nil, fmt.Errorf("%s: `fused` and `foreach` cannot be `True` together.", b.Name())
 		}
 		lr, eps, wd := float64(lrN), float64(epsN), float64(wdN)
 		if len(betas) != 2 {
@@ -258,9 +304,14 @@ func newAdam(decoupled bool) func(*starlark.Thread, *starlark.Builtin, starlark.
 		if err != nil {
 			return nil, err
 		}
+		if fused {
+			if err := o.SetFused(differentiable); err != nil {
+				return nil, err
+			}
+		}
 		return &Optimizer{o: o, params: vals, group: starlark.StringDict{
 			"lr": starlark.Float(lr), "betas": betas, "eps": starlark.Float(eps), "weight_decay": starlark.Float(wd),
-			"amsgrad": starlark.Bool(amsgrad), "foreach": foreachV,
+			"amsgrad": starlark.Bool(amsgrad), "foreach": foreachV, "fused": fusedV,
 		}}, nil
 	}
 }

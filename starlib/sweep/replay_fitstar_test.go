@@ -64,7 +64,7 @@ func runFitStar(t *testing.T, device string, replay bool, args ...string) *fitSt
 	sw := &starlarkstruct.Module{Name: "sweep", Members: members}
 	var out bytes.Buffer
 	s, err := scope.New(scope.Options{Device: device, Out: &out, Err: &out, Quiet: true, Library: scripts.Library,
-		Argv: slices.Clone(args), Builtins: starlark.StringDict{"sweep": sw}})
+		Argv: append([]string{}, args...), Builtins: starlark.StringDict{"sweep": sw}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,11 +123,12 @@ func compareFitStar(t *testing.T, device string, args ...string) (trials, replay
 }
 
 // TestReplayEqualsFullTrialsFitStar: scripts/fit.star's searches (as
-// memsh fit's: exact peak mode, fresh trials, replay) give the same
+// memsh fit's: exact peak mode, fresh="search", replay) give the same
 // trials, each with the same figures, run in full and with replay — here
-// GPT-2 small's batch search on the H100 preset; every search of the
-// script (every model, with and without checkpointing, batch and
-// sequence) with -tags long (replay_long_test.go).
+// GPT-2 small's batch searches (full and LoRA) on the H100 preset; every
+// search of the script's default run (its default models, every row,
+// with and without checkpointing, batch and sequence) with -tags long
+// (replay_long_test.go).
 func TestReplayEqualsFullTrialsFitStar(t *testing.T) {
 	if testing.Short() {
 		t.Skip("searches")

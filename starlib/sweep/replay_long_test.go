@@ -5,10 +5,12 @@ package sweep_test
 import "testing"
 
 // TestLongReplayEqualsFullTrialsFitStar runs every search of
-// scripts/fit.star — every model, with and without checkpointing, batch
-// and sequence — on the H100 preset in full and with replay, and compares
-// every trial (TestReplayEqualsFullTrialsFitStar does a part of it in the
-// default suite). .ci/run's long step: go test -tags long.
+// scripts/fit.star's default run — its default models (one of each kind:
+// GPT-2 small, Qwen2.5 0.5B, ResNet-18), every row (full, LoRA, QLoRA,
+// inference), with and without checkpointing, batch and sequence — on
+// the H100 preset in full and with replay, and compares every trial
+// (TestReplayEqualsFullTrialsFitStar does a part of it in the default
+// suite). .ci/run's long step: go test -tags long.
 func TestLongReplayEqualsFullTrialsFitStar(t *testing.T) {
 	trials, replayed := compareFitStar(t, "sim:H100,meta")
 	t.Logf("%d trials, %d replayed", trials, replayed)

@@ -22,6 +22,11 @@ type Node struct {
 	next  []Edge
 	input []inputMeta // what each input looked like, for sum_to and casts
 	saved []*SavedTensor
+	// held are tensors a custom autograd.Function's ctx keeps as plain
+	// attributes (bitsandbytes' MatMul4Bit: ctx.tensors, ctx.state), not
+	// SavedVariables: no saved-tensor hooks pack them, no version check,
+	// and the node keeps them until it is dropped, release or not.
+	held []*tensor.Tensor
 
 	// apply computes the gradients of the inputs from the gradients of the
 	// outputs (one per output; nil where an output got no gradient). It

@@ -27,6 +27,9 @@ func (n *Node) Reach(r *tensor.Reacher) {
 	if n == nil {
 		return
 	}
+	for _, t := range n.held {
+		r.Tensor(t)
+	}
 	if n.doneIn != nil && n.doneIn.active {
 		// ran and released by the backward that is running: what is
 		// below it, that run reports (graphRun)

@@ -200,6 +200,29 @@ func (t *Tracker) AddOptimizer(o optim.Optimizer) {
 	t.optims = append(t.optims, o)
 }
 
+// Reach reports what the Tracker holds to a reclaim walk
+// (tensor.Reacher): the registered parameters and buffers, the tensors
+// it knows, and the state of the optimizers it saw step (an engine
+// optimizer reports its own through a Reach(*tensor.Reacher) method).
+// A caller that runs code under the Tracker walks it as a root and may
+// then declare itself transparent to the walk.
+func (t *Tracker) Reach(r *tensor.Reacher) {
+	for _, p := range t.params {
+		r.Tensor(p)
+	}
+	for _, b := range t.buffers {
+		r.Tensor(b)
+	}
+	for k := range t.known {
+		r.Tensor(k)
+	}
+	for _, o := range t.optims {
+		if x, ok := o.(interface{ Reach(*tensor.Reacher) }); ok {
+			x.Reach(r)
+		}
+	}
+}
+
 // Start begins tracking: it reclaims garbage, counts what is live, and
 // observes every allocation and free from then on.
 func (t *Tracker) Start() {

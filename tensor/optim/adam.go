@@ -20,12 +20,16 @@ import (
 // square roots are taken. The per-parameter loop (_single_tensor_adam)
 // makes, for each parameter, sqrt(exp_avg_sq) and its quotient by the bias
 // correction (the previous parameter's denominator still alive until it is
-// replaced, as Python rebinds `denom`).
+// replaced, as Python rebinds `denom`). The fused path (fused=True,
+// adam_fused.go) keeps "step" as a 0-dim float32 on the parameter's device
+// and makes no temporaries.
 type Adam struct {
 	params                        []*tensor.Tensor
 	LR, Beta1, Beta2, Eps, WDecay float64
 	AMSGrad, Decoupled, Foreach   bool
-	state                         map[*tensor.Tensor]*adamState
+	// Fused is fused=True: _fused_adam(w) (adam_fused.go); set by SetFused
+	Fused bool
+	state map[*tensor.Tensor]*adamState
 	// byIndex[i] is params[i]'s state (nil while it has none): the reach
 	// walk's order, without a map iteration per walk
 	byIndex []*adamState
@@ -34,6 +38,7 @@ type Adam struct {
 type adamState struct {
 	step                       float64
 	expAvg, expAvgSq, maxExpSq *tensor.Tensor
+	stepT                      *tensor.Tensor // fused: state["step"], a 0-dim float32 on the device
 }
 
 // NewAdam checks the hyper-parameters as PyTorch does and returns an Adam
@@ -82,6 +87,9 @@ func (o *Adam) State(p *tensor.Tensor) map[string]any {
 		return nil
 	}
 	m := map[string]any{"step": s.step, "exp_avg": s.expAvg, "exp_avg_sq": s.expAvgSq}
+	if s.stepT != nil {
+		m["step"] = s.stepT
+	}
 	if s.maxExpSq != nil {
 		m["max_exp_avg_sq"] = s.maxExpSq
 	}
@@ -111,10 +119,18 @@ func (o *Adam) initState(idx []int) error {
 		o.state[p] = s
 		o.setIndex(i, s)
 		var err error
-		if s.expAvg, err = tensor.ZerosLike(p, p.DType(), p.Device()); err == nil {
-			if s.expAvgSq, err = tensor.ZerosLike(p, p.DType(), p.Device()); err == nil && o.AMSGrad {
-				s.maxExpSq, err = tensor.ZerosLike(p, p.DType(), p.Device())
-			}
+		if o.Fused {
+			// torch.zeros((), dtype=_get_scalar_dtype(is_fused=True), device=p.device)
+			s.stepT, err = tensor.Zeros(p.Context(), nil, tensor.Float32, p.Device())
+		}
+		if err == nil {
+			s.expAvg, err = tensor.ZerosLike(p, p.DType(), p.Device())
+		}
+		if err == nil {
+			s.expAvgSq, err = tensor.ZerosLike(p, p.DType(), p.Device())
+		}
+		if err == nil && o.AMSGrad {
+			s.maxExpSq, err = tensor.ZerosLike(p, p.DType(), p.Device())
 		}
 		if err != nil {
 			delete(o.state, p)
@@ -131,6 +147,9 @@ func (o *Adam) Step() error {
 		idx := withGrads(o.params)
 		if err := o.initState(idx); err != nil {
 			return err
+		}
+		if o.Fused {
+			return o.stepFused(idx, nil, nil)
 		}
 		if o.Foreach {
 			return o.stepForeach(idx)

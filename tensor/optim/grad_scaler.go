@@ -235,9 +235,21 @@ func itemOr(t *tensor.Tensor, def float64) (float64, error) {
 // Step is step(optimizer): unscales first unless unscale_ was called, then
 // runs optimizer.step() unless a gradient was inf or NaN. It reports
 // whether the step ran.
-func (s *GradScaler) Step(o Optimizer) (bool, error) {
+func (s *GradScaler) Step(o Optimizer) (bool, error) { return s.StepHooked(o, nil) }
+
+// StepHooked is Step with hook called around optimizer.step() itself
+// (when it runs), as PyTorch's optimizer step hooks are: hook() before,
+// the function it returns after; the unscaling and the inf checks run
+// outside it. A nil hook is none.
+func (s *GradScaler) StepHooked(o Optimizer, hook func() func()) (bool, error) {
+	step := func(f func() error) error {
+		if hook != nil {
+			defer hook()()
+		}
+		return f()
+	}
 	if !s.enabled {
-		return true, o.Step()
+		return true, step(o.Step)
 	}
 	if err := s.check("step"); err != nil {
 		return false, err
@@ -245,6 +257,9 @@ func (s *GradScaler) Step(o Optimizer) (bool, error) {
 	st := s.state(o)
 	if st.stage == stageStepped {
 		return false, errors.New("step() has already been called since the last update().")
+	}
+	if a, ok := o.(AMPScalingOptimizer); ok && a.SupportsAMPScaling() {
+		return s.stepScaling(a, st, step)
 	}
 	if st.stage == stageReady {
 		if err := s.Unscale(o); err != nil {
@@ -264,7 +279,7 @@ func (s *GradScaler) Step(o Optimizer) (bool, error) {
 	}
 	ran := false
 	if sum == 0 {
-		if err := o.Step(); err != nil {
+		if err := step(o.Step); err != nil {
 			return false, err
 		}
 		ran = true
@@ -356,4 +371,116 @@ func (s *GradScaler) GetScale() (float64, error) {
 		return s.initScale, nil
 	}
 	return itemOr(s.scale, s.initScale)
+}
+
+// AMPScalingOptimizer is an optimizer whose step takes the scaler's scale
+// and found_inf itself (PyTorch's _step_supports_amp_scaling: the fused
+// Adam and AdamW).
+type AMPScalingOptimizer interface {
+	Optimizer
+	SupportsAMPScaling() bool
+	// StepScaled is step() with optimizer.grad_scale (nil: None) and
+	// optimizer.found_inf set.
+	StepScaled(gradScale, foundInf *tensor.Tensor) error
+}
+
+// stepScaling is GradScaler.step for an optimizer that supports AMP
+// scaling (torch/amp/grad_scaler.py, PyTorch 2.x): before an unscale_,
+// _check_inf_per_device makes a dummy inverse scale of 1.0 and a found_inf
+// (0-dim float32 each; the dummy freed when it returns, found_inf kept
+// until update()) and checks the gradients in place; then found_inf =
+// sum(found_infs) (0 + t: a new 0-dim tensor) and, unless unscale_ ran,
+// grad_scale = scale * 1 (another), both set on the optimizer for its step
+// and freed when step() returns. The step runs even when a gradient is
+// inf: the fused kernel itself skips the update.
+func (s *GradScaler) stepScaling(o AMPScalingOptimizer, st *scalerState, step func(func() error) error) (bool, error) {
+	ctx := s.scale.Context()
+	f := newFrame(ctx)
+	defer func() { f.close() }()
+	unscaled := st.stage == stageUnscaled
+	if st.stage == stageReady {
+		dummy, err := tensor.Full(ctx, nil, tensor.Float(1), tensor.Float32, s.scale.Device())
+		if err != nil {
+			return false, err
+		}
+		f.set("dummy_inv_scale", dummy, true)
+		found, err := tensor.Full(ctx, nil, tensor.Float(0), tensor.Float32, s.scale.Device())
+		if err != nil {
+			return false, err
+		}
+		st.foundInf = []*tensor.Tensor{found} // in the scaler's state from the start
+		perDev := map[string]*tensor.Tensor{s.scale.Device(): found}
+		for _, p := range o.Params() {
+			g := autograd.Grad(p)
+			if g == nil {
+				continue
+			}
+			dev := g.Device()
+			fd, ok := perDev[dev]
+			if !ok {
+				if fd, err = tensor.To(found, dev, tensor.Undefined, false); err != nil {
+					return false, err
+				}
+				perDev[dev] = fd
+				st.foundInf = append(st.foundInf, fd)
+			}
+			iv, err := tensor.To(dummy, dev, tensor.Undefined, false)
+			if err != nil {
+				return false, err
+			}
+			if iv != dummy {
+				f.set("(inv_scale on "+dev+")", iv, true)
+			}
+			if err := nonFiniteCheckAndUnscale(g, fd, iv); err != nil {
+				return false, err
+			}
+		}
+		f.close() // _check_inf_per_device returns: its dummy inverse scale is freed
+		f = newFrame(ctx)
+	}
+	// found_inf = sum(t.to(scale.device) for t in found_inf_per_device.values())
+	var sum *tensor.Tensor
+	for k, t := range st.foundInf {
+		moved, err := tensor.To(t, s.scale.Device(), tensor.Undefined, false)
+		if err != nil {
+			return false, err
+		}
+		if moved != t {
+			f.set(fmt.Sprintf("(found_inf %d)", k), moved, true)
+		}
+		var next *tensor.Tensor
+		if sum == nil {
+			next, err = tensor.Add(tensor.Int(0), moved)
+		} else {
+			next, err = tensor.Add(sum, moved)
+		}
+		if err != nil {
+			return false, err
+		}
+		f.set("found_inf", next, true)
+		f.del(fmt.Sprintf("(found_inf %d)", k))
+		sum = next
+	}
+	if sum == nil {
+		return false, errors.New("No inf checks were recorded for this optimizer.")
+	}
+	var gradScale *tensor.Tensor
+	if !unscaled {
+		gs, err := tensor.Mul(s.scale, tensor.Int(1))
+		if err != nil {
+			return false, err
+		}
+		f.set("optimizer.grad_scale", gs, true)
+		gradScale = gs
+	}
+	if err := step(func() error { return o.StepScaled(gradScale, sum) }); err != nil {
+		return false, err
+	}
+	st.stage = stageStepped
+	f.del("optimizer.grad_scale") // del optimizer.grad_scale, del optimizer.found_inf
+	inf, err := itemOr(sum, 0)
+	if err != nil {
+		return false, err
+	}
+	return inf == 0, nil
 }

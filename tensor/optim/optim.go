@@ -1,10 +1,13 @@
-// Package optim holds memsh's optimizers — SGD, Adam and AdamW — with the
-// update rules and the device memory of PyTorch 2.x on CUDA: state is
-// created at the first Step (momentum buffers, first and second moments),
-// step counters are host scalars (not device memory), and the foreach
-// (multi-tensor) implementation, the default, makes the temporaries of
-// torch/optim's _multi_tensor_* functions while the per-parameter loop
-// (foreach=False) makes those of _single_tensor_*.
+// Package optim holds memsh's optimizers with the update rules and the
+// device memory of their sources on CUDA: PyTorch 2.x's SGD, Adam and
+// AdamW (foreach, per-parameter and fused paths) and Adafactor,
+// transformers' Adafactor, bitsandbytes' 8-bit and paged Adam/AdamW, the
+// GradScaler and gradient clipping (clip_grad_norm_). State is created at
+// the first Step (momentum buffers, moments, factored moments, 8-bit
+// codes and block scales), step counters are host scalars (device
+// tensors on the fused path), and each path makes the temporaries of the
+// source's code, kept alive as long as its Python variables keep them
+// (locals.go).
 //
 // Optimizers run with autograd's grad mode off and know nothing of
 // Starlark; starlib/optim binds them.

@@ -15,6 +15,7 @@ func (o *Adam) Reach(r *tensor.Reacher) {
 		r.Tensor(s.expAvg)
 		r.Tensor(s.expAvgSq)
 		r.Tensor(s.maxExpSq)
+		r.Tensor(s.stepT)
 	}
 }
 
