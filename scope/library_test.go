@@ -40,20 +40,7 @@ func TestLoadLibrary(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "local.star"), []byte("x = 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	main := filepath.Join(dir, "main.star")
-	run := func(src string) (string, error) {
-		if err := os.WriteFile(main, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		var out bytes.Buffer
-		s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out, Library: lib})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		err = s.Exec(main, nil)
-		return out.String(), err
-	}
+	run := libRunner(t, dir, lib)
 	if out, err := run("load('models/a.star', 'a')\nprint(a)\n"); err != nil || out != "42\n" {
 		t.Fatalf("library load: %q, %v", out, err)
 	}
@@ -91,20 +78,7 @@ func TestLoadJSON(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "secret.json"), []byte("{\"token\": \"hunter2\",\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	main := filepath.Join(dir, "main.star")
-	run := func(src string) (string, error) {
-		if err := os.WriteFile(main, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		var out bytes.Buffer
-		s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out, Library: lib})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		err = s.Exec(main, nil)
-		return out.String(), err
-	}
+	run := libRunner(t, dir, lib)
 	out, err := run(`load("models/configs/tiny.json", cfg = "data")
 print(cfg["model_type"], cfg["hidden_size"], cfg["layer_types"])
 `)
@@ -119,5 +93,24 @@ cfg["hidden_size"] = 1
 	_, err = run(`load("secret.json", "data")` + "\n")
 	if err == nil || !strings.Contains(err.Error(), "cannot load secret.json: not a valid JSON file") || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("a bad JSON file: %v", err)
+	}
+}
+
+// libRunner returns a function that writes src to dir/main.star and runs
+// it in a new Session with the library lib: its output and error.
+func libRunner(t *testing.T, dir string, lib fstest.MapFS) func(src string) (string, error) {
+	main := filepath.Join(dir, "main.star")
+	return func(src string) (string, error) {
+		if err := os.WriteFile(main, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		s, err := scope.New(scope.Options{Device: "sim:1GiB", Out: &out, Err: &out, Library: lib})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		err = s.Exec(main, nil)
+		return out.String(), err
 	}
 }

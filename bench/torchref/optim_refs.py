@@ -1,6 +1,6 @@
 """bench/torchref/optim_refs.py: optimizer, clipping and accumulation cases.
 
-Imported by torchref.py (its `register(globals())` block), which records them
+Imported by torchref.py (its `register_cases` block), which records them
 like every other case: `bash bench/torchref/run.sh optim_clip_grad`. Each
 case trains the MLP of the mlp_* cases (nn.Sequential(Linear(512, 1024),
 ReLU, Linear(1024, 1024), ReLU, Linear(1024, 10)), x [64, 512], y [64]) for
@@ -564,25 +564,8 @@ def check_case(g, res):
 
 
 # --------------------------------------------------------------------------
-# Wiring into torchref.py
+# Wiring into torchref.py (its register_cases)
 
-def register(g):
-    """Adds the cases to torchref.py, given its globals: each name joins MODELS
-    (so that `run.sh` with no case runs them too), and run_model / check_model
-    send these cases here."""
-    base_run, base_check = g["run_model"], g["check_model"]
-
-    def run_model(case, device):
-        if case in CASES:
-            return run_case(g, case, device)
-        return base_run(case, device)
-
-    def check_model(res):
-        if res["case"] in CASES:
-            return check_case(g, res)
-        return base_check(res)
-
-    for c in CASES:
-        g["MODELS"][c] = {"desc": CASES[c]["desc"]}
-    g["run_model"] = run_model
-    g["check_model"] = check_model
+def descs():
+    """Each case's description, by name."""
+    return {c: CASES[c]["desc"] for c in CASES}

@@ -893,19 +893,37 @@ def main():
 
 
 # --------------------------------------------------------------------------
-# Optimizer, clipping and gradient-accumulation cases live in optim_refs.py
-# (kept apart: it adds its cases to MODELS and routes them through
-# run_model and check_model).
+# Cases kept in modules of their own: optimizers, clipping and gradient
+# accumulation (optim_refs.py), generation with a KV cache
+# (generate_ref.py). Each module has run_case(g, case, device),
+# check_case(g, res) and descs(); register_cases adds its cases to MODELS
+# (so that `run.sh` with no case runs them too) and routes them there.
+
+def register_cases(mod):
+    base_run, base_check, names = run_model, check_model, mod.descs()
+    g = globals()
+
+    def run(case, device):
+        if case in names:
+            return mod.run_case(g, case, device)
+        return base_run(case, device)
+
+    def check(res):
+        if res["case"] in names:
+            return mod.check_case(g, res)
+        return base_check(res)
+
+    for c, d in names.items():
+        MODELS[c] = {"desc": d}
+    g["run_model"], g["check_model"] = run, check
+
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import optim_refs  # noqa: E402
-
-optim_refs.register(globals())
-
-# Generation with a KV cache (generate_ref.py), registered the same way.
 import generate_ref  # noqa: E402
 
-generate_ref.register(globals())
+register_cases(optim_refs)
+register_cases(generate_ref)
 
 
 if __name__ == "__main__":

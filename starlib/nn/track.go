@@ -189,16 +189,13 @@ func nnTrack(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 	// what nn.track's Go code holds while fn runs is its arguments (the
 	// frame's) and ts, walked as a root: the reclaim may free what fn's
 	// callees drop without a Go collection
-	var res starlark.Value
-	var callErr error
-	if e.Session != nil {
-		release := e.Session.Root(ts)
-		thread.DeclareTransparent()
-		res, callErr = starlark.Call(thread, fn, args[1:], kwargs)
-		release()
-	} else {
-		res, callErr = starlark.Call(thread, fn, args[1:], kwargs)
-	}
+	res, callErr := func() (starlark.Value, error) {
+		if e.Session != nil {
+			defer e.Session.Root(ts)()
+			thread.DeclareTransparent()
+		}
+		return starlark.Call(thread, fn, args[1:], kwargs)
+	}()
 	var rep *memtrack.Report
 	if callErr != nil {
 		rep = tr.StopFailed()
