@@ -324,7 +324,7 @@ func TestRealGPUPlacement(t *testing.T) {
 	})
 
 	var out bytes.Buffer
-	sess, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakExact, Out: &out, Err: &out, Argv: []string{"--batch", "122", "--checkpoint"}})
+	sess, err := scope.New(scope.Options{Device: "sim:H100,meta", Peak: backend.PeakExact, Out: &out, Err: &out, Argv: []string{"--batch", "122", "--seq", "1024", "--checkpoint"}})
 	if err != nil {
 		t.Fatal(err)
 	}
