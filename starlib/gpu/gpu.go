@@ -40,7 +40,7 @@ import (
 //	                        default (pytorch_memlab's set_target_gpu; cuda.set_device)
 //	with_max_free()         (id, free) of the GPU with the most free memory (the
 //	                        lowest id among equals), or (None, 0) without a GPU
-//	info(id=None)           struct(id, device, name, uuid, backend, source, total, free,
+//	info(id=None)           struct(id, device, name, uuid, backend, source, meta, total, free,
 //	                        used, reserved, nvml_used, utilization, compute_capability,
 //	                        driver, nvml_index, mig, context); fields a backend cannot
 //	                        give are None (see info's docs below)
@@ -237,6 +237,8 @@ func optString(s string) starlark.Value {
 //	id, device            the ordinal and "cuda:N"
 //	name, uuid            the device's name; its UUID (None on the simulator)
 //	backend, source       "cuda" or "sim"; where total/free/used come from
+//	meta                  True on a simulator that allocates sizes only and computes
+//	                      no values (sim:...,meta); False otherwise
 //	total, free, used     as mem()
 //	reserved, nvml_used   NVML's v2 figures: memory the driver reserves, and NVML's
 //	                      used (which then excludes reserved); None without them
@@ -272,6 +274,8 @@ func info(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwa
 	if d.Kind() == "sim" {
 		f["context"] = contextStruct(0, 0, nil)
 	}
+	meta, _ := d.(interface{ Meta() bool })
+	f["meta"] = starlark.Bool(meta != nil && meta.Meta())
 	if c, ok := d.(*cuda.Device); ok {
 		f["uuid"] = starlark.String(c.UUID())
 		major, minor := c.ComputeCapability()
