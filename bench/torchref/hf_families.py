@@ -740,51 +740,8 @@ def hf_models():
 HF_MIN_F32 = torch.finfo(torch.float32).min
 
 
-class HFRMSNorm(nn.Module):
-    """LlamaRMSNorm: weight * (x * rsqrt(mean(x^2) + eps)) in float32."""
-
-    def __init__(self, dim, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.variance_epsilon = eps
-
-    def forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
-
-
-class HFRotary(nn.Module):
-    def __init__(self, dim, theta):
-        super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-
-    @torch.no_grad()
-    def forward(self, x, position_ids):
-        inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
-        position_ids_expanded = position_ids[:, None, :].float()
-        freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos = emb.cos() * 1.0
-        sin = emb.sin() * 1.0
-        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
-
-
-def hf_rotate_half(x):
-    x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def hf_repeat_kv(x, n_rep):
-    batch, kvh, slen, hd = x.shape
-    if n_rep == 1:
-        return x
-    x = x[:, :, None, :, :].expand(batch, kvh, n_rep, slen, hd)
-    return x.reshape(batch, kvh * n_rep, slen, hd)
+# The norms, the rotary embedding, rotate_half and repeat_kv are the dense
+# families' (LlamaRMSNorm, RotaryEmbedding above): transformers shares them.
 
 
 class HFAttention(nn.Module):
@@ -800,8 +757,8 @@ class HFAttention(nn.Module):
         self.o_proj = nn.Linear(nh * hd, h, bias=False)
         self.qk_norm = c["qk_norm"]
         if self.qk_norm:
-            self.q_norm = HFRMSNorm(hd, c["rms_norm_eps"])
-            self.k_norm = HFRMSNorm(hd, c["rms_norm_eps"])
+            self.q_norm = LlamaRMSNorm(hd, c["rms_norm_eps"])
+            self.k_norm = LlamaRMSNorm(hd, c["rms_norm_eps"])
 
     def forward(self, hidden_states, position_embeddings, attention_mask):
         input_shape = hidden_states.shape[:-1]
@@ -817,13 +774,13 @@ class HFAttention(nn.Module):
         cos, sin = position_embeddings
         cos = cos.unsqueeze(1)
         sin = sin.unsqueeze(1)
-        q_embed = (q * cos) + (hf_rotate_half(q) * sin)
-        k_embed = (k * cos) + (hf_rotate_half(k) * sin)
+        q_embed = (q * cos) + (rotate_half(q) * sin)
+        k_embed = (k * cos) + (rotate_half(k) * sin)
         q, k = q_embed, k_embed
         del q_embed, k_embed
         # eager_attention_forward
-        key_states = hf_repeat_kv(k, self.n_rep)
-        value_states = hf_repeat_kv(v, self.n_rep)
+        key_states = repeat_kv(k, self.n_rep)
+        value_states = repeat_kv(v, self.n_rep)
         attn_weights = torch.matmul(q, key_states.transpose(2, 3)) * self.scaling
         attn_weights = attn_weights + attention_mask
         attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(q.dtype)
@@ -924,8 +881,8 @@ class HFDecoderLayer(nn.Module):
         mlp = HFMLP(h, c["intermediate_size"]) if dense else SparseMoe(c, tokens)
         self.mlp_name = c.get("mlp_name", "mlp")
         setattr(self, self.mlp_name, mlp)
-        self.input_layernorm = HFRMSNorm(h, c["rms_norm_eps"])
-        self.post_attention_layernorm = HFRMSNorm(h, c["rms_norm_eps"])
+        self.input_layernorm = LlamaRMSNorm(h, c["rms_norm_eps"])
+        self.post_attention_layernorm = LlamaRMSNorm(h, c["rms_norm_eps"])
 
     def forward(self, hidden_states, attention_mask, position_embeddings):
         residual = hidden_states
@@ -956,8 +913,8 @@ class HFCausalLM(nn.Module):
         self.model = nn.Module()
         self.model.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
         self.model.layers = nn.ModuleList([HFDecoderLayer(c, i, batch * seq) for i in range(c["num_hidden_layers"])])
-        self.model.norm = HFRMSNorm(c["hidden_size"], c["rms_norm_eps"])
-        self.model.rotary_emb = HFRotary(c["head_dim"], c["rope_theta"])
+        self.model.norm = LlamaRMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        self.model.rotary_emb = RotaryEmbedding(c["head_dim"], c["rope_theta"])
         self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
 
     def forward(self, input_ids, labels):
