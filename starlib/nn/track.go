@@ -53,13 +53,11 @@ type trackState struct {
 }
 
 // Reach walks what nn.track holds while its function runs (env.Reacher):
-// the tracker's tensors and the modules it named.
+// the tracker's tensors and the modules it named (every module of mods
+// is named first: enter roots it).
 func (ts *trackState) Reach(w *env.Walker) {
 	w.Engine(ts.tr.Reach)
 	for l := range ts.names {
-		w.Value(l)
-	}
-	for l := range ts.mods {
 		w.Value(l)
 	}
 }

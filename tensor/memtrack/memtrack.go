@@ -201,8 +201,8 @@ func (t *Tracker) AddOptimizer(o optim.Optimizer) {
 }
 
 // Reach reports what the Tracker holds to a reclaim walk
-// (tensor.Reacher): the registered parameters and buffers, the tensors
-// it knows, and the state of the optimizers it saw step (an engine
+// (tensor.Reacher): the registered parameters and buffers (known is
+// their set), and the state of the optimizers it saw step (an engine
 // optimizer reports its own through a Reach(*tensor.Reacher) method).
 // A caller that runs code under the Tracker walks it as a root and may
 // then declare itself transparent to the walk.
@@ -212,9 +212,6 @@ func (t *Tracker) Reach(r *tensor.Reacher) {
 	}
 	for _, b := range t.buffers {
 		r.Tensor(b)
-	}
-	for k := range t.known {
-		r.Tensor(k)
 	}
 	for _, o := range t.optims {
 		if x, ok := o.(interface{ Reach(*tensor.Reacher) }); ok {
