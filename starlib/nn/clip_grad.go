@@ -95,6 +95,17 @@ func maxNormArg(fname string, v starlark.Value) (float64, error) {
 	return f, nil
 }
 
+// normForeachArgs reads norm_type and foreach, as clip_grad_norm_ and
+// get_total_norm take them.
+func normForeachArgs(name string, normV, foreachV starlark.Value) (float64, *bool, error) {
+	normType, err := normTypeArg(name, normV)
+	if err != nil {
+		return 0, nil, err
+	}
+	foreach, err := foreachOpt(name, foreachV)
+	return normType, foreach, err
+}
+
 func clipGradNorm(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var paramsV, maxNormV starlark.Value
 	var normV starlark.Value = starlark.Float(2)
@@ -112,11 +123,7 @@ func clipGradNorm(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	if err != nil {
 		return nil, err
 	}
-	normType, err := normTypeArg(b.Name(), normV)
-	if err != nil {
-		return nil, err
-	}
-	foreach, err := foreachOpt(b.Name(), foreachV)
+	normType, foreach, err := normForeachArgs(b.Name(), normV, foreachV)
 	if err != nil {
 		return nil, err
 	}
@@ -140,11 +147,7 @@ func getTotalNorm(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	if err != nil {
 		return nil, err
 	}
-	normType, err := normTypeArg(b.Name(), normV)
-	if err != nil {
-		return nil, err
-	}
-	foreach, err := foreachOpt(b.Name(), foreachV)
+	normType, foreach, err := normForeachArgs(b.Name(), normV, foreachV)
 	if err != nil {
 		return nil, err
 	}
