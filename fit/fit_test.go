@@ -203,14 +203,9 @@ func TestLibraryParameterCounts(t *testing.T) {
 // buildCount builds config on a meta simulator and counts its parameters.
 func buildCount(t *testing.T, config string) int64 {
 	t.Helper()
-	var out bytes.Buffer
-	s, err := scope.New(scope.Options{Device: "sim:H100,meta", Out: &out, Err: &out, Library: scripts.Library})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, out := metaSession(t)
 	s.Set("CONFIG", starlark.String(config))
-	err = s.Exec("count.star", `load("models/hf.star", "from_config")
+	err := s.Exec("count.star", `load("models/hf.star", "from_config")
 m = from_config(json.decode(CONFIG), device = "cuda")
 N = 0
 for p in m.parameters():
@@ -634,12 +629,7 @@ func TestGradAccum(t *testing.T) {
 // parameters' shapes (tied ones once, as named_parameters lists them).
 func paramShapes(t *testing.T) [][]int {
 	t.Helper()
-	var out bytes.Buffer
-	s, err := scope.New(scope.Options{Device: "sim:H100,meta", Out: &out, Err: &out, Library: scripts.Library})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, out := metaSession(t)
 	if err := s.Exec("shapes.star", `load("models/gpt2.star", "gpt2", "GPT2_SMALL")
 S = [list(p.shape) for _, p in gpt2(device = "cuda", **GPT2_SMALL).named_parameters()]
 `); err != nil {
@@ -823,4 +813,17 @@ func TestOptimizerFloorAndAdvice(t *testing.T) {
 			t.Errorf("%s: optimizers tried %v, want %v", name, tried, want)
 		}
 	}
+}
+
+// metaSession is a Session on the H100 preset's meta simulator with the
+// model library, closed when the test ends, and its output.
+func metaSession(t *testing.T) (*scope.Session, *bytes.Buffer) {
+	t.Helper()
+	out := &bytes.Buffer{}
+	s, err := scope.New(scope.Options{Device: "sim:H100,meta", Out: out, Err: out, Library: scripts.Library})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, out
 }
