@@ -65,6 +65,8 @@ func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Wri
 		load = fmt.Sprintf("load(%q, %s)\nPRESET = None\n", abs, strings.Join(names, ", "))
 		defined = []string{"build", "inputs"}
 	}
+	// every kind's optimizer (Trainer's optim names)
+	load += "load(\"models/trainer.star\", \"trainer_optimizer\")\n"
 	// the names the driver refers to that this kind does not load
 	for _, name := range []string{"gpt2", "resnet", "from_config", "needs_eager", "hf_inputs", "hf_spec", "generate", "build", "inputs"} {
 		if !slices.Contains(defined, name) {
