@@ -123,6 +123,13 @@ func (o *HFAdafactor) State(p *tensor.Tensor) map[string]any {
 	return m
 }
 
+// StateTensors implements Optimizer.
+func (o *HFAdafactor) StateTensors(p *tensor.Tensor, fn func(*tensor.Tensor)) {
+	if s := o.state[p]; s != nil {
+		each(fn, s.rms, s.expAvg, s.row, s.col, s.expAvgSq)
+	}
+}
+
 // Reach passes the parameters and the state tensors to r.
 func (o *HFAdafactor) Reach(r *tensor.Reacher) {
 	for _, p := range o.params {

@@ -69,6 +69,13 @@ func (o *Adafactor) State(p *tensor.Tensor) map[string]any {
 	return m
 }
 
+// StateTensors implements Optimizer.
+func (o *Adafactor) StateTensors(p *tensor.Tensor, fn func(*tensor.Tensor)) {
+	if s := o.state[p]; s != nil {
+		each(fn, s.rowVar, s.colVar, s.variance)
+	}
+}
+
 // Reach passes the parameters and the state tensors to r.
 func (o *Adafactor) Reach(r *tensor.Reacher) {
 	for _, p := range o.params {

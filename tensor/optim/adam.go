@@ -96,6 +96,13 @@ func (o *Adam) State(p *tensor.Tensor) map[string]any {
 	return m
 }
 
+// StateTensors implements Optimizer.
+func (o *Adam) StateTensors(p *tensor.Tensor, fn func(*tensor.Tensor)) {
+	if s := o.state[p]; s != nil {
+		each(fn, s.expAvg, s.expAvgSq, s.maxExpSq, s.stepT)
+	}
+}
+
 // setIndex records s as the state of params[i] for the reach walk.
 func (o *Adam) setIndex(i int, s *adamState) {
 	if o.byIndex == nil {

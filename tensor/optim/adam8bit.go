@@ -180,6 +180,19 @@ func (o *Adam8bit) State(p *tensor.Tensor) map[string]any {
 	return m
 }
 
+// StateTensors implements Optimizer: paged states are no tensors of the
+// device (State gives the *PagedBuffer).
+func (o *Adam8bit) StateTensors(p *tensor.Tensor, fn func(*tensor.Tensor)) {
+	s := o.state[p]
+	if s == nil {
+		return
+	}
+	if s.paged1 == nil {
+		each(fn, s.state1, s.state2)
+	}
+	each(fn, s.q1, s.q2, s.absmax1, s.absmax2)
+}
+
 // PagedBytes is the paged (managed) memory the states hold.
 func (o *Adam8bit) PagedBytes() uint64 {
 	var n uint64

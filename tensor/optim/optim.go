@@ -34,6 +34,18 @@ type Optimizer interface {
 	// State returns the per-parameter state: name → value (tensors on the
 	// parameter's device, or float64 host scalars such as "step").
 	State(p *tensor.Tensor) map[string]any
+	// StateTensors calls fn with each tensor among State(p)'s values,
+	// without building State's map (memtrack calls it at every peak).
+	StateTensors(p *tensor.Tensor, fn func(*tensor.Tensor))
+}
+
+// each calls fn with the non-nil tensors of ts.
+func each(fn func(*tensor.Tensor), ts ...*tensor.Tensor) {
+	for _, t := range ts {
+		if t != nil {
+			fn(t)
+		}
+	}
 }
 
 // ZeroGrad clears the gradients of params (Optimizer.zero_grad): with

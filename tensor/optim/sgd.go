@@ -55,6 +55,11 @@ func (o *SGD) State(p *tensor.Tensor) map[string]any {
 	return nil
 }
 
+// StateTensors implements Optimizer.
+func (o *SGD) StateTensors(p *tensor.Tensor, fn func(*tensor.Tensor)) {
+	each(fn, o.buf[p])
+}
+
 // Step performs one SGD update.
 func (o *SGD) Step() error {
 	return noGrad(o.params, func() error {
