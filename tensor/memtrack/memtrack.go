@@ -132,14 +132,24 @@ type Tracker struct {
 	exact  bool
 
 	startSeq uint64
-	live     map[uint64]uint64 // seq → block size, on the device
+	live     map[uint64]*liveEntry // by seq, on the device
 	total    uint64
 	preTotal uint64 // live bytes allocated before Start
 
 	params, buffers []*tensor.Tensor
 	known           map[*tensor.Tensor]bool
 	optims          []optim.Optimizer
-	saved           []weak.Pointer[autograd.SavedTensor]
+	saved           []savedRef
+
+	// a snapshot's marks: epoch numbers the snapshots; the memos
+	// remember, per role in the order snapshot visits them, the last
+	// memory seen and its entry (parameters, gradients and buffers by
+	// index, optimizer states in visiting order)
+	epoch                   uint64
+	paramMemo, gradMemo     []memo
+	bufMemo, stateMemo      []memo
+	cur                     Snapshot // the snapshot being taken
+	curSum, curPre, stateAt uint64
 
 	peak    Snapshot
 	modules []*Module
@@ -154,6 +164,30 @@ type Tracker struct {
 	inStep    int // nesting of StepBegin
 }
 
+// liveEntry is one live allocation of the tracked device.
+type liveEntry struct {
+	seq, size uint64
+	freed     bool
+	mark      uint64   // the epoch of the last snapshot that categorised it
+	cat       Category // its category in that snapshot
+}
+
+// memo is a role's last memory, by sequence number (a pointer to the
+// Memory would keep its handle from the collector, which reclaims read),
+// and its entry (nil: it was not live then, and a seq never is again once
+// freed).
+type memo struct {
+	seq uint64
+	e   *liveEntry
+}
+
+// savedRef is a saved tensor (weakly: a graph that became garbage is
+// collected) and its memo.
+type savedRef struct {
+	w weak.Pointer[autograd.SavedTensor]
+	m memo
+}
+
 // New returns a Tracker of device ("cuda:0", "cpu") in ctx's Manager.
 // Register roots with AddParams, AddBuffers and AddOptimizer (before or
 // while tracking), then call Start.
@@ -163,7 +197,7 @@ func New(ctx *tensor.Context, device string) (*Tracker, error) {
 		return nil, err
 	}
 	return &Tracker{ctx: ctx, mgr: ctx.Manager, alloc: a, device: a.Device().Name(),
-		exact: ctx.Manager.PeakMode().Exact(), live: map[uint64]uint64{}, known: map[*tensor.Tensor]bool{}}, nil
+		exact: ctx.Manager.PeakMode().Exact(), live: map[uint64]*liveEntry{}, known: map[*tensor.Tensor]bool{}}, nil
 }
 
 // Device is the tracked device's name.
@@ -226,7 +260,7 @@ func (t *Tracker) Start() {
 	t.mgr.Reclaim()
 	t.mgr.Live(func(h *backend.Memory) bool {
 		if h.Device() == t.device {
-			t.live[h.Seq()] = h.BlockSize()
+			t.live[h.Seq()] = &liveEntry{seq: h.Seq(), size: h.BlockSize()}
 			t.total += h.BlockSize()
 		}
 		return true
@@ -235,7 +269,7 @@ func (t *Tracker) Start() {
 	t.preTotal = t.total
 	t.stopObs = t.mgr.Observe(t.event)
 	t.restoreAG = autograd.SetObserver(t.ctx, &autograd.Observer{
-		Saved:     func(s *autograd.SavedTensor) { t.saved = append(t.saved, weak.Make(s)) },
+		Saved:     func(s *autograd.SavedTensor) { t.saved = append(t.saved, savedRef{w: weak.Make(s)}) },
 		Scope:     func() any { return t.fw },
 		NodeStart: t.nodeStart,
 		NodeEnd:   func(*autograd.Node) { t.bw = nil; t.updateGuard() },
@@ -364,7 +398,7 @@ func (t *Tracker) event(e backend.Event) {
 	}
 	switch e.Kind {
 	case backend.EventAlloc:
-		t.live[e.Seq] = e.Size
+		t.live[e.Seq] = &liveEntry{seq: e.Seq, size: e.Size}
 		t.total += e.Size
 		if t.needSnapshot() {
 			s := t.snapshot()
@@ -380,14 +414,15 @@ func (t *Tracker) event(e backend.Event) {
 		}
 		t.updateGuard()
 	case backend.EventFree:
-		size, ok := t.live[e.Seq]
+		le, ok := t.live[e.Seq]
 		if !ok {
 			return
 		}
 		delete(t.live, e.Seq)
-		t.total -= size
+		le.freed = true
+		t.total -= le.size
 		if e.Seq <= t.startSeq {
-			t.preTotal -= size
+			t.preTotal -= le.size
 		}
 	}
 }
@@ -421,81 +456,112 @@ func (t *Tracker) updateGuard() {
 	}
 }
 
-// snapshot categorises the live allocations now.
+// mark gives x's memory the category c in the snapshot being taken,
+// unless a role of lower rank has it already. m is the role's memo: while
+// the role's memory is the one it saw last, no map lookup is needed.
+func (t *Tracker) mark(x *tensor.Tensor, c Category, m *memo) {
+	if x == nil || x.Storage() == nil {
+		return
+	}
+	mem := x.Storage().Memory()
+	if mem == nil {
+		return
+	}
+	if seq := mem.Seq(); m.seq != seq || seq == 0 {
+		m.seq, m.e = seq, t.live[seq]
+	}
+	e := m.e
+	if e == nil || e.freed {
+		return
+	}
+	if e.mark == t.epoch {
+		if rank[e.cat] <= rank[c] {
+			return
+		}
+		t.cur.Bytes[e.cat] -= e.size
+	} else {
+		e.mark = t.epoch
+		t.curSum += e.size
+		if e.seq <= t.startSeq {
+			t.curPre += e.size
+		}
+	}
+	e.cat = c
+	t.cur.Bytes[c] += e.size
+}
+
+// grow returns ms with at least n memos.
+func grow(ms []memo, n int) []memo {
+	if len(ms) < n {
+		ms = append(ms, make([]memo, n-len(ms))...)
+	}
+	return ms
+}
+
+// snapshot categorises the live allocations now. Its cost is one visit
+// of each role (parameters, gradients, buffers, optimizer states, saved
+// tensors), without a map lookup for a role whose memory is unchanged
+// since the last snapshot.
 func (t *Tracker) snapshot() Snapshot {
-	cat := map[uint64]Category{}
-	mark := func(x *tensor.Tensor, c Category) {
-		if x == nil || x.Storage() == nil || x.Storage().Memory() == nil {
-			return
-		}
-		seq := x.Storage().Memory().Seq()
-		if _, ok := t.live[seq]; !ok {
-			return
-		}
-		if old, ok := cat[seq]; ok && rank[old] <= rank[c] {
-			return
-		}
-		cat[seq] = c
+	t.epoch++
+	t.cur, t.curSum, t.curPre = Snapshot{}, 0, 0
+	t.paramMemo = grow(t.paramMemo, len(t.params))
+	t.gradMemo = grow(t.gradMemo, len(t.params))
+	for i, p := range t.params {
+		t.mark(p, Parameter, &t.paramMemo[i])
+		t.mark(autograd.Grad(p), Gradient, &t.gradMemo[i])
 	}
-	for _, p := range t.params {
-		mark(p, Parameter)
-		mark(autograd.Grad(p), Gradient)
+	t.bufMemo = grow(t.bufMemo, len(t.buffers))
+	for i, b := range t.buffers {
+		t.mark(b, Buffer, &t.bufMemo[i])
 	}
-	for _, b := range t.buffers {
-		mark(b, Buffer)
+	t.stateAt = 0
+	state := func(x *tensor.Tensor) {
+		t.stateMemo = grow(t.stateMemo, int(t.stateAt)+1)
+		t.mark(x, Optstate, &t.stateMemo[t.stateAt])
+		t.stateAt++
 	}
 	for _, o := range t.optims {
 		for _, p := range o.Params() {
-			mark(p, Parameter)
-			mark(autograd.Grad(p), Gradient)
-			for _, v := range o.State(p) {
-				if x, ok := v.(*tensor.Tensor); ok {
-					mark(x, Optstate)
-				}
-			}
+			// an optimizer's parameter outside the modules: its memo
+			// is a state's (visited as often)
+			t.stateMemo = grow(t.stateMemo, int(t.stateAt)+2)
+			t.mark(p, Parameter, &t.stateMemo[t.stateAt])
+			t.mark(autograd.Grad(p), Gradient, &t.stateMemo[t.stateAt+1])
+			t.stateAt += 2
+			o.StateTensors(p, state)
 		}
 	}
 	kept := t.saved[:0]
-	for _, w := range t.saved {
-		if s := w.Value(); s != nil {
+	for _, r := range t.saved {
+		if s := r.w.Value(); s != nil {
 			if x := s.Tensor(); x != nil {
-				kept = append(kept, w)
-				mark(x, Activation)
+				kept = append(kept, r)
+				t.mark(x, Activation, &kept[len(kept)-1].m)
 			}
 		}
 	}
 	clear(t.saved[len(kept):])
 	t.saved = kept
 
-	var s Snapshot
-	var pre, sum uint64
-	for seq, c := range cat {
-		n := t.live[seq]
-		s.Bytes[c] += n
-		sum += n
-		if seq <= t.startSeq {
-			pre += n
-		}
-	}
+	s := t.cur
 	// library memory made while tracking (a cuBLAS workspace at the first
 	// matrix product) is Other, as what was there before; Library is all
 	// of it that is live, made before Start too (the workspaces an
 	// earlier trial of the process allocated)
 	var lib, libBefore uint64
 	for _, m := range t.ctx.LibraryMemory() {
-		if n, ok := t.live[m.Seq()]; ok {
-			if _, known := cat[m.Seq()]; !known {
-				if m.Seq() > t.startSeq {
-					lib += n
-				} else {
-					libBefore += n
-				}
+		if e, ok := t.live[m.Seq()]; ok && e.mark != t.epoch {
+			if m.Seq() > t.startSeq {
+				lib += e.size
+			} else {
+				libBefore += e.size
 			}
 		}
 	}
-	s.Bytes[Other] = t.preTotal - pre + lib
+	s.Bytes[Other] = t.preTotal - t.curPre + lib
 	s.Library = lib + libBefore
-	s.Bytes[Temp] = t.total - sum - s.Bytes[Other]
+	s.Bytes[Temp] = t.total - t.curSum - s.Bytes[Other]
 	s.Total = t.total
 	switch {
 	case t.inStep > 0:

@@ -138,3 +138,67 @@ func TestMLPAdamStep(t *testing.T) {
 		runtime.KeepAlive(x)
 	}
 }
+
+// TestSnapshotFollowsReplacedRoles: a snapshot remembers each role's last
+// memory (its memo); a gradient set to None and made again, and optimizer
+// state made at the first step, must count in their new memory, and the
+// freed memory not at all.
+func TestSnapshotFollowsReplacedRoles(t *testing.T) {
+	dev := sim.New(sim.Spec{Count: 1, Total: 1 << 30, Meta: true})[0]
+	gpu := backend.NewCachingAllocator(dev, 0)
+	mgr := backend.NewManager(backend.Config{GPUs: []backend.Allocator{gpu}, Host: host.NewAllocator()})
+	defer mgr.Close()
+	c := tensor.NewContext(mgr)
+	const B, In, Out = 32, 256, 128
+	w, b, err := tnn.NewLinearParams(c, In, Out, true, "cuda:0", tensor.Float32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := []*tensor.Tensor{w, b}
+	P := r512(Out*In*4) + r512(Out*4)
+	opt, err := optim.NewAdam(params, 1e-3, 0.9, 0.999, 1e-8, 0, false, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := memtrack.New(c, "cuda:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.AddParams(params...)
+	tr.AddOptimizer(opt)
+	x, err := tensor.Randn(c, []int{B, In}, tensor.Float32, "cuda:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	X := r512(B * In * 4)
+	tr.Start()
+	var state uint64
+	for range 3 {
+		y, err := autograd.Linear(x, w, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loss, err := autograd.Sum(y, nil, false, tensor.Undefined)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y = nil
+		if err := autograd.Backward([]*tensor.Tensor{loss}, nil, false); err != nil {
+			t.Fatal(err)
+		}
+		loss = nil
+		check(t, "after backward", tr.Current(), map[memtrack.Category]uint64{
+			memtrack.Parameter: P, memtrack.Gradient: P, memtrack.Optstate: state, memtrack.Other: X})
+		if err := opt.Step(); err != nil {
+			t.Fatal(err)
+		}
+		state = 2 * P // exp_avg and exp_avg_sq, from the first step on
+		if err := optim.ZeroGrad(params, true); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "after zero_grad(set_to_none=True)", tr.Current(), map[memtrack.Category]uint64{
+			memtrack.Parameter: P, memtrack.Optstate: state, memtrack.Other: X})
+	}
+	tr.Stop()
+	runtime.KeepAlive(x)
+}
