@@ -91,12 +91,14 @@ func FlashAttentionBackward(g, q, k, v, out, lse *Tensor, dropoutP float64, caus
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	defer c.Hold(gc, oc)() // reachable while the rest is made
 	var d [3]*Tensor
 	for i := range d {
 		t := ts[2+i]
 		if d[i], err = emptyLikeDense(fname, t, t.shape[3]); err != nil {
 			return nil, nil, nil, err
 		}
+		c.Hold(d[i]) // released with gc's hold
 	}
 	roundUp := func(x, m int) int { return (x + m - 1) / m * m }
 	Lr := roundUp(L, 128)
@@ -108,10 +110,12 @@ func FlashAttentionBackward(g, q, k, v, out, lse *Tensor, dropoutP float64, caus
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	c.Hold(softmaxD)
 	dqAccum, err := newTensor(c, fname, dev, Float32, []int{B, Lr, H, roundUp(E, er)})
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	c.Hold(dqAccum)
 	// Grouped-query attention (fewer key heads): mha_bwd computes dk and
 	// dv per query head into dk_expanded and dv_expanded [B, S, H, ·] of
 	// q's dtype, sums each group into dk and dv (at::sum_out) and frees
@@ -122,6 +126,7 @@ func FlashAttentionBackward(g, q, k, v, out, lse *Tensor, dropoutP float64, caus
 		if dkExp, err = newTensor(c, fname, dev, q.dtype, []int{B, S, H, k.shape[3]}); err != nil {
 			return nil, nil, nil, err
 		}
+		c.Hold(dkExp)
 		if dvExp, err = newTensor(c, fname, dev, q.dtype, []int{B, S, H, v.shape[3]}); err != nil {
 			return nil, nil, nil, err
 		}
@@ -170,10 +175,12 @@ func EfficientAttentionForward(q, k, v, bias *Tensor, computeLSE bool, dropoutP 
 	if seed, offset, err = philoxTensors(c, dropoutP > 0, rs, ro); err != nil {
 		return nil, nil, nil, nil, err
 	}
+	defer c.Hold(seed, offset)() // each reachable while the next is made
 	o, err := newTensor(c, fname, dev, q.dtype, []int{B, L, H, Ev})
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
+	c.Hold(o) // released with the seed's hold
 	lseLen := 0
 	if computeLSE {
 		lseLen = (L + 31) / 32 * 32
@@ -181,6 +188,7 @@ func EfficientAttentionForward(q, k, v, bias *Tensor, computeLSE bool, dropoutP 
 	if lse, err = newTensor(c, fname, dev, Float32, []int{B, H, lseLen}); err != nil {
 		return nil, nil, nil, nil, err
 	}
+	c.Hold(lse)
 	var accum *Tensor
 	if (q.dtype == Float16 || q.dtype == BFloat16) && Ev > 128 {
 		if accum, err = newTensor(c, fname, dev, Float32, []int{B, L, H, Ev}); err != nil {

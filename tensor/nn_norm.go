@@ -227,16 +227,21 @@ func NativeLayerNormBackward(g, x *Tensor, normalized []int, mean, rstd, w, b *T
 			return nil, nil, nil, err
 		}
 	}
+	// gx, gw and gb are reachable (for the reclaim's proof) while the
+	// next ones and g's contiguous copy are allocated
+	defer x.ctx.Hold(gx)()
 	if mask[1] && w != nil {
 		if gw, err = newGradParam(fname, wc, m); err != nil {
 			return nil, nil, nil, err
 		}
 	}
+	x.ctx.Hold(gw) // released with gx's hold
 	if mask[2] && b != nil {
 		if gb, err = newGradParam(fname, bc, m); err != nil {
 			return nil, nil, nil, err
 		}
 	}
+	x.ctx.Hold(gb)
 	gc, err := Contiguous(g)
 	if err != nil {
 		return nil, nil, nil, Renamed(err, fname)
@@ -311,7 +316,10 @@ func gammaBetaBlocks(fname string, x *Tensor, m, n int, gw, gb *Tensor) (*Tensor
 		if err != nil {
 			return nil, err
 		}
-		if err := takeReduceScratchLaw(x.ctx, a, reduceLaw{acc: reduceAccBytes(p.dtype), sms: sms, tpsm: tpsm, tiles: true}, int64(m), int64(n)); err != nil {
+		release := x.ctx.Hold(out)
+		err = takeReduceScratchLaw(x.ctx, a, reduceLaw{acc: reduceAccBytes(p.dtype), sms: sms, tpsm: tpsm, tiles: true}, int64(m), int64(n))
+		release()
+		if err != nil {
 			x.ctx.Manager.Release(out.mem, "layer norm backward failed")
 			return nil, err
 		}

@@ -152,7 +152,10 @@ func takeReduceScratchLaw(ctx *Context, a backend.Allocator, law reduceLaw, r, c
 		return err
 	}
 	law.semaphores = true
+	// the staging buffer is reachable while the semaphores are allocated
+	release := ctx.holdMemory(buf)
 	s, err := ctx.Manager.AllocLaw(a, law, r, c)
+	release()
 	if err != nil {
 		ctx.Manager.Release(buf, "reduction staging")
 		return err

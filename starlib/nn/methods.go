@@ -177,14 +177,23 @@ func convertInPlace(t *tensor.Tensor, device string, dt tensor.DType) error {
 		return err
 	}
 	if c != t {
+		// the old data is garbage unless something else holds it (which
+		// the reclaim's walk reaches): this Go code holds it no more
+		old := t.Memory()
 		t.SetData(c)
+		if old != nil {
+			t.Context().Manager.Dropped(old)
+		}
 	}
 	if g := t.Autograd(); g != nil && g.Grad != nil {
 		gc, err := tensor.To(g.Grad, device, target, false)
 		if err != nil {
 			return err
 		}
-		g.Grad = gc
+		if old := g.Grad; gc != old {
+			g.Grad = gc
+			tensor.Dropped(old)
+		}
 	}
 	return nil
 }

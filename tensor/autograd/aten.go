@@ -104,3 +104,17 @@ func unary(op string, t *tensor.Tensor) (*tensor.Tensor, error) {
 func backwardKernel(op string, g, y *tensor.Tensor) (*tensor.Tensor, error) {
 	return tensor.BackwardKernel(op, g, y)
 }
+
+// hold keeps ts (nil ones skipped) reachable for the reclaim's proof
+// until the returned release (tensor.Context.Hold): a formula's Go locals
+// that it computes with while it allocates more, which a C++ formula's
+// temporaries or results would keep alive. Without it the reclaim cannot
+// prove them reachable and falls back to a Go collection.
+func hold(ts ...*tensor.Tensor) (release func()) {
+	for _, t := range ts {
+		if t != nil {
+			return t.Context().Hold(ts...)
+		}
+	}
+	return func() {}
+}

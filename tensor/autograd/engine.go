@@ -414,8 +414,12 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 		ctxOf(n).Manager.NoteHeldGarbage()
 	}
 	// The node's gradients are the engine's until they reach the input
-	// buffers (Reach walks them).
+	// buffers (Reach walks them). apply has returned: its Go code holds
+	// nothing any more, so the horizon moves here, and what it made and
+	// did not return (or validate replaces) is garbage the reach walk
+	// proves without a collection.
 	e.outs = outs
+	e.region = ctxOf(n).Tick()
 	defer func() { e.outs = nil }()
 	for i := range outs {
 		if outs[i] == nil || i >= len(n.input) {
@@ -446,10 +450,13 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 		var g *tensor.Tensor
 		if i < len(outs) {
 			g = outs[i]
-			outs[i] = nil
 		}
+		// g stays in outs (reachable) while add allocates
 		if err := e.add(edge, g); err != nil {
 			return err
+		}
+		if i < len(outs) {
+			outs[i] = nil
 		}
 		if e.deps[edge.Node]--; e.deps[edge.Node] == 0 && !e.queued[edge.Node] {
 			e.push(edge.Node)

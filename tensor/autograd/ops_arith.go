@@ -144,6 +144,7 @@ func mulBackward(sa, sb *SavedTensor) func(n *Node, g []*tensor.Tensor) ([]*tens
 			if err != nil {
 				return nil, err
 			}
+			defer hold(res[0])() // reachable while the second is made
 			if res[1], err = mul(g[0], av); err != nil {
 				return nil, err
 			}

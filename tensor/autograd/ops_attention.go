@@ -119,6 +119,7 @@ func additiveMask(mask *tensor.Tensor, dt tensor.DType) (*tensor.Tensor, error) 
 	if err != nil {
 		return nil, err
 	}
+	defer hold(z)()
 	not, err := tensor.Eq(mask, tensor.BoolScalar(false))
 	if err != nil {
 		return nil, err
@@ -126,5 +127,6 @@ func additiveMask(mask *tensor.Tensor, dt tensor.DType) (*tensor.Tensor, error) 
 	if err := MaskedFill_(z, not, tensor.Float(math.Inf(-1))); err != nil {
 		return nil, err
 	}
+	tensor.Dropped(not) // the expression's temporary: freed as it ends
 	return z, nil
 }

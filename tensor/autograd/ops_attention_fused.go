@@ -217,6 +217,9 @@ func sdpaEfficient(q, k, v, mask *tensor.Tensor, computeLSE bool, dropoutP float
 		if bias, err = tensor.Expand(bias, []int{qs[0], qs[1], qs[2], ks[2]}); err != nil {
 			return nil, err
 		}
+		// the mask is sdpa's local (or saved by a node not reachable yet)
+		// while the kernel allocates
+		defer hold(bias)()
 	}
 	return sdpaBiased("ScaledDotProductEfficientAttentionBackward0", q, k, v, bias,
 		func() (out, lse, seed, off *tensor.Tensor, rs, ro uint64, err error) {
@@ -239,6 +242,7 @@ func sdpaCuDNN(q, k, v, mask *tensor.Tensor, computeLSE bool, dropoutP float64, 
 		if bias, err = additiveMask(mask, q.DType()); err != nil {
 			return nil, err
 		}
+		defer hold(bias)()
 	}
 	// the seed and offset are kept on the device as PyTorch keeps them;
 	// their values travel in rs, ro (a meta device holds no data)

@@ -2,7 +2,6 @@ package autograd
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/memsh/memsh/tensor"
 )
@@ -169,13 +168,14 @@ func Where(cond, a, b *tensor.Tensor, sa, sb tensor.Scalar) (*tensor.Tensor, err
 			return nil, err
 		}
 	}
+	// the scalars' tensors are Go locals while the result is made
+	defer hold(a, b)()
 	n := newNode("WhereBackward0", nil, a, b)
 	var sc *SavedTensor
 	if n != nil {
 		sc = n.save(cond)
 	}
 	out, err := tensor.Where(cond, a, b)
-	runtime.KeepAlive(tmp)
 	if err != nil || n == nil {
 		return out, err
 	}

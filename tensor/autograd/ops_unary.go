@@ -1,8 +1,6 @@
 package autograd
 
 import (
-	"runtime"
-
 	"github.com/memsh/memsh/tensor"
 )
 
@@ -131,10 +129,12 @@ func Rsqrt(a *tensor.Tensor) (*tensor.Tensor, error) {
 			if err != nil {
 				return nil, err
 			}
+			defer hold(h)()
 			p, err := powScalar(y, 3)
 			if err != nil {
 				return nil, err
 			}
+			defer hold(p)()
 			return mul(h, p)
 		})
 }
@@ -158,12 +158,12 @@ func PowScalar(a *tensor.Tensor, e float64) (*tensor.Tensor, error) {
 			if err != nil {
 				return nil, err
 			}
+			defer hold(p)()
 			q, err := mulScalar(p, tensor.Float(e))
 			if err != nil {
 				return nil, err
 			}
-			r, err := mul(g, q)
-			runtime.KeepAlive(p)
-			return r, err
+			defer hold(q)()
+			return mul(g, q)
 		})
 }
