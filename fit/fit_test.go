@@ -827,3 +827,37 @@ func metaSession(t *testing.T) (*scope.Session, *bytes.Buffer) {
 	t.Cleanup(func() { s.Close() })
 	return s, out
 }
+
+// The advice's searches run at once, each in a Session of its own
+// (searchAll): the answers equal those of running them one after another
+// — both waves (the paged 8-bit optimizer runs after the unpaged one did
+// not fit). .ci/run runs it under the race detector.
+func TestAdviceConcurrent(t *testing.T) {
+	o := options("gpt2-small", map[string]any{"gpu": "1GiB", "seq": 128, "json": true})
+	advice := func(workers int) []fit.Alternative {
+		defer fit.SetAdviceWorkers(workers)()
+		rc, out, errs := runMain(t, o)
+		if rc != 0 {
+			t.Fatalf("workers %d: exit %d: %s", workers, rc, errs)
+		}
+		var r fit.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Advice
+	}
+	one, four := advice(1), advice(4)
+	if !reflect.DeepEqual(one, four) {
+		t.Errorf("advice one search at a time:\n%+v\nfour at once:\n%+v", one, four)
+	}
+	changes := map[string]fit.Alternative{}
+	for _, a := range four {
+		changes[a.Change] = a
+	}
+	if a, ok := changes["optimizer paged_adamw_8bit"]; !ok || !a.Modelled {
+		t.Errorf("the paged optimizer (wave 2) is missing: %+v", four)
+	}
+	if len(four) < 8 {
+		t.Errorf("%d alternatives: %+v", len(four), four)
+	}
+}
