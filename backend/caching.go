@@ -3,7 +3,6 @@ package backend
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/google/btree"
 )
@@ -31,7 +30,8 @@ const (
 // with free neighbours and stay cached; EmptyCache returns whole free
 // segments to the device; a device allocation that fails releases the cache
 // and is retried once before an *OOMError. Stats has the keys of
-// torch.cuda.memory_stats().
+// torch.cuda.memory_stats(). Blocks belong to the stream they were
+// allocated on (caching_streams.go).
 //
 // A CachingAllocator is not safe for concurrent use; the caller serialises.
 type CachingAllocator struct {
@@ -42,6 +42,15 @@ type CachingAllocator struct {
 	segs         []*segment // every segment held from the device, in no order
 	spare        []*cblock  // recycled block nodes
 	key          cblock     // search key for best fit (avoids an allocation per lookup)
+
+	// streams (caching_streams.go): the current stream, the last one
+	// made, the events of frees that wait for other streams' work, and
+	// the clock of event records and synchronizations
+	cur, lastStream Stream
+	events          []streamEvent
+	clock           uint64
+	synced          map[Stream]uint64 // when each stream was last synchronized
+	syncedAll       uint64            // when the device was
 
 	st      stats
 	peaks   PeakSet
@@ -60,39 +69,6 @@ type CachingAllocator struct {
 // EmptyCache; nil removes it. The Manager reports the calls to its
 // ObserveAll observers (a recorder of a trial's stream).
 func (a *CachingAllocator) SetEmptyCacheHook(f func()) { a.onEmpty = f }
-
-// Clone returns a copy of the allocator as it stands — its segments and
-// their blocks, free and allocated, and its statistics — drawing from dev,
-// which must hold the same device memory at the same addresses (a copy of
-// the device: backend/sim's Device.Clone). The copy has no hooks and no
-// peak counters open; the blocks allocated in a, which the copy's caller
-// never frees, stay allocated in it. backend/replay replays a trial's
-// allocations through such a copy.
-func (a *CachingAllocator) Clone(dev Device) *CachingAllocator {
-	c := NewCachingAllocator(dev, a.index)
-	c.st = a.st
-	for _, seg := range a.segs {
-		ns := &segment{owner: c, mem: DeviceMem{Ptr: seg.mem.Ptr}, size: seg.size, pool: &c.large}
-		if seg.pool == &a.small {
-			ns.pool = &c.small
-		}
-		var prev *cblock
-		for b := seg.head; b != nil; b = b.next {
-			nb := &cblock{seg: ns, ptr: b.ptr, size: b.size, requested: b.requested, allocated: b.allocated, prev: prev}
-			if prev == nil {
-				ns.head = nb
-			} else {
-				prev.next = nb
-			}
-			if !nb.allocated {
-				ns.pool.free.ReplaceOrInsert(nb)
-			}
-			prev = nb
-		}
-		c.segs = append(c.segs, ns)
-	}
-	return c
-}
 
 // SetSegmentHook installs f to be called after every segment allocation
 // (alloc true) and release; nil removes it. The Manager uses it to report
@@ -118,6 +94,8 @@ type segment struct {
 }
 
 // cblock is a block of a segment, free or allocated: PyTorch's Block.
+// A freed block whose memory other streams used waits for their events
+// (pending > 0: PyTorch's event_count) outside the pool.
 type cblock struct {
 	seg        *segment
 	ptr        uintptr
@@ -125,7 +103,10 @@ type cblock struct {
 	requested  uint64
 	prev, next *cblock // neighbours in the same segment, by address
 	allocated  bool
-	user       *Block // the Block handed out for it while allocated
+	user       *Block   // the Block handed out for it while allocated
+	stream     Stream   // the stream it was allocated on (its segment's)
+	uses       []Stream // other streams that used it (record_stream)
+	pending    int      // events its free waits for
 }
 
 // Markers kept in Block.impl besides *cblock. Both are pointer-shaped, so
@@ -136,6 +117,9 @@ type (
 )
 
 func lessBlock(x, y *cblock) bool {
+	if x.stream != y.stream {
+		return x.stream < y.stream
+	}
 	if x.size != y.size {
 		return x.size < y.size
 	}
@@ -178,6 +162,7 @@ func (a *CachingAllocator) RoundSize(size uint64) uint64 {
 	if size == 0 || size > maxRequest {
 		return size
 	}
+	a.processEvents() // as Malloc will first
 	rounded := roundSize(size)
 	p := a.poolFor(rounded)
 	have := segmentSize(rounded)
@@ -197,6 +182,7 @@ func (a *CachingAllocator) NeedsSegment(size uint64) bool {
 	if size == 0 || size > maxRequest {
 		return false
 	}
+	a.processEvents()
 	rounded := roundSize(size)
 	return a.bestFit(a.poolFor(rounded), rounded) == nil
 }
@@ -239,12 +225,14 @@ func (p *blockPool) shouldSplit(blockSize, rounded uint64) bool {
 }
 
 // bestFit returns the smallest free block of p of at least rounded bytes
-// (the lowest address among equals), or nil.
+// on the current stream (the lowest address among equals), or nil.
 func (a *CachingAllocator) bestFit(p *blockPool, rounded uint64) *cblock {
-	a.key.size, a.key.ptr = rounded, 0
+	a.key.stream, a.key.size, a.key.ptr = a.cur, rounded, 0
 	var found *cblock
 	p.free.AscendGreaterOrEqual(&a.key, func(b *cblock) bool {
-		found = b
+		if b.stream == a.cur {
+			found = b
+		}
 		return false
 	})
 	return found
@@ -280,6 +268,7 @@ func (a *CachingAllocator) Malloc(size uint64) (*Block, error) {
 		a.countRetry()
 		return nil, a.outOfMemory(size)
 	}
+	a.processEvents()
 	rounded := roundSize(size)
 	p := a.poolFor(rounded)
 	b := a.bestFit(p, rounded)
@@ -298,7 +287,7 @@ func (a *CachingAllocator) Malloc(size uint64) (*Block, error) {
 	if p.shouldSplit(b.size, rounded) {
 		// The front of b is handed out; b keeps the remainder and stays free.
 		nb := a.newNode()
-		nb.seg, nb.ptr, nb.size = seg, b.ptr, rounded
+		nb.seg, nb.ptr, nb.size, nb.stream = seg, b.ptr, rounded, b.stream
 		nb.prev, nb.next = b.prev, b
 		if nb.prev != nil {
 			nb.prev.next = nb
@@ -371,7 +360,7 @@ func (a *CachingAllocator) allocSegment(p *blockPool, rounded, requested uint64)
 	seg := &segment{owner: a, mem: mem, size: size, pool: p}
 	a.segs = append(a.segs, seg)
 	b := a.newNode()
-	b.seg, b.ptr, b.size = seg, mem.Ptr, size
+	b.seg, b.ptr, b.size, b.stream = seg, mem.Ptr, size, a.cur
 	seg.head = b
 	a.st.segment.inc(p.stat, 1)
 	a.st.reservedBytes.inc(p.stat, int64(size))
@@ -454,19 +443,31 @@ func (a *CachingAllocator) Free(b *Block) {
 		panic(a.foreign(b))
 	}
 
+	si := cb.seg.pool.stat
+	cb.allocated = false
+	cb.user = nil
+	b.impl = freedBlock{a}
+	a.st.allocation.dec(si, 1)
+	a.st.allocatedBytes.dec(si, int64(cb.size))
+	if len(cb.uses) > 0 {
+		// other streams used it: it waits for their work (insert_events)
+		a.insertEvents(cb)
+		return
+	}
+	a.freeBlock(cb)
+}
+
+// freeBlock returns a freed block to its pool, merging it with free
+// neighbours (PyTorch's free_block): the active figures drop now.
+func (a *CachingAllocator) freeBlock(cb *cblock) {
 	seg := cb.seg
 	p := seg.pool
 	si := p.stat
 	origSize, requested := cb.size, cb.requested
-	cb.allocated = false
 	cb.requested = 0
-	cb.user = nil
-	b.impl = freedBlock{a}
-	a.st.allocation.dec(si, 1)
-	a.st.allocatedBytes.dec(si, int64(origSize))
 
 	var netSplit, netSplitBytes int64
-	if prev := cb.prev; prev != nil && !prev.allocated {
+	if prev := cb.prev; prev != nil && prev.mergeable() {
 		p.free.Delete(prev)
 		cb.ptr = prev.ptr
 		cb.size += prev.size
@@ -480,7 +481,7 @@ func (a *CachingAllocator) Free(b *Block) {
 		netSplitBytes -= int64(prev.size)
 		a.recycle(prev)
 	}
-	if next := cb.next; next != nil && !next.allocated {
+	if next := cb.next; next != nil && next.mergeable() {
 		p.free.Delete(next)
 		cb.size += next.size
 		cb.next = next.next
@@ -526,11 +527,12 @@ func (a *CachingAllocator) LastError() error { return a.lastErr }
 // single free block goes back to the device. A segment the device fails to
 // free stays cached; the first such error is returned.
 func (a *CachingAllocator) releaseCached() error {
+	a.synchronizeAndFreeEvents()
 	var first error
 	for i := len(a.segs) - 1; i >= 0; i-- {
 		seg := a.segs[i]
 		h := seg.head
-		if h.allocated || h.next != nil {
+		if h.allocated || h.pending > 0 || h.next != nil {
 			continue
 		}
 		if err := a.dev.Free(seg.mem, seg.size); err != nil {
@@ -553,47 +555,6 @@ func (a *CachingAllocator) releaseCached() error {
 		seg.head, seg.owner = nil, nil
 	}
 	return first
-}
-
-// SegmentInfo describes one segment held from the device, for snapshots.
-type SegmentInfo struct {
-	Ptr    uintptr
-	Size   uint64
-	Pool   string      // "small" or "large"
-	Blocks []BlockInfo // by address; their sizes add up to Size
-}
-
-// BlockInfo is one block of a segment.
-type BlockInfo struct {
-	Ptr       uintptr
-	Size      uint64
-	Requested uint64 // bytes the caller asked for; 0 for a free block
-	Allocated bool
-}
-
-// Segments lists the segments held from the device, by address.
-func (a *CachingAllocator) Segments() []SegmentInfo {
-	out := make([]SegmentInfo, 0, len(a.segs))
-	for _, seg := range a.segs {
-		si := SegmentInfo{Ptr: seg.mem.Ptr, Size: seg.size, Pool: "large"}
-		if seg.pool.stat == statSmall {
-			si.Pool = "small"
-		}
-		for b := seg.head; b != nil; b = b.next {
-			si.Blocks = append(si.Blocks, BlockInfo{Ptr: b.ptr, Size: b.size, Requested: b.requested, Allocated: b.allocated})
-		}
-		out = append(out, si)
-	}
-	slices.SortFunc(out, func(x, y SegmentInfo) int {
-		switch {
-		case x.Ptr < y.Ptr:
-			return -1
-		case x.Ptr > y.Ptr:
-			return 1
-		}
-		return 0
-	})
-	return out
 }
 
 var _ Allocator = (*CachingAllocator)(nil)

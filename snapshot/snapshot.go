@@ -10,7 +10,7 @@
 //	            requested_size, stream, segment_type ("small"/"large"),
 //	            segment_pool_id, is_expandable, frames,
 //	            blocks: [{address, size, requested_size,
-//	                      state ("active_allocated"/"inactive"), frames}]}]
+//	                      state ("active_allocated"/"active_pending_free"/"inactive"), frames}]}]
 //	device_traces: one list per GPU ordinal of
 //	            {action, addr, size, stream, time_us, frames}
 //	            with action alloc, free_requested, free_completed,
@@ -283,12 +283,18 @@ func (r *Recorder) Snapshot() Dict {
 }
 
 func (r *Recorder) segment(dev int, s backend.SegmentInfo) Dict {
-	var allocated, requested uint64
+	var allocated, active, requested uint64
 	blocks := make([]any, len(s.Blocks))
 	for i, b := range s.Blocks {
 		state := "inactive"
 		var frames []Frame
+		if b.Pending {
+			// freed, waiting for another stream's event: still active
+			state = "active_pending_free"
+			active += b.Size
+		}
 		if b.Allocated {
+			active += b.Size
 			state = "active_allocated"
 			allocated += b.Size
 			requested += b.Requested
@@ -305,8 +311,8 @@ func (r *Recorder) segment(dev int, s backend.SegmentInfo) Dict {
 	}
 	return Dict{
 		{"device", dev}, {"address", uint64(s.Ptr)}, {"total_size", s.Size},
-		{"allocated_size", allocated}, {"active_size", allocated}, {"requested_size", requested},
-		{"stream", 0}, {"segment_type", s.Pool}, {"segment_pool_id", Tuple{0, 0}},
+		{"allocated_size", allocated}, {"active_size", active}, {"requested_size", requested},
+		{"stream", int(s.Stream)}, {"segment_type", s.Pool}, {"segment_pool_id", Tuple{0, 0}},
 		{"is_expandable", false}, {"frames", frameList(frames)}, {"blocks", blocks},
 	}
 }

@@ -39,6 +39,13 @@ func Record(m *backend.Manager, size int) *Recorder {
 // Stop ends the recording and returns the stream.
 func (r *Recorder) Stop() *Stream {
 	r.remove()
+	for i := 0; i < r.m.NumGPUs(); i++ {
+		if a, ok := r.m.GPU(i).(*backend.CachingAllocator); ok && a.StreamsUsed() {
+			// the events carry no stream: which blocks an allocation
+			// may reuse depends on it
+			r.refuse("CUDA streams other than the default one were made")
+		}
+	}
 	return r.s
 }
 

@@ -39,6 +39,9 @@ func Snapshot(m *backend.Manager) (*Start, string) {
 		if !ok {
 			return nil, "a real GPU"
 		}
+		if a.StreamsUsed() {
+			return nil, "CUDA streams other than the default one were made"
+		}
 		c := d.Clone()
 		if c == nil {
 			return nil, "the simulated GPU holds data (replay needs sim:...,meta)"

@@ -34,7 +34,9 @@ import (
 //	memory_summary(device=None, abbreviated=False)  PyTorch's memory_summary table
 //	empty_cache()                  release cached segments with no allocated block (every GPU)
 //	clear_cublas_workspaces()      free the cuBLAS/cuBLASLt workspaces (torch._C._cuda_clearCublasWorkspaces): the next matrix product allocates them again, as in a fresh process; returns the bytes freed
-//	synchronize(device=None)       wait for the device (no-op on the simulator)
+//	synchronize(device=None)       wait for the device: every stream's work so far is done (the allocator's pending frees complete)
+//	Stream(device=None) current_stream(device=None) default_stream(device=None)
+//	set_stream(stream) stream(stream, fn, *args, **kwargs)   CUDA streams (stream.go); Tensor.record_stream(stream)
 //	malloc(nbytes, device=None)    a raw buffer: .nbytes .device .free()
 //	record_memory_history(enabled=True, max_entries=100000)  record allocator events with Starlark frames
 //	dump_snapshot(path)            write a memory_viz snapshot (pickle) of segments, blocks and the recorded events
@@ -389,9 +391,15 @@ func clearCublasWorkspaces(thread *starlark.Thread, b *starlark.Builtin, args st
 }
 
 func synchronize(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	_, _, err := deviceArg(thread, b, args, kwargs)
+	m, a, err := deviceArg(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := a.(backend.StreamAllocator); ok {
+		_ = m.Streams(a.Device().Name(), func(sa backend.StreamAllocator) error {
+			sa.Synchronize()
+			return nil
+		})
 	}
 	return starlark.None, nil
 }

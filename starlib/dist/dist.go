@@ -29,7 +29,8 @@ import (
 //	barrier()                                         returns at once
 //
 // Collectives need contiguous tensors and allocate nothing (NCCL's
-// buffers are outside the caching allocator); streams are not modelled.
+// buffers are outside the caching allocator); they run on the current stream
+// and complete at once (the allocator's streams: cuda.Stream).
 // Errors name the function: "dist.all_gather_into_tensor: output tensor
 // size must be equal to world_size times input tensor size ...".
 var Module = &starlarkstruct.Module{

@@ -628,3 +628,12 @@ func methodMatmul(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tup
 	}
 	return resultAs(fname)(autograd.MatmulOut(t.t, other.t, dst))
 }
+
+// RegisterMethod adds a Tensor method defined in a package above this one
+// (cuda's record_stream, whose argument is a cuda.Stream). It must be
+// called from an init function.
+func RegisterMethod(name string, fn func(thread *starlark.Thread, fname string, t *Tensor, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)) {
+	methods[name] = fn
+	attrNames = append(attrNames, name)
+	sort.Strings(attrNames)
+}

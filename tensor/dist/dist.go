@@ -9,10 +9,10 @@
 // tensor, all_gather_into_tensor N copies of the input, reduce_scatter's
 // sum N times this rank's chunk.
 //
-// Streams are not modelled: a collective's kernels run on NCCL's stream
-// in PyTorch, and the caching allocator reuses a block recorded on that
-// stream only once its work is done; memsh's collectives complete at once,
-// as if the GPU had caught up before the next allocation.
+// The caching allocator has streams (backend.Stream, record_stream), but
+// the collectives do not use them yet: a collective's kernels run on
+// NCCL's stream in PyTorch; memsh's complete at once on the current
+// stream, as if the GPU had caught up before the next allocation.
 package dist
 
 import (
