@@ -16,7 +16,7 @@
 // library (scripts.Library), trains it for two steps per trial under
 // sweep.max_fit's binary search in exact peak mode (a fresh process per
 // search, fresh="search"; trials replayed where a replay is the full
-// trial's), and measures the boundary sizes under nn.track (memtrack's categories:
+// trial's), and measures the boundary sizes under nn.track_peak (memtrack's categories:
 // parameters, gradients, optimizer state, activations, temporaries,
 // other). --finetune lora or qlora trains PEFT's LoRA adapters on the
 // frozen model, or on its linear layers in bitsandbytes' 4-bit NF4

@@ -225,7 +225,7 @@ func (r *run) search(what string, batch, seq, low, high int, name string) (*Sear
 	return sr, nil
 }
 
-// Measurement is a trial at one size under nn.track.
+// Measurement is a trial at one size under nn.track_peak.
 type Measurement struct {
 	Batch, Seq   int
 	Status       string // "ok" or "oom"

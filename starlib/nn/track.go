@@ -41,7 +41,21 @@ import (
 // report up to the failure, whose .failed is the breakdown of what was
 // allocated when it failed (None otherwise): trial(nn.track, fn, ...)
 // returns it as the trial's value.
-func init() { register("track", nnTrack) }
+//
+// nn.track_peak(fn, *args, **kwargs) is nn.track without the per-module
+// figures (.modules is empty, the table has the peak and end rows only):
+// each module's local peak rises with almost every allocation of its
+// forward, a breakdown and (exact peak mode) a reclaim each, so
+// nn.track_peak costs about what the call alone does. memsh fit measures
+// its boundary with it.
+func init() {
+	register("track", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		return nnTrack(thread, b, args, kwargs, false)
+	})
+	register("track_peak", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		return nnTrack(thread, b, args, kwargs, true)
+	})
+}
 
 const trackKey = "memsh.nn.track"
 
@@ -148,7 +162,7 @@ func (ts *trackState) walk(v starlark.Value, depth int) {
 	}
 }
 
-func nnTrack(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+func nnTrack(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple, peakOnly bool) (starlark.Value, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("%s: missing argument for fn", b.Name())
 	}
@@ -168,6 +182,9 @@ func nnTrack(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 	tr, err := memtrack.New(c, device)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", b.Name(), err)
+	}
+	if peakOnly {
+		tr.PeakOnly()
 	}
 	ts := &trackState{tr: tr, names: map[*Layer]string{}, mods: map[*Layer]*memtrack.Module{}, depth: map[*memtrack.Module]int{}}
 	for _, a := range args[1:] {

@@ -157,6 +157,9 @@ type Tracker struct {
 	bw      *frame // the scope of the node the engine runs
 	lastBW  *frame
 
+	// peakOnly: no per-module figures (PeakOnly); the phases are kept
+	peakOnly bool
+
 	guard     *backend.Peak
 	stopObs   func()
 	restoreAG func()
@@ -199,6 +202,14 @@ func New(ctx *tensor.Context, device string) (*Tracker, error) {
 	return &Tracker{ctx: ctx, mgr: ctx.Manager, alloc: a, device: a.Device().Name(),
 		exact: ctx.Manager.PeakMode().Exact(), live: map[uint64]*liveEntry{}, known: map[*tensor.Tensor]bool{}}, nil
 }
+
+// PeakOnly makes the Tracker keep the peak and end breakdowns only, not
+// each module's forward and backward peaks (Report.Modules is empty; the
+// peak's Phase is still known). A module's local peak raises with almost
+// every allocation of its forward, each a snapshot and, in exact-peak
+// mode, a reclaim first; without them a tracked call costs about what an
+// untracked one does. Call it before Start.
+func (t *Tracker) PeakOnly() { t.peakOnly = true }
 
 // Device is the tracked device's name.
 func (t *Tracker) Device() string { return t.device }
@@ -327,7 +338,9 @@ func (t *Tracker) Stop() *Report {
 // pass it to Enter each time the module's forward runs.
 func (t *Tracker) NewModule(name, typ string) *Module {
 	m := &Module{Name: name, Type: typ}
-	t.modules = append(t.modules, m)
+	if !t.peakOnly {
+		t.modules = append(t.modules, m)
+	}
 	return m
 }
 
@@ -335,12 +348,14 @@ func (t *Tracker) NewModule(name, typ string) *Module {
 // the level now (after a reclaim in exact mode) is a candidate for its
 // forward peak, and the autograd nodes made until Exit are in its scope.
 func (t *Tracker) Enter(m *Module) {
-	if t.exact {
-		t.mgr.Reclaim()
-	}
 	t.lastBW = nil
-	s := t.snapshot()
-	raise(&m.Forward, &s)
+	if !t.peakOnly {
+		if t.exact {
+			t.mgr.Reclaim()
+		}
+		s := t.snapshot()
+		raise(&m.Forward, &s)
+	}
 	t.fw = &frame{mod: m, parent: t.fw}
 	t.updateGuard()
 }
@@ -361,7 +376,7 @@ func (t *Tracker) nodeStart(n *autograd.Node) {
 			fresh = append(fresh, x.mod)
 		}
 	}
-	if len(fresh) > 0 {
+	if len(fresh) > 0 && !t.peakOnly {
 		if t.exact {
 			t.mgr.Reclaim()
 		}
@@ -405,6 +420,10 @@ func (t *Tracker) event(e backend.Event) {
 			if s.Total > t.peak.Total {
 				t.peak = s
 			}
+			if t.peakOnly {
+				t.updateGuard()
+				return
+			}
 			for f := t.fw; f != nil; f = f.parent {
 				raise(&f.mod.Forward, &s)
 			}
@@ -431,6 +450,9 @@ func (t *Tracker) event(e backend.Event) {
 // modules' local peaks.
 func (t *Tracker) level() uint64 {
 	l := t.peak.Total
+	if t.peakOnly {
+		return l
+	}
 	for f := t.fw; f != nil; f = f.parent {
 		if f.mod.Forward != nil {
 			l = min(l, f.mod.Forward.Total)
