@@ -19,6 +19,18 @@ type AutogradMeta struct {
 	Accumulator GradNode
 	// IsParameter marks an nn.Parameter.
 	IsParameter bool
+	// PostAccumulateGradHooks run, in registration order, after a backward
+	// accumulated the leaf's gradient
+	// (Tensor.register_post_accumulate_grad_hook).
+	PostAccumulateGradHooks []*PostAccumulateGradHook
+}
+
+// PostAccumulateGradHook is a leaf's post-accumulate-grad hook: Fn is
+// called with the leaf; Held is what the layer above keeps for it (a
+// Starlark callable), which the reach walk walks (Reacher.Value).
+type PostAccumulateGradHook struct {
+	Fn   func(*Tensor) error
+	Held any
 }
 
 // GradNode is a node of the autograd graph (implemented by package

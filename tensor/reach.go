@@ -93,7 +93,17 @@ func (r *Reacher) Autograd(t *Tensor) {
 	}
 	r.node(ag.GradFn, nil)
 	r.node(ag.Accumulator, t)
+	r.hooks(ag)
 	r.Tensor(ag.Grad)
+}
+
+// hooks walks what ag's hooks keep for the layer above.
+func (r *Reacher) hooks(ag *AutogradMeta) {
+	for _, h := range ag.PostAccumulateGradHooks {
+		if h.Held != nil {
+			r.Value(h.Held)
+		}
+	}
 }
 
 // ReachNode is implemented by autograd nodes (package tensor/autograd):
@@ -131,6 +141,7 @@ func (r *Reacher) Tensor(t *Tensor) {
 		}
 		r.node(ag.GradFn, nil)
 		r.node(ag.Accumulator, t)
+		r.hooks(ag)
 		t = ag.Grad
 	}
 }

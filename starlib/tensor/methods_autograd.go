@@ -40,8 +40,9 @@ func init() {
 			}
 			return starlark.None, nil
 		}),
-		"pow":   methodPow,
-		"rsqrt": noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(autograd.Rsqrt(t.t)) }),
+		"register_post_accumulate_grad_hook": registerPostAccumulateGradHook,
+		"pow":                                methodPow,
+		"rsqrt":                              noArgs(func(f string, t *Tensor) (starlark.Value, error) { return resultAs(f)(autograd.Rsqrt(t.t)) }),
 	} {
 		methods[name] = fn
 		attrNames = append(attrNames, name)

@@ -574,9 +574,28 @@ func accumulateGrad(n *Node, grads []*tensor.Tensor) ([]*tensor.Tensor, error) {
 			m.Grad = c
 		}
 		v.ReachChanged()
-		return nil, nil
+		return nil, runPostAccumulateGradHooks(v, m)
 	}
-	return nil, addInPlace(m.Grad, g)
+	if err := addInPlace(m.Grad, g); err != nil {
+		return nil, err
+	}
+	return nil, runPostAccumulateGradHooks(v, m)
+}
+
+// runPostAccumulateGradHooks calls v's post-accumulate-grad hooks, in
+// order, as AccumulateGrad's apply does once the gradient is in .grad;
+// one that a hook removes meanwhile still runs this time (the list is
+// copied first).
+func runPostAccumulateGradHooks(v *tensor.Tensor, m *tensor.AutogradMeta) error {
+	if len(m.PostAccumulateGradHooks) == 0 {
+		return nil
+	}
+	for _, h := range slices.Clone(m.PostAccumulateGradHooks) {
+		if err := h.Fn(v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // exclusiveArg: the node's argument list is the only holder of g.

@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/memsh/memsh/tensor"
 )
@@ -89,6 +90,33 @@ func SetRequiresGrad(t *tensor.Tensor, on bool) error {
 	}
 	metaFor(t).RequiresGrad = on
 	return nil
+}
+
+// RegisterPostAccumulateGradHook adds fn to t's post-accumulate-grad
+// hooks (Tensor.register_post_accumulate_grad_hook): after a backward
+// accumulated t's gradient into t.grad, fn is called with t; an error it
+// returns ends the backward. held is what the layer above keeps for fn
+// (the reach walk walks it). remove unregisters it. PyTorch's errors for
+// a non-leaf and for a tensor that does not require grad.
+func RegisterPostAccumulateGradHook(t *tensor.Tensor, fn func(*tensor.Tensor) error, held any) (remove func(), err error) {
+	if !IsLeaf(t) {
+		return nil, errors.New("post accumulate grad hooks cannot be registered on non-leaf tensors")
+	}
+	if !RequiresGrad(t) {
+		return nil, errors.New("cannot register a hook on a tensor that doesn't require gradient")
+	}
+	m := metaFor(t)
+	h := &tensor.PostAccumulateGradHook{Fn: fn, Held: held}
+	m.PostAccumulateGradHooks = append(m.PostAccumulateGradHooks, h)
+	t.ReachChanged()
+	return func() {
+		i := slices.Index(m.PostAccumulateGradHooks, h)
+		if i < 0 {
+			return
+		}
+		m.PostAccumulateGradHooks = slices.Delete(slices.Clone(m.PostAccumulateGradHooks), i, i+1)
+		t.ReachChanged()
+	}, nil
 }
 
 // RetainGrad makes a non-leaf keep its gradient in .grad after backward
