@@ -111,29 +111,23 @@ func streamDevice(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 }
 
 func newStream(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	m, dev, err := streamDevice(thread, b, args, kwargs)
-	if err != nil {
-		return nil, err
-	}
-	s := &Stream{device: dev}
-	err = m.Streams(dev, func(a backend.StreamAllocator) error {
-		s.id = a.NewStream()
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", b.Name(), err)
-	}
-	return s, nil
+	return streamFrom(thread, b, args, kwargs, backend.StreamAllocator.NewStream)
 }
 
 func currentStream(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	return streamFrom(thread, b, args, kwargs, backend.StreamAllocator.CurrentStream)
+}
+
+// streamFrom returns the stream pick gives of the device argument's
+// allocator.
+func streamFrom(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple, pick func(backend.StreamAllocator) backend.Stream) (starlark.Value, error) {
 	m, dev, err := streamDevice(thread, b, args, kwargs)
 	if err != nil {
 		return nil, err
 	}
 	s := &Stream{device: dev}
 	err = m.Streams(dev, func(a backend.StreamAllocator) error {
-		s.id = a.CurrentStream()
+		s.id = pick(a)
 		return nil
 	})
 	if err != nil {

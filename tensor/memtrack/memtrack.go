@@ -170,7 +170,7 @@ type Tracker struct {
 // liveEntry is one live allocation of the tracked device.
 type liveEntry struct {
 	seq, size uint64
-	freed     bool
+	freed     bool     // no longer live (a memo may still point at it)
 	mark      uint64   // the epoch of the last snapshot that categorised it
 	cat       Category // its category in that snapshot
 }

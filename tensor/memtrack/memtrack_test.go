@@ -30,6 +30,23 @@ func check(t *testing.T, what string, s memtrack.Snapshot, want map[memtrack.Cat
 	}
 }
 
+// adamTracker returns an Adam (foreach) over params and a Tracker of
+// cuda:0 that knows both, not started.
+func adamTracker(t *testing.T, c *tensor.Context, params []*tensor.Tensor) (*optim.Adam, *memtrack.Tracker) {
+	t.Helper()
+	opt, err := optim.NewAdam(params, 1e-3, 0.9, 0.999, 1e-8, 0, false, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := memtrack.New(c, "cuda:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.AddParams(params...)
+	tr.AddOptimizer(opt)
+	return opt, tr
+}
+
 // TestMLPAdamStep tracks a Linear-ReLU-Linear step with Adam (foreach)
 // and checks every figure against closed forms (the same as
 // tensor/autograd's TestMLPClosedForms).
@@ -60,17 +77,7 @@ func TestMLPAdamStep(t *testing.T) {
 		X, BH, Y := r512(B*In*4), r512(B*H*4), r512(B*Out*4)
 		x := must(tensor.Randn(c, []int{B, In}, tensor.Float32, "cuda:0"))
 		params := []*tensor.Tensor{w1, b1, w2, b2}
-		opt, err := optim.NewAdam(params, 1e-3, 0.9, 0.999, 1e-8, 0, false, false, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-
-		tr, err := memtrack.New(c, "cuda:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr.AddParams(params...)
-		tr.AddOptimizer(opt)
+		opt, tr := adamTracker(t, c, params)
 		tr.Start()
 		root, l1, act, l2 := tr.NewModule("MLP", "Sequential"), tr.NewModule("0", "Linear"), tr.NewModule("1", "ReLU"), tr.NewModule("2", "Linear")
 		tr.Enter(root)
@@ -156,16 +163,7 @@ func TestSnapshotFollowsReplacedRoles(t *testing.T) {
 	}
 	params := []*tensor.Tensor{w, b}
 	P := r512(Out*In*4) + r512(Out*4)
-	opt, err := optim.NewAdam(params, 1e-3, 0.9, 0.999, 1e-8, 0, false, false, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := memtrack.New(c, "cuda:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr.AddParams(params...)
-	tr.AddOptimizer(opt)
+	opt, tr := adamTracker(t, c, params)
 	x, err := tensor.Randn(c, []int{B, In}, tensor.Float32, "cuda:0")
 	if err != nil {
 		t.Fatal(err)
