@@ -226,9 +226,8 @@ func (rp *replayer) learn(p *point) error {
 // becomes garbage) when the trial at n looks worth replaying: the model,
 // unverified, replays it without running out of memory (or cannot tell),
 // and the search may go on long enough for replays to pay for that
-// trial — its interval is still wide, or it has found no out-of-memory
-// size yet and the model, unverified, puts the first one more than 64
-// past n (nearBoundary).
+// trial — it has found no out-of-memory size yet, or its interval is
+// still wide.
 func (rp *replayer) activate(n, fit, oom int) error {
 	m := rp.pending
 	if m == nil || rp.off != "" || rp.denseRuns >= maxDense || (oom >= 0 && oom-fit <= 64) {
@@ -258,9 +257,6 @@ func (rp *replayer) activate(n, fit, oom int) error {
 	if short {
 		return nil
 	}
-	if oom < 0 && rp.nearBoundary(m, n) {
-		return nil
-	}
 	rp.pending = nil
 	rp.denseRuns++
 	ds, err := rp.dense(m.DenseSize())
@@ -279,32 +275,6 @@ func (rp *replayer) activate(n, fit, oom int) error {
 // maxDense bounds the trials with a reclaim before every allocation that
 // a search runs to verify its models.
 const maxDense = 3
-
-// nearBoundary reports whether model m, unverified, replays a size at
-// most 64 past n out of memory (doubling from 2n): then the search that
-// doubles to it and bisects back leaves few trials that fit, those at the
-// boundary run in full anyway, and a dense trial (a few full ones' cost)
-// would not pay. memsh fit's library searches (answers 1-77) are such; a
-// sequence or inference search (answers in the thousands) is not.
-func (rp *replayer) nearBoundary(m *replay.Model, n int) bool {
-	for s := 2 * n; s > 0 && s-n <= 64; s *= 2 {
-		plan, _ := m.PredictUnverified(s)
-		if plan == nil {
-			return false
-		}
-		st, why := replay.Snapshot(rp.r.env.Manager)
-		if st == nil {
-			rp.off = why
-			return false
-		}
-		p := *plan
-		p.Assume = replay.AssumeLive
-		if o, err := replay.Replay(st, &p, rp.mode); err == nil && o.Status == "oom" {
-			return true
-		}
-	}
-	return false
-}
 
 // dense runs the trial at n with a reclaim before every allocation
 // (backend.Manager.SetDense), recorded, and returns its stream. It is no
