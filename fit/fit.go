@@ -162,9 +162,6 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		if err == nil {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the model's weights alone (%s) are more than the card's memory: building it runs out of memory", backend.FormatBytes(info.ParamBytes+info.QuantBytes)))
 		}
-		if o.Started != nil {
-			o.Started(r.s) // Ctrl-C interrupts the search's Session again
-		}
 	}
 	if err != nil {
 		return nil, err

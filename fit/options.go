@@ -72,9 +72,11 @@ type Options struct {
 	// Set records which flags the user gave (so an error never mentions
 	// a flag they did not type).
 	Set map[string]bool
-	// Started, when set, is told of each Session fit opens (a search and
-	// each alternative has its own), so that Ctrl-C can interrupt it.
-	Started func(*scope.Session)
+	// Started, when set, is told of each Session fit opens (the search,
+	// and each alternative of the advice: several run at once), so that
+	// Ctrl-C can interrupt them; fit calls the function it returns when
+	// that Session closes.
+	Started func(*scope.Session) (closed func())
 }
 
 // Precisions memsh fit trains in.

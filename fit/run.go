@@ -33,6 +33,8 @@ type run struct {
 	gpu   string // the --gpu value of this run (a preset or a size)
 	s     *scope.Session
 	table io.Writer // where the sweeps print their trial tables
+	// closed is Options.Started's function for s, or nil
+	closed func()
 }
 
 // sessionFor opens a Session on gpu's meta simulator with the driver and
@@ -77,10 +79,10 @@ func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Wri
 	if err != nil {
 		return nil, err
 	}
-	if o.Started != nil {
-		o.Started(s)
-	}
 	r := &run{o: o, m: m, lib: lib, gpu: gpu, s: s, table: table}
+	if o.Started != nil {
+		r.closed = o.Started(s)
+	}
 	if m.HF != nil {
 		s.Set("CONFIG_JSON", starlark.String(m.HF.Raw))
 	}
@@ -96,7 +98,7 @@ func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Wri
 `, m.Kind, configExpr(m), o.Attention, o.Precision, o.Optimizer, pyBool(o.Checkpoint), pyBool(m.Sequence), pyBool(o.Inference), o.MaxNewTokens, o.KVCache, max(1, o.GradAccum), routing,
 		finetune, o.LoRAR, pyFloat(o.LoRAAlpha), pyFloat(o.LoRADropout), loraTargetsExpr(o.loraTargets))
 	if err := s.Exec("<memsh fit>", load+spec+driverSrc); err != nil {
-		s.Close()
+		r.close()
 		return nil, err
 	}
 	return r, nil
@@ -137,7 +139,12 @@ func pyBool(b bool) string {
 func starOptionals(m *Model) []string { return m.starNames }
 
 // close ends the run's Session.
-func (r *run) close() { r.s.Close() }
+func (r *run) close() {
+	r.s.Close()
+	if r.closed != nil {
+		r.closed()
+	}
+}
 
 // eval runs code in the run's Session and returns the global name.
 func (r *run) eval(code, name string) (starlark.Value, error) {

@@ -71,13 +71,19 @@ func fitCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "memsh fit: --seq and --batch search different things: give one (--batch N finds the longest sequence at batch N)")
 		return 2
 	}
-	// Ctrl-C interrupts the session fit is running (each search has its own)
+	// Ctrl-C interrupts the sessions fit is running (each search has its
+	// own; the advice's run at once)
 	var mu sync.Mutex
-	var current *scope.Session
-	o.Started = func(s *scope.Session) {
+	running := map[*scope.Session]bool{}
+	o.Started = func(s *scope.Session) func() {
 		mu.Lock()
-		current = s
+		running[s] = true
 		mu.Unlock()
+		return func() {
+			mu.Lock()
+			delete(running, s)
+			mu.Unlock()
+		}
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt)
@@ -85,8 +91,8 @@ func fitCommand(args []string, stdout, stderr io.Writer) int {
 	go func() {
 		for range sig {
 			mu.Lock()
-			if current != nil {
-				current.Interrupt()
+			for s := range running {
+				s.Interrupt()
 			}
 			mu.Unlock()
 		}

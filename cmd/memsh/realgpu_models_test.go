@@ -131,25 +131,9 @@ func TestRealGPULlamaBoundary(t *testing.T) {
 func trainTrials(t *testing.T, device, load, build, upcast string, vocab, seq int, ckpt bool, fit, oom int) string {
 	t.Helper()
 	model := fmt.Sprintf(build, map[bool]string{false: "False", true: "True"}[ckpt])
-	code := fmt.Sprintf(`%s
-def forward_loss(model, x, y):
-    out = model(x)%s
-    return nn.functional.cross_entropy(out.view(-1, out.shape[-1]), y.view(-1))
-def train(b):
-    model = %s
-    opt = optim.AdamW(model.parameters(), lr = 1e-4)
-    x = tensor.randint(0, %d, [b, %d], device = "cuda")
-    y = tensor.randint(0, %d, [b, %d], device = "cuda")
-    for _ in range(2):
-        loss = nn.autocast(forward_loss, model, x, y, dtype = "bfloat16")
-        loss.backward()
-        loss = None
-        opt.step()
-        opt.zero_grad(set_to_none = True)
-    return b
-r = sweep.grid(train, b = [1, %d, %d])
+	code := trainDefs(load, model, upcast, vocab) + fmt.Sprintf(`r = sweep.grid(lambda b: train(b, %d), b = [1, %d, %d])
 print("STATUS", [t.status for t in r.trials])
-`, load, upcast, model, vocab, seq, vocab, seq, fit, oom)
+`, seq, fit, oom)
 	var out, errb bytes.Buffer
 	args := []string{"--peak", "exact", "--quiet", "--device", device, "--load-path", "../../scripts", "-c", code}
 	if rc := run(args, strings.NewReader(""), &out, &errb); rc != 0 {
@@ -191,4 +175,30 @@ func TestRealGPULlamaTrace(t *testing.T) {
 			t.Fatalf("event %d: memsh %+v, PyTorch %+v (context: PyTorch %v, memsh %v)", i, g[i], w[i], w[max(0, i-3):min(len(w), i+4)], g[max(0, i-3):min(len(g), i+4)])
 		}
 	}
+}
+
+// trainDefs is the cards' training step in Starlark, after load:
+// forward_loss and train(b, s), which builds model (a Starlark
+// expression) and trains it two steps at batch b and sequence s — bf16
+// autocast forward and cross entropy on random tokens of vocab (upcast,
+// ".float()" or "", applied to the logits first), backward,
+// AdamW(lr=1e-4), zero_grad(set_to_none=True) — and returns b.
+func trainDefs(load, model, upcast string, vocab int) string {
+	return fmt.Sprintf(`%s
+def forward_loss(model, x, y):
+    out = model(x)%s
+    return nn.functional.cross_entropy(out.view(-1, out.shape[-1]), y.view(-1))
+def train(b, s):
+    model = %s
+    opt = optim.AdamW(model.parameters(), lr = 1e-4)
+    x = tensor.randint(0, %d, [b, s], device = "cuda")
+    y = tensor.randint(0, %d, [b, s], device = "cuda")
+    for _ in range(2):
+        loss = nn.autocast(forward_loss, model, x, y, dtype = "bfloat16")
+        loss.backward()
+        loss = None
+        opt.step()
+        opt.zero_grad(set_to_none = True)
+    return b
+`, load, upcast, model, vocab, vocab)
 }

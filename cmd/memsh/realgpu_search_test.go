@@ -193,25 +193,7 @@ func TestRealGPUSearches(t *testing.T) {
 func llamaSearchScript(ckpt, seq bool) string {
 	py := map[bool]string{true: "True", false: "False"}
 	tag := "llama-3.2-1b" + map[bool]string{true: " ckpt", false: ""}[ckpt]
-	return fmt.Sprintf(`load("models/llama.star", "llama", "LLAMA_3_2_1B")
-CKPT = %s
-def forward_loss(model, x, y):
-    out = model(x)
-    if out.dtype != tensor.float32:
-        out = out.float()
-    return nn.functional.cross_entropy(out.view(-1, out.shape[-1]), y.view(-1))
-def train(b, s):
-    model = llama(device = "cuda", checkpoint = CKPT, **LLAMA_3_2_1B)
-    opt = optim.AdamW(model.parameters(), lr = 1e-4)
-    x = tensor.randint(0, 128256, [b, s], device = "cuda")
-    y = tensor.randint(0, 128256, [b, s], device = "cuda")
-    for _ in range(2):
-        loss = nn.autocast(forward_loss, model, x, y, dtype = "bfloat16")
-        loss.backward()
-        loss = None
-        opt.step()
-        opt.zero_grad(set_to_none = True)
-    return b
+	return trainDefs(`load("models/llama.star", "llama", "LLAMA_3_2_1B")`, `llama(device = "cuda", checkpoint = CKPT, **LLAMA_3_2_1B)`, ".float()", 128256) + fmt.Sprintf(`CKPT = %s
 r = sweep.max_fit(lambda b: train(b, 2048), mode = "binsearch", max_trials = 40, search = "layout", fresh = "search", replay = True, name = "%s batch (seq 2048)")
 if %s and r.fit != None and r.fit >= 1:
     sweep.max_fit(lambda s: train(1, s), low = 2048, high = 131072, mode = "binsearch", max_trials = 48, search = "layout", fresh = "search", replay = True, name = "%s seq (batch 1)")

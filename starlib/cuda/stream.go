@@ -205,7 +205,7 @@ func recordStream(thread *starlark.Thread, fname string, t *stensor.Tensor, args
 		return nil, err
 	}
 	e := t.Engine()
-	if e.Device() != s.device && !(s.device == "cuda:0" && e.Device() == "cuda") {
+	if e.Device() != s.device {
 		return nil, fmt.Errorf("%s: the stream is on %s, the tensor on %s", fname, s.device, e.Device())
 	}
 	en, err := env.Of(thread, fname)

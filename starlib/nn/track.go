@@ -222,9 +222,9 @@ func nnTrack(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 	if callErr != nil {
 		// the breakdown so far travels with the error: trial() puts it
 		// in its .value (env.ErrorValue)
-		return nil, &trackError{err: callErr, report: &TrackReport{rep: rep, result: starlark.None, depth: ts.depth}}
+		return nil, &trackError{err: callErr, report: &TrackReport{rep: rep, result: starlark.None, depth: ts.depth, by: b.Name()}}
 	}
-	out := &TrackReport{rep: rep, result: res, depth: ts.depth}
+	out := &TrackReport{rep: rep, result: res, depth: ts.depth, by: b.Name()}
 	fmt.Fprint(e.Out, out.table("auto", 0))
 	if rs := record.Of(e); rs != nil {
 		rs.SetBreakdown(out.breakdown())
@@ -251,6 +251,7 @@ type TrackReport struct {
 	rep    *memtrack.Report
 	result starlark.Value
 	depth  map[*memtrack.Module]int
+	by     string // the builtin that made it ("nn.track"), named in the table's title
 }
 
 var _ starlark.HasAttrs = (*TrackReport)(nil)
@@ -382,7 +383,7 @@ func (r *TrackReport) table(units string, depth int) string {
 		return append(out, fmtUnits(s.Total, units))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Memory breakdown on %s (nn.track)\n", r.rep.Device)
+	fmt.Fprintf(&b, "Memory breakdown on %s (%s)\n", r.rep.Device, r.by)
 	rst(&b, head, [][]string{row([]string{"Peak"}, &r.rep.Peak), row([]string{"End"}, &r.rep.End)})
 	var rows [][]string
 	for _, m := range r.rep.Modules {

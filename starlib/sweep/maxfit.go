@@ -117,14 +117,7 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		if err != nil {
 			return "", err
 		}
-		switch p.status {
-		case "ok":
-			fit = max(fit, n)
-		case "oom":
-			if oom < 0 || n < oom {
-				oom = n
-			}
-		}
+		narrow(&fit, &oom, n, p.status)
 		return p.status, nil
 	}
 	fail := func(err error) (starlark.Value, error) {
@@ -360,4 +353,18 @@ func parseFresh(fname string, v starlark.Value) (fresh, search bool, err error) 
 		}
 	}
 	return false, false, fmt.Errorf("%s: for parameter fresh: got %s, want True, False or \"search\"", fname, v.String())
+}
+
+// narrow moves a search's bounds by a trial at n of status: fit is the
+// largest size that ran ("ok"), oom the smallest that ran out of memory
+// ("oom"); -1 while there is none.
+func narrow(fit, oom *int, n int, status string) {
+	switch status {
+	case "ok":
+		*fit = max(*fit, n)
+	case "oom":
+		if *oom < 0 || n < *oom {
+			*oom = n
+		}
+	}
 }

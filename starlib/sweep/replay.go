@@ -366,14 +366,7 @@ func (rp *replayer) confirm(fit, oom int) (int, int, error) {
 	for i := 0; i < rp.r.points.len(); i++ {
 		q := rp.r.points.at(i)
 		n, _ := starlark.AsInt32(q.params[rp.param])
-		switch q.status {
-		case "ok":
-			fit = max(fit, n)
-		case "oom":
-			if oom < 0 || n < oom {
-				oom = n
-			}
-		}
+		narrow(&fit, &oom, n, q.status)
 	}
 	return fit, oom, nil
 }

@@ -90,16 +90,21 @@ func compareReplay(t *testing.T, device, setup, search string) int {
 	return n
 }
 
-const gpt2Setup = `
-load("models/gpt2.star", "gpt2", "GPT2_SMALL")
+// trainSetup defines train(batch, seq, checkpoint): model (a Starlark
+// expression over checkpoint, after load) trained two steps as memsh fit
+// trains, bf16 autocast and AdamW, on random tokens of vocab; upcast is
+// ".float()" where the model's logits are cast before the loss.
+func trainSetup(load, model string, vocab int, upcast string) string {
+	return fmt.Sprintf(`
+%s
 def loss_of(model, x, y):
-    out = model(x)
+    out = model(x)%s
     return nn.functional.cross_entropy(out.view(-1, out.shape[-1]), y.view(-1))
 def train(batch, seq, checkpoint):
-    model = gpt2(device = "cuda", checkpoint = checkpoint, **GPT2_SMALL)
+    model = %s
     opt = optim.AdamW(model.parameters(), lr = 1e-4)
-    x = tensor.randint(0, 50257, [batch, seq], device = "cuda")
-    y = tensor.randint(0, 50257, [batch, seq], device = "cuda")
+    x = tensor.randint(0, %d, [batch, seq], device = "cuda")
+    y = tensor.randint(0, %d, [batch, seq], device = "cuda")
     for _ in range(2):
         loss = nn.autocast(loss_of, model, x, y, dtype = "bfloat16")
         loss.backward()
@@ -107,26 +112,13 @@ def train(batch, seq, checkpoint):
         opt.step()
         opt.zero_grad(set_to_none = True)
     return batch
-`
+`, load, upcast, model, vocab, vocab)
+}
 
-const llamaSetup = `
-load("models/llama.star", "llama", "LLAMA_3_2_1B")
-def loss_of(model, x, y):
-    out = model(x).float()
-    return nn.functional.cross_entropy(out.view(-1, out.shape[-1]), y.view(-1))
-def train(batch, seq, checkpoint):
-    model = llama(device = "cuda", checkpoint = checkpoint, **LLAMA_3_2_1B)
-    opt = optim.AdamW(model.parameters(), lr = 1e-4)
-    x = tensor.randint(0, 128256, [batch, seq], device = "cuda")
-    y = tensor.randint(0, 128256, [batch, seq], device = "cuda")
-    for _ in range(2):
-        loss = nn.autocast(loss_of, model, x, y, dtype = "bfloat16")
-        loss.backward()
-        loss = None
-        opt.step()
-        opt.zero_grad(set_to_none = True)
-    return batch
-`
+var (
+	gpt2Setup  = trainSetup(`load("models/gpt2.star", "gpt2", "GPT2_SMALL")`, `gpt2(device = "cuda", checkpoint = checkpoint, **GPT2_SMALL)`, 50257, "")
+	llamaSetup = trainSetup(`load("models/llama.star", "llama", "LLAMA_3_2_1B")`, `llama(device = "cuda", checkpoint = checkpoint, **LLAMA_3_2_1B)`, 128256, ".float()")
+)
 
 // TestReplayEqualsFullTrials runs batch and sequence searches of the
 // library's GPT-2 and Llama, with activation checkpointing and without,

@@ -150,6 +150,7 @@ type Tracker struct {
 	bufMemo, stateMemo      []memo
 	cur                     Snapshot // the snapshot being taken
 	curSum, curPre, stateAt uint64
+	markState               func(*tensor.Tensor) // markOptstate, for StateTensors
 
 	peak    Snapshot
 	modules []*Module
@@ -512,6 +513,14 @@ func (t *Tracker) mark(x *tensor.Tensor, c Category, m *memo) {
 	t.cur.Bytes[c] += e.size
 }
 
+// markOptstate marks x, the next optimizer state tensor the snapshot
+// visits, as Optstate.
+func (t *Tracker) markOptstate(x *tensor.Tensor) {
+	t.stateMemo = grow(t.stateMemo, int(t.stateAt)+1)
+	t.mark(x, Optstate, &t.stateMemo[t.stateAt])
+	t.stateAt++
+}
+
 // grow returns ms with at least n memos.
 func grow(ms []memo, n int) []memo {
 	if len(ms) < n {
@@ -538,10 +547,8 @@ func (t *Tracker) snapshot() Snapshot {
 		t.mark(b, Buffer, &t.bufMemo[i])
 	}
 	t.stateAt = 0
-	state := func(x *tensor.Tensor) {
-		t.stateMemo = grow(t.stateMemo, int(t.stateAt)+1)
-		t.mark(x, Optstate, &t.stateMemo[t.stateAt])
-		t.stateAt++
+	if t.markState == nil {
+		t.markState = t.markOptstate // made once: a method value allocates
 	}
 	for _, o := range t.optims {
 		for _, p := range o.Params() {
@@ -551,7 +558,7 @@ func (t *Tracker) snapshot() Snapshot {
 			t.mark(p, Parameter, &t.stateMemo[t.stateAt])
 			t.mark(autograd.Grad(p), Gradient, &t.stateMemo[t.stateAt+1])
 			t.stateAt += 2
-			o.StateTensors(p, state)
+			o.StateTensors(p, t.markState)
 		}
 	}
 	kept := t.saved[:0]
