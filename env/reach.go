@@ -247,6 +247,8 @@ func (w *Walker) other(v any) {
 		w.Value(v)
 	case *tensor.Tensor:
 		w.Tensor(v)
+	case tensor.ReachRoot: // an engine object (a DDP reducer a hook keeps)
+		w.Engine(v.Reach)
 	}
 }
 

@@ -921,9 +921,11 @@ def register_cases(mod):
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import optim_refs  # noqa: E402
 import generate_ref  # noqa: E402
+import ddp_ref  # noqa: E402
 
 register_cases(optim_refs)
 register_cases(generate_ref)
+register_cases(ddp_ref)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,9 @@ type Layer struct {
 	// quant is an nn.Linear4bit's quantization state (its weight is the
 	// packed Params4bit); nil for other modules.
 	quant *tensor.QuantState
+	// ddp is a DistributedDataParallel module's reducer and flags
+	// (parallel.go); nil for other modules.
+	ddp *ddpState
 	// mark is where reach walks met it (env.Walker.Visit).
 	mark backend.Mark
 }
@@ -156,6 +159,10 @@ func (m *Layer) Attr(name string) (starlark.Value, error) {
 	switch name {
 	case "training":
 		return starlark.Bool(m.training), nil
+	case "no_sync":
+		if m.ddp != nil {
+			return starlark.NewBuiltin(m.typ+".no_sync", ddpNoSync).BindReceiver(m), nil
+		}
 	}
 	if mth, ok := moduleMethods[name]; ok {
 		return starlark.NewBuiltin(m.typ+"."+name, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {

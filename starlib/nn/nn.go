@@ -34,6 +34,7 @@
 //	     device=None, dtype=None)                                   bitsandbytes' (layers_quant.go)
 //	functional: the functional forms (see functional.go)
 //	utils: clip_grad_norm_, get_total_norm, clip_grads_with_norm_   (clip_grad.go)
+//	parallel: DistributedDataParallel(module, ...)                   (parallel.go)
 //
 // Conv2d and nn.functional.conv2d model cudnn_convolution's tensors only:
 // the cuDNN workspace (its size depends on the algorithm cuDNN picks) is

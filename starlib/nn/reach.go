@@ -24,4 +24,7 @@ func (m *Layer) Reach(w *env.Walker) {
 		}
 	}
 	w.Value(m.userForward)
+	if m.ddp != nil {
+		w.Engine(m.ddp.reducer.Reach)
+	}
 }
