@@ -134,6 +134,9 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 	} else if o.GradAccum > 1 {
 		rep.GradAccum = o.GradAccum
 	}
+	if o.Parallel != "" {
+		rep.GPUs, rep.Parallel = o.GPUs, o.Parallel
+	}
 	if m.Entry != nil {
 		rep.PublishedParameters = m.Entry.Published
 	}
@@ -456,7 +459,11 @@ func checkpointBeside(m *Model, info *modelInfo, rep *Report) error {
 func floorOf(o Options, info *modelInfo, usable int64) *Floor {
 	dev, paged := optimizerStateBytes(o.Optimizer, info)
 	f := &Floor{Parameters: info.ParamBytes + info.QuantBytes, Gradients: info.TrainableBytes, OptimizerState: dev, OptimizerStatePaged: paged, Usable: usable}
-	f.Total = f.Parameters + f.Gradients + f.OptimizerState
+	if o.Parallel == ParallelDDP {
+		// the reducer's buckets: another copy of the trainable parameters
+		f.Communication = info.TrainableBytes
+	}
+	f.Total = f.Parameters + f.Gradients + f.OptimizerState + f.Communication
 	return f
 }
 

@@ -51,6 +51,12 @@ type Options struct {
 	// GradAccum is the micro-batches of each optimizer step (gradient
 	// accumulation; the searched batch is the micro-batch).
 	GradAccum int
+	// GPUs is the job's GPU count (--gpus; 0 or 1: one GPU) and Parallel
+	// how it shares the work (--parallel: ParallelDDP, the default with
+	// GPUs > 1): the Session simulates one rank, and the searched batch
+	// is each rank's micro-batch.
+	GPUs     int
+	Parallel string
 	// Finetune is what trains: FinetuneFull (every parameter),
 	// FinetuneLoRA (PEFT's LoRA adapters on the frozen model) or
 	// FinetuneQLoRA (LoRA on a model whose linear layers but lm_head are
@@ -155,6 +161,14 @@ const (
 	FinetuneFull  = "full"
 	FinetuneLoRA  = "lora"
 	FinetuneQLoRA = "qlora"
+)
+
+// --parallel's strategies.
+const (
+	// ParallelDDP is torch.nn.parallel.DistributedDataParallel with its
+	// defaults (bucket_cap_mb=25, gradient_as_bucket_view=False,
+	// find_unused_parameters=False), gradient accumulation under no_sync.
+	ParallelDDP = "ddp"
 )
 
 // LoRA's defaults: PEFT's LoraConfig (r=8, lora_alpha=8, lora_dropout=0.0).
@@ -305,6 +319,9 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 	if err := o.validateFinetune(m); err != nil {
 		return nil, err
 	}
+	if err := o.validateParallel(); err != nil {
+		return nil, err
+	}
 	if o.Set["seq"] && o.Seq < 1 {
 		return nil, usageErr("--seq: want a positive integer, got %d", o.Seq)
 	}
@@ -424,6 +441,39 @@ func (o *Options) validateFinetune(m *Model) error {
 	}
 	if slices.Contains(o.loraTargets, "all-linear") && len(o.loraTargets) > 1 {
 		return usageErr("--lora-targets: all-linear stands alone, got %q", o.LoRATargets)
+	}
+	return nil
+}
+
+// validateParallel checks --gpus and --parallel: a positive count, a
+// strategy memsh models, DDP by default on more than one GPU, training
+// only.
+func (o *Options) validateParallel() error {
+	if o.Set["gpus"] && o.GPUs < 1 {
+		return usageErr("--gpus: want a positive integer (the job's GPUs), got %d", o.GPUs)
+	}
+	if o.GPUs < 1 {
+		o.GPUs = 1
+	}
+	switch o.Parallel {
+	case "":
+		if o.GPUs > 1 {
+			o.Parallel = ParallelDDP
+		}
+	case ParallelDDP:
+		if !o.Set["gpus"] {
+			return usageErr("--parallel %s: give the job's GPUs (--gpus N)", o.Parallel)
+		}
+	case "fsdp", "zero1", "zero2", "zero3":
+		return usageErr("--parallel %s: not modelled yet (ddp is)", o.Parallel)
+	default:
+		if strings.HasPrefix(o.Parallel, "tp=") {
+			return usageErr("--parallel %s: tensor parallelism is not modelled yet (ddp is)", o.Parallel)
+		}
+		return usageErr("--parallel: want ddp (DistributedDataParallel), got %q", o.Parallel)
+	}
+	if o.Parallel != "" && o.Inference {
+		return usageErr("--gpus/--parallel: a training option; --inference generates on one GPU")
 	}
 	return nil
 }

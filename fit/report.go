@@ -38,6 +38,10 @@ type Report struct {
 	Finetune  string    `json:"finetune"`
 	LoRA      *LoRAInfo `json:"lora,omitempty"`
 	GradAccum int       `json:"grad_accum,omitempty"` // micro-batches per step (the searched batch is the micro-batch)
+	// GPUs and Parallel: --gpus and --parallel ("ddp"); the figures are
+	// one rank's, the batch each rank's micro-batch.
+	GPUs     int    `json:"gpus,omitempty"`
+	Parallel string `json:"parallel,omitempty"`
 	// Inference: generation of MaxNewTokens tokens with a KVCache
 	// ("dynamic" or "static") instead of training; PrefillPeak is the
 	// allocator's peak up to the end of the prefill and PeakIn where the
@@ -106,9 +110,10 @@ type Breakdown struct {
 	OptimizerStatePaged int64 `json:"optimizer_state_paged,omitempty"`
 	Activations         int64 `json:"activations"` // tensors saved for backward
 	Temporaries         int64 `json:"temporaries"`
-	Workspaces          int64 `json:"workspaces"`         // the cuBLAS and cuBLASLt workspaces
-	KVCache             int64 `json:"kv_cache,omitempty"` // --inference: the KV cache's bytes at the peak (closed form)
-	Other               int64 `json:"other"`              // what was allocated before the step
+	Workspaces          int64 `json:"workspaces"`              // the cuBLAS and cuBLASLt workspaces
+	Communication       int64 `json:"communication,omitempty"` // --parallel: DDP's gradient buckets
+	KVCache             int64 `json:"kv_cache,omitempty"`      // --inference: the KV cache's bytes at the peak (closed form)
+	Other               int64 `json:"other"`                   // what was allocated before the step
 }
 
 // OOMInfo is the first size that ran out of memory, measured.
@@ -130,8 +135,11 @@ type Floor struct {
 	// OptimizerStatePaged is the state a paged optimizer keeps in paged
 	// memory (not in Total: it is not on the device).
 	OptimizerStatePaged int64 `json:"optimizer_state_paged,omitempty"`
-	Total               int64 `json:"total"`
-	Usable              int64 `json:"usable"`
+	// Communication is --parallel ddp's gradient buckets (as many bytes
+	// as the gradients).
+	Communication int64 `json:"communication,omitempty"`
+	Total         int64 `json:"total"`
+	Usable        int64 `json:"usable"`
 }
 
 // Alternative is one change that could make the model fit, found by
@@ -163,6 +171,7 @@ func breakdownOf(m map[string]int64) *Breakdown {
 		Activations:    m["Activation"],
 		Temporaries:    m["Temp"],
 		Workspaces:     m["Library"],
+		Communication:  m["Comm"],
 		Other:          m["Other"] - m["Library"],
 	}
 }
@@ -238,6 +247,9 @@ func (r *Report) WriteText(w io.Writer) {
 			prec = finetunePrecisionText(r.Precision, r.Finetune == FinetuneQLoRA)
 		}
 		p("  training: %s, %s, %s, %d steps per trial%s; attention %s\n", prec, optimizerText(r.Optimizer), checkpointText(r.Checkpoint), r.Steps, accum, att)
+		if r.Parallel != "" {
+			p("  %s\n", parallelText(r.Parallel, r.GPUs))
+		}
 	}
 	if r.Search == "seq" && r.Inference {
 		p("  batch %d, longest prompt: ", r.Batch)
@@ -295,7 +307,11 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Floor != nil && r.Inference {
 		p("  weights floor: parameters %s", fb(r.Floor.Total))
 	} else if r.Floor != nil {
-		p("  model-state floor: parameters %s + gradients %s + optimizer state %s = %s", fb(r.Floor.Parameters), fb(r.Floor.Gradients), fb(r.Floor.OptimizerState), fb(r.Floor.Total))
+		p("  model-state floor: parameters %s + gradients %s + optimizer state %s", fb(r.Floor.Parameters), fb(r.Floor.Gradients), fb(r.Floor.OptimizerState))
+		if r.Floor.Communication > 0 {
+			p(" + DDP's gradient buckets %s", fb(r.Floor.Communication))
+		}
+		p(" = %s", fb(r.Floor.Total))
 		if r.Floor.OptimizerStatePaged > 0 {
 			p(" (and %s of optimizer state paged, off the device)", fb(r.Floor.OptimizerStatePaged))
 		}
@@ -357,6 +373,9 @@ func (b *Breakdown) text() string {
 	if b.KVCache > 0 {
 		s = fmt.Sprintf("parameters %s · KV cache %s · temporaries %s · cuBLAS workspaces %s", fb(b.Parameters), fb(b.KVCache), fb(b.Temporaries), fb(b.Workspaces))
 	}
+	if b.Communication != 0 {
+		s += " · communication " + fb(b.Communication)
+	}
 	if b.Other != 0 {
 		s += " · other " + fb(b.Other)
 	}
@@ -364,6 +383,15 @@ func (b *Breakdown) text() string {
 		s += " (optimizer state paged, off the device: " + fb(b.OptimizerStatePaged) + ")"
 	}
 	return s
+}
+
+// parallelText is the report's words for --gpus and --parallel.
+func parallelText(parallel string, gpus int) string {
+	switch parallel {
+	case ParallelDDP:
+		return fmt.Sprintf("data parallel on %d GPUs: DistributedDataParallel (25 MiB gradient buckets, all-reduced in the backward); the figures are one rank's, the batch is each rank's (%d × it per step)", gpus, gpus)
+	}
+	return parallel
 }
 
 // optimizerText is the report's words for a Trainer optim name.

@@ -94,9 +94,9 @@ func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Wri
 	if finetune == "" {
 		finetune = FinetuneFull
 	}
-	spec := fmt.Sprintf(`SPEC = dict(kind = %q, preset = PRESET, config = %s, attention = %q, precision = %q, optimizer = %q, checkpoint = %s, sequence = %s, inference = %s, max_new_tokens = %d, kv_cache = %q, grad_accum = %d, routing = %q, finetune = %q, lora_r = %d, lora_alpha = %s, lora_dropout = %s, lora_targets = %s)
+	spec := fmt.Sprintf(`SPEC = dict(kind = %q, preset = PRESET, config = %s, attention = %q, precision = %q, optimizer = %q, checkpoint = %s, sequence = %s, inference = %s, max_new_tokens = %d, kv_cache = %q, grad_accum = %d, routing = %q, finetune = %q, lora_r = %d, lora_alpha = %s, lora_dropout = %s, lora_targets = %s, gpus = %d, parallel = %q)
 `, m.Kind, configExpr(m), o.Attention, o.Precision, o.Optimizer, pyBool(o.Checkpoint), pyBool(m.Sequence), pyBool(o.Inference), o.MaxNewTokens, o.KVCache, max(1, o.GradAccum), routing,
-		finetune, o.LoRAR, pyFloat(o.LoRAAlpha), pyFloat(o.LoRADropout), loraTargetsExpr(o.loraTargets))
+		finetune, o.LoRAR, pyFloat(o.LoRAAlpha), pyFloat(o.LoRADropout), loraTargetsExpr(o.loraTargets), max(1, o.GPUs), o.Parallel)
 	if err := s.Exec("<memsh fit>", load+spec+driverSrc); err != nil {
 		r.close()
 		return nil, err

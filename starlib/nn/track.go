@@ -19,8 +19,9 @@ import (
 // PyTorch's MemTracker (torch.distributed._tools.mem_tracker) reports for
 // it, exactly (see package tensor/memtrack): the current device's bytes by
 // category — Parameter, Buffer, Gradient, Activation (tensors saved for
-// backward), Temp, Optstate, Other (live before the call, none of the
-// former) and Total (memory_allocated) — at the peak and at the end, and
+// backward), Temp, Optstate, Comm (a DistributedDataParallel module's
+// gradient buckets), Other (live before the call, none of the former)
+// and Total (memory_allocated) — at the peak and at the end, and
 // for every module that ran, the breakdown at the peak of its forward
 // and of its backward. Modules are named as named_parameters' prefixes
 // ("h.0.attn") below the root module, which is named by its class: a
@@ -118,6 +119,9 @@ func (ts *trackState) enter(m *Layer) {
 		ts.tr.AddParams(p)
 	}
 	ts.tr.AddParams(m.quant.Tensors()...)
+	if m.ddp != nil {
+		ts.tr.AddComm(m.ddp.reducer)
+	}
 	_, bs := m.namedTensors(kindBuffer, "", false)
 	for _, b := range bs {
 		ts.tr.AddBuffers(b.Engine())

@@ -358,6 +358,13 @@ func (r *Reducer) Buckets() []int64 {
 // Rebuilt reports whether the buckets were rebuilt in gradient order.
 func (r *Reducer) Rebuilt() bool { return r.rebuilt }
 
+// CommTensors calls fn with each bucket (memtrack.CommHolder).
+func (r *Reducer) CommTensors(fn func(*tensor.Tensor)) {
+	for _, b := range r.buckets {
+		fn(b.flat)
+	}
+}
+
 // Remove unregisters the hooks (the Reducer's destructor).
 func (r *Reducer) Remove() {
 	for _, f := range r.removes {

@@ -16,13 +16,16 @@
 //     AddBuffers), and each parameter's .grad;
 //   - the parameters, gradients and state tensors of registered
 //     optimizers (AddOptimizer);
+//   - the buffers of registered communication holders (AddComm: a DDP
+//     reducer's gradient buckets), as Comm;
 //   - the tensors autograd nodes saved while tracking and have not yet
 //     released (autograd.Observer.Saved; a graph that became garbage stops
 //     counting once the Go GC has collected it, which exact-peak mode makes
 //     happen before every allocation that raises a tracked peak);
 //
 // an allocation with several roles counts once, in the first of
-// Parameter, Buffer, Gradient, Optstate, Activation. The rest is Temp, or
+// Parameter, Buffer, Gradient, Optstate, Comm, Activation (a gradient that
+// is a view into a DDP bucket counts as Gradient). The rest is Temp, or
 // Other when it was allocated before Start or is a library's (the cuBLAS
 // workspaces, which PyTorch's MemTracker does not see: they are no
 // tensors). Totals are allocator block
@@ -64,17 +67,20 @@ const (
 	Activation
 	Temp
 	Optstate
+	// Comm is what communication keeps between collectives (a DDP
+	// reducer's gradient buckets); not one of MemTracker's types.
+	Comm
 	Other
 	NumCategories
 )
 
-var names = [NumCategories]string{"Parameter", "Buffer", "Gradient", "Activation", "Temp", "Optstate", "Other"}
+var names = [NumCategories]string{"Parameter", "Buffer", "Gradient", "Activation", "Temp", "Optstate", "Comm", "Other"}
 
 // String is MemTracker's name of the category ("Parameter", "Optstate").
 func (c Category) String() string { return names[c] }
 
 // rank orders roles: an allocation with several counts in the lowest.
-var rank = [NumCategories]int{Parameter: 0, Buffer: 1, Gradient: 2, Optstate: 3, Activation: 4, Temp: 5, Other: 6}
+var rank = [NumCategories]int{Parameter: 0, Buffer: 1, Gradient: 2, Optstate: 3, Comm: 4, Activation: 5, Temp: 6, Other: 7}
 
 // Snapshot is a breakdown of the device's allocated bytes.
 type Snapshot struct {
@@ -139,6 +145,7 @@ type Tracker struct {
 	params, buffers []*tensor.Tensor
 	known           map[*tensor.Tensor]bool
 	optims          []optim.Optimizer
+	comms           []CommHolder
 	saved           []savedRef
 
 	// a snapshot's marks: epoch numbers the snapshots; the memos
@@ -148,6 +155,9 @@ type Tracker struct {
 	epoch                   uint64
 	paramMemo, gradMemo     []memo
 	bufMemo, stateMemo      []memo
+	commMemo                []memo
+	commAt                  int
+	markComm                func(*tensor.Tensor) // markCommTensor, for CommTensors
 	cur                     Snapshot // the snapshot being taken
 	curSum, curPre, stateAt uint64
 	markState               func(*tensor.Tensor) // markOptstate, for StateTensors
@@ -246,6 +256,24 @@ func (t *Tracker) AddOptimizer(o optim.Optimizer) {
 	t.optims = append(t.optims, o)
 }
 
+// CommHolder is what keeps communication buffers between collectives (a
+// DDP reducer, tensor/dist): CommTensors calls fn with each, in a stable
+// order; Reach reports them to a reclaim walk.
+type CommHolder interface {
+	CommTensors(fn func(*tensor.Tensor))
+	Reach(r *tensor.Reacher)
+}
+
+// AddComm registers a communication holder: its buffers count as Comm.
+func (t *Tracker) AddComm(c CommHolder) {
+	for _, x := range t.comms {
+		if x == c {
+			return
+		}
+	}
+	t.comms = append(t.comms, c)
+}
+
 // Reach reports what the Tracker holds to a reclaim walk
 // (tensor.Reacher): the registered parameters and buffers (known is
 // their set), and the state of the optimizers it saw step (an engine
@@ -263,6 +291,9 @@ func (t *Tracker) Reach(r *tensor.Reacher) {
 		if x, ok := o.(interface{ Reach(*tensor.Reacher) }); ok {
 			x.Reach(r)
 		}
+	}
+	for _, c := range t.comms {
+		c.Reach(r)
 	}
 }
 
@@ -521,6 +552,14 @@ func (t *Tracker) markOptstate(x *tensor.Tensor) {
 	t.stateAt++
 }
 
+// markCommTensor marks x, the next communication buffer the snapshot
+// visits, as Comm.
+func (t *Tracker) markCommTensor(x *tensor.Tensor) {
+	t.commMemo = grow(t.commMemo, t.commAt+1)
+	t.mark(x, Comm, &t.commMemo[t.commAt])
+	t.commAt++
+}
+
 // grow returns ms with at least n memos.
 func grow(ms []memo, n int) []memo {
 	if len(ms) < n {
@@ -560,6 +599,13 @@ func (t *Tracker) snapshot() Snapshot {
 			t.stateAt += 2
 			o.StateTensors(p, t.markState)
 		}
+	}
+	t.commAt = 0
+	if t.markComm == nil {
+		t.markComm = t.markCommTensor
+	}
+	for _, c := range t.comms {
+		c.CommTensors(t.markComm)
 	}
 	kept := t.saved[:0]
 	for _, r := range t.saved {
