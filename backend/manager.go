@@ -752,6 +752,42 @@ func (m *Manager) Release(h *Memory, reason string) {
 	m.freeLocked(h.rec)
 }
 
+// Resize0 frees h's memory now and keeps the handle for Regrow: a
+// storage resized to 0 bytes (PyTorch's untyped_storage().resize_(0),
+// which FSDP2 does to an unsharded parameter after its forward), which
+// every tensor viewing it shares; until Regrow, using it is an error
+// (Err reports reason).
+func (m *Manager) Resize0(h *Memory, reason string) { m.Release(h, reason) }
+
+// Regrow gives h, freed by Resize0, a new allocation of its size on its
+// allocator, as resize_ back to the full size does: every tensor viewing
+// the storage sees it (the data is not kept). It is a new allocation for
+// the allocator, the events and the peaks; the reach walk forgets what
+// its kept frames found, which did not see the new allocation.
+func (m *Manager) Regrow(h *Memory) error {
+	old := h.rec
+	if !old.freed {
+		return nil
+	}
+	n, err := m.allocOn(old.alloc, old.nbytes, nil, nil)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec := n.rec
+	rec.library = old.library
+	h.rec = rec
+	for i := len(m.entries) - 1; i >= 0; i-- {
+		if e := &m.entries[i]; e.rec == rec {
+			e.young, e.handle = h, weak.Pointer[Memory]{}
+			break
+		}
+	}
+	m.reach.frames.changed(nil)
+	return nil
+}
+
 // Live calls f for every allocation whose handle is still reachable (or not
 // yet collected) and not released, in allocation order, until f returns
 // false. It does not run a GC: call Reclaim first for an exact view.

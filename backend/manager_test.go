@@ -254,3 +254,39 @@ func TestExactPeakDuringGrowth(t *testing.T) {
 	}
 	runtime.KeepAlive(live)
 }
+
+// Resize0 frees a storage's memory and keeps its handle; Regrow gives
+// the same handle a new allocation of its size (FSDP2's unsharded
+// parameters): the allocator's figures follow, the handle works again,
+// and a reclaim keeps what a reachable handle holds and frees it once
+// the handle is dropped.
+func TestResize0Regrow(t *testing.T) {
+	m := newManager(t, "1GiB", backend.PeakLazy)
+	a := m.GPU(0)
+	h, err := m.Alloc("cuda", 3*mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := h.Seq()
+	m.Resize0(h, "resized to 0 bytes")
+	if a.Allocated() != 0 || h.Err() == nil || !strings.Contains(h.Err().Error(), "resized to 0 bytes") {
+		t.Fatalf("after Resize0: allocated %d, err %v", a.Allocated(), h.Err())
+	}
+	if err := m.Regrow(h); err != nil {
+		t.Fatal(err)
+	}
+	if a.Allocated() != 3*mib || h.Err() != nil || h.Size() != 3*mib || h.Seq() <= seq {
+		t.Fatalf("after Regrow: allocated %d, err %v, size %d, seq %d (was %d)", a.Allocated(), h.Err(), h.Size(), h.Seq(), seq)
+	}
+	if err := m.Regrow(h); err != nil || a.Allocated() != 3*mib {
+		t.Fatalf("Regrow of a live handle: %v, allocated %d", err, a.Allocated())
+	}
+	if r := m.Reclaim(); r.Count != 0 || a.Allocated() != 3*mib {
+		t.Errorf("a reclaim freed the regrown memory of a live handle: %+v", r)
+	}
+	runtime.KeepAlive(h)
+	h = nil
+	if r := m.Reclaim(); r.Count != 1 || a.Allocated() != 0 {
+		t.Errorf("after the handle is dropped: %+v, allocated %d", r, a.Allocated())
+	}
+}

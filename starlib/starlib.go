@@ -34,7 +34,8 @@ import (
 //	nn, optim              layers and optimizers (PyTorch's torch.nn, torch.optim)
 //	math, json             go.starlark.net's math and json modules
 //	sweep                  module: max_fit and grid, each point a trial
-//	dist                   torch.distributed for one rank of a job (package dist)
+//	dist                   torch.distributed for one rank of a job (package dist;
+//	                       dist.fsdp, FSDP2's fully_shard, from package nn)
 //	host, log, courtesy    modules (host figures, per-statement logger, courtesy)
 //	memtrace, profile, profiled, profile_report, profile_every, report
 //	                       the measurement toolkit (packages memtrace,
@@ -45,6 +46,11 @@ import (
 //	                       statements and blocks (see Budget)
 //	fmt_bytes(n)           "1.50 GiB": IEC units, two decimals
 //	KiB MiB GiB TiB        1024, 1024², 1024³, 1024⁴
+//
+// dist.fsdp lives in package nn (fully_shard wraps nn.Module values,
+// and nn already imports dist for the process group).
+func init() { dist.Module.Members["fsdp"] = nn.FSDP }
+
 func Predeclared() starlark.StringDict {
 	return starlark.StringDict{
 		"cuda":           cuda.Module,

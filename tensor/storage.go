@@ -34,3 +34,37 @@ func (s *Storage) Device() string { return s.mem.Device() }
 
 // NBytes is the allocation's size in bytes.
 func (s *Storage) NBytes() uint64 { return s.mem.Size() }
+
+// FreeStorage resizes t's storage to 0 bytes (untyped_storage().resize_(0)):
+// its memory is freed now and every tensor viewing it shares the empty
+// storage until AllocStorage; using one meanwhile is an error naming
+// reason. FSDP2 does it to an unsharded parameter when it reshards.
+func FreeStorage(t *Tensor, reason string) {
+	if t.ctx != nil && t.ctx.Manager != nil {
+		t.ctx.Manager.Resize0(t.mem, reason)
+	}
+}
+
+// AllocStorage resizes t's storage, freed by FreeStorage, back to its
+// size (untyped_storage().resize_(n)): a new allocation every view of it
+// sees; its values are undefined until written.
+func AllocStorage(t *Tensor) error {
+	if t.ctx == nil || t.ctx.Manager == nil {
+		return nil
+	}
+	return t.ctx.Manager.Regrow(t.mem)
+}
+
+// StorageFreed reports whether t's storage is resized to 0 bytes.
+func StorageFreed(t *Tensor) bool { return t.mem != nil && t.mem.Released() }
+
+// PreserveVersion runs f and puts t's version counter back as it was
+// (torch.autograd._unsafe_preserve_version_counter): for writes autograd
+// must not see, as FSDP2's copy of the all-gathered values into an
+// unsharded parameter that saved tensors view.
+func PreserveVersion(t *Tensor, f func() error) error {
+	v := t.st.version
+	err := f()
+	t.st.version = v
+	return err
+}

@@ -43,6 +43,9 @@ type Layer struct {
 	// ddp is a DistributedDataParallel module's reducer and flags
 	// (parallel.go); nil for other modules.
 	ddp *ddpState
+	// fsdp is what dist.fsdp.fully_shard keeps on the module (fsdp.go);
+	// nil for other modules.
+	fsdp *fsdpState
 	// mark is where reach walks met it (env.Walker.Visit).
 	mark backend.Mark
 }
@@ -227,13 +230,19 @@ func (m *Layer) CallInternal(thread *starlark.Thread, args starlark.Tuple, kwarg
 	}
 	var out starlark.Value
 	var err error
-	if m.userForward != nil {
-		thread.DeclareTransparent() // it holds the module and its arguments
-		out, err = starlark.Call(thread, m.userForward, append(starlark.Tuple{m}, args...), kwargs)
-	} else if m.forward == nil {
-		return nil, fmt.Errorf("%s: Module [%s] is missing the required \"forward\" function", m.typ, m.typ)
+	run := func(args starlark.Tuple) (starlark.Value, error) {
+		if m.userForward != nil {
+			thread.DeclareTransparent() // it holds the module and its arguments
+			return starlark.Call(thread, m.userForward, append(starlark.Tuple{m}, args...), kwargs)
+		} else if m.forward == nil {
+			return nil, fmt.Errorf("%s: Module [%s] is missing the required \"forward\" function", m.typ, m.typ)
+		}
+		return m.forward(thread, m, args, kwargs)
+	}
+	if m.fsdp != nil {
+		out, err = m.fsdpCall(thread, args, kwargs, run)
 	} else {
-		out, err = m.forward(thread, m, args, kwargs)
+		out, err = run(args)
 	}
 	if err == nil && m.outputRequiresGrad {
 		// the hook's output.requires_grad_(True): a leaf (a frozen

@@ -27,4 +27,12 @@ func (m *Layer) Reach(w *env.Walker) {
 	if m.ddp != nil {
 		w.Engine(m.ddp.reducer.Reach)
 	}
+	if m.fsdp != nil {
+		if g := m.fsdp.group; g != nil {
+			w.Engine(g.Reach)
+		}
+		if c := m.fsdp.comm; c != nil {
+			w.Engine(c.Reach)
+		}
+	}
 }

@@ -122,6 +122,9 @@ func (ts *trackState) enter(m *Layer) {
 	if m.ddp != nil {
 		ts.tr.AddComm(m.ddp.reducer)
 	}
+	if m.fsdp != nil && m.fsdp.comm != nil {
+		ts.tr.AddComm(m.fsdp.comm)
+	}
 	_, bs := m.namedTensors(kindBuffer, "", false)
 	for _, b := range bs {
 		ts.tr.AddBuffers(b.Engine())

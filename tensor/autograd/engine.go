@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"weak"
 
 	"github.com/memsh/memsh/tensor"
@@ -43,6 +44,7 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 	// (Reach): what a node drops can be freed without a collection.
 	e.region, e.ctx = ctx.Tick(), ctx
 	defer ctx.Root(e)()
+	defer setRunning(ctx, e)()
 	rootEdges := make([]Edge, len(roots))
 	rootGrads := make([]*tensor.Tensor, len(roots))
 	for i, r := range roots {
@@ -109,6 +111,53 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 			return err
 		}
 	}
+	// the callbacks queued meanwhile (Engine::queue_callback), in order;
+	// one may queue more
+	for len(e.callbacks) > 0 {
+		cb := e.callbacks[0]
+		e.callbacks = e.callbacks[1:]
+		if err := cb(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var (
+	runningMu sync.Mutex
+	running   = map[*tensor.Context]*engine{}
+)
+
+// setRunning makes e the backward running on ctx until the function it
+// returns is called.
+func setRunning(ctx *tensor.Context, e *engine) (restore func()) {
+	runningMu.Lock()
+	prev := running[ctx]
+	running[ctx] = e
+	runningMu.Unlock()
+	return func() {
+		runningMu.Lock()
+		if prev == nil {
+			delete(running, ctx)
+		} else {
+			running[ctx] = prev
+		}
+		runningMu.Unlock()
+	}
+}
+
+// QueueCallback queues fn to run when the backward running on ctx has run
+// its last node (torch.autograd.Variable._execution_engine.queue_callback,
+// which FSDP2's root uses for its final post-backward). It fails outside
+// a backward.
+func QueueCallback(ctx *tensor.Context, fn func() error) error {
+	runningMu.Lock()
+	e := running[ctx]
+	runningMu.Unlock()
+	if e == nil {
+		return errors.New("Final callbacks can only be installed during backward pass.")
+	}
+	e.callbacks = append(e.callbacks, fn)
 	return nil
 }
 
@@ -116,11 +165,12 @@ func Backward(roots, grads []*tensor.Tensor, retainGraph bool) error {
 func ctxOf(n *Node) *tensor.Context { return n.ctx }
 
 type engine struct {
-	deps    map[*Node]int
-	buffers map[*Node][]*tensor.Tensor
-	queued  map[*Node]bool
-	ready   readyQueue
-	order   uint64
+	callbacks []func() error // QueueCallback's
+	deps      map[*Node]int
+	buffers   map[*Node][]*tensor.Tensor
+	queued    map[*Node]bool
+	ready     readyQueue
+	order     uint64
 	// refs counts the holders of each gradient the engine tracks: input
 	// buffer slots, and the caller for root gradients (a use_count). srefs
 	// counts tracked tensors alive per storage (a storage use_count).
@@ -380,6 +430,12 @@ func (e *engine) evaluate(n *Node, retainGraph bool) error {
 		e.drop(g)
 	}
 	e.holdArgs(grads)
+	for _, h := range slices.Clone(n.preHooks) {
+		if err := h.fn(); err != nil {
+			e.dropArgs(grads)
+			return err
+		}
+	}
 	// The running engine, for AccumulateGrad's use-count check; cleared
 	// when the node returns, so a failed backward (an out-of-memory
 	// error) leaves no engine — and no gradient of its buffers —

@@ -119,6 +119,38 @@ func RegisterPostAccumulateGradHook(t *tensor.Tensor, fn func(*tensor.Tensor) er
 	}, nil
 }
 
+// preHook is a node's pre-hook and what the layer above keeps for it.
+type preHook struct {
+	fn   func() error
+	held any
+}
+
+// RegisterPreHook adds fn to the hooks that run when the backward is
+// about to run t's grad_fn — once its gradient is ready, before it is
+// used (the point a tensor hook or torch.autograd.graph's
+// register_multi_grad_hook fires: FSDP2's pre-backward). held is what
+// the layer above keeps for fn (the reach walk walks it). remove
+// unregisters it. t must have a grad_fn. first puts fn before the node's
+// other pre-hooks (FSDP2's post-backward, which an autograd Function on
+// the group's inputs runs before their producer's hooks).
+func RegisterPreHook(t *tensor.Tensor, fn func() error, held any, first bool) (remove func(), err error) {
+	n := GradFn(t)
+	if n == nil {
+		return nil, errors.New("cannot register a backward pre-hook on a tensor without grad_fn")
+	}
+	h := &preHook{fn: fn, held: held}
+	if first {
+		n.preHooks = append([]*preHook{h}, n.preHooks...)
+	} else {
+		n.preHooks = append(n.preHooks, h)
+	}
+	return func() {
+		if i := slices.Index(n.preHooks, h); i >= 0 {
+			n.preHooks = slices.Delete(slices.Clone(n.preHooks), i, i+1)
+		}
+	}, nil
+}
+
 // RetainGrad makes a non-leaf keep its gradient in .grad after backward
 // (Tensor.retain_grad); a leaf keeps it anyway.
 func RetainGrad(t *tensor.Tensor) error {

@@ -40,6 +40,10 @@ type Node struct {
 	// the run (reach.go)
 	doneIn *graphRun
 
+	// preHooks run, in order, when the engine is about to run the node
+	// (RegisterPreHook), before its gradients are used.
+	preHooks []*preHook
+
 	// retained holds the outputs that asked for retain_grad(), by output
 	// number; held weakly as PyTorch's retains_grad hook does.
 	retained map[int]weak.Pointer[tensor.Tensor]

@@ -30,6 +30,11 @@ func (n *Node) Reach(r *tensor.Reacher) {
 	for _, t := range n.held {
 		r.Tensor(t)
 	}
+	for _, h := range n.preHooks {
+		if h.held != nil {
+			r.Value(h.held)
+		}
+	}
 	if n.doneIn != nil && n.doneIn.active {
 		// ran and released by the backward that is running: what is
 		// below it, that run reports (graphRun)

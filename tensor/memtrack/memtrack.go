@@ -158,7 +158,7 @@ type Tracker struct {
 	commMemo                []memo
 	commAt                  int
 	markComm                func(*tensor.Tensor) // markCommTensor, for CommTensors
-	cur                     Snapshot // the snapshot being taken
+	cur                     Snapshot             // the snapshot being taken
 	curSum, curPre, stateAt uint64
 	markState               func(*tensor.Tensor) // markOptstate, for StateTensors
 
