@@ -759,14 +759,38 @@ func (m *Manager) Release(h *Memory, reason string) {
 // (Err reports reason).
 func (m *Manager) Resize0(h *Memory, reason string) { m.Release(h, reason) }
 
-// Regrow gives h, freed by Resize0, a new allocation of its size on its
-// allocator, as resize_ back to the full size does: every tensor viewing
-// the storage sees it (the data is not kept). It is a new allocation for
-// the allocator, the events and the peaks; the reach walk forgets what
-// its kept frames found, which did not see the new allocation.
+// AllocDeferred makes a handle of nbytes on device that has no memory
+// yet: a tensor made on PyTorch's meta device (torch.device("meta") as a
+// context manager), which has a shape and a dtype but no storage, until
+// Regrow materializes it (Module.to_empty). Nothing is allocated or
+// counted; its values are not stored (HostAccessible is false).
+func (m *Manager) AllocDeferred(device string, nbytes uint64) (*Memory, error) {
+	a, err := m.Allocator(device)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
+	rec := &record{owner: m, alloc: a, device: a.Device().Name(), nbytes: nbytes, seq: m.seq, deferred: true}
+	if m.reach.stamp != nil {
+		rec.stamp = m.reach.stamp()
+	}
+	h := &Memory{rec: rec}
+	m.entries = append(m.entries, entry{young: h, rec: rec})
+	m.live++
+	return h, nil
+}
+
+// Regrow gives h, freed by Resize0 or made by AllocDeferred, a new
+// allocation of its size on its allocator, as resize_ back to the full
+// size (or Module.to_empty) does: every tensor viewing the storage sees
+// it (the data is not kept). It is a new allocation for the allocator,
+// the events and the peaks; the reach walk forgets what its kept frames
+// found, which did not see the new allocation.
 func (m *Manager) Regrow(h *Memory) error {
 	old := h.rec
-	if !old.freed {
+	if !old.freed && !old.deferred {
 		return nil
 	}
 	n, err := m.allocOn(old.alloc, old.nbytes, nil, nil)
@@ -777,6 +801,12 @@ func (m *Manager) Regrow(h *Memory) error {
 	defer m.mu.Unlock()
 	rec := n.rec
 	rec.library = old.library
+	if old.deferred {
+		// the meta handle's record goes: it had no block
+		old.freed = true
+		m.reach.frames.freed(old)
+		m.live--
+	}
 	h.rec = rec
 	for i := len(m.entries) - 1; i >= 0; i-- {
 		if e := &m.entries[i]; e.rec == rec {

@@ -290,3 +290,32 @@ func TestResize0Regrow(t *testing.T) {
 		t.Errorf("after the handle is dropped: %+v, allocated %d", r, a.Allocated())
 	}
 }
+
+// AllocDeferred makes a handle with no memory (a meta-device tensor's):
+// nothing allocated, no data; Regrow materializes it; a reclaim frees an
+// unreachable one without touching the allocator.
+func TestAllocDeferred(t *testing.T) {
+	m := newManager(t, "1GiB", backend.PeakLazy)
+	a := m.GPU(0)
+	h, err := m.AllocDeferred("cuda", 3*mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Allocated() != 0 || !h.Deferred() || h.HostAccessible() || h.Err() != nil || h.Size() != 3*mib {
+		t.Fatalf("deferred: allocated %d, deferred %v, host %v, err %v", a.Allocated(), h.Deferred(), h.HostAccessible(), h.Err())
+	}
+	if err := m.Regrow(h); err != nil {
+		t.Fatal(err)
+	}
+	if a.Allocated() != 3*mib || h.Deferred() || !h.HostAccessible() {
+		t.Fatalf("materialized: allocated %d, deferred %v", a.Allocated(), h.Deferred())
+	}
+	runtime.KeepAlive(h)
+	h = nil
+	if _, err := m.AllocDeferred("cuda", 5*mib); err != nil {
+		t.Fatal(err)
+	}
+	if r := m.Reclaim(); r.Count != 2 || a.Allocated() != 0 {
+		t.Errorf("reclaim: %+v, allocated %d", r, a.Allocated())
+	}
+}

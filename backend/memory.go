@@ -36,6 +36,7 @@ type record struct {
 	// walk's visit reads (owner, mark, gen, frame): one line per record
 	freed    bool
 	dropped  bool // the Go code that made it let go of it (Manager.Dropped)
+	deferred bool // made on the meta device: no block until Regrow (AllocDeferred)
 	alloc    Allocator
 	block    *Block
 	device   string
@@ -111,6 +112,10 @@ func (m *Memory) Err() error {
 	}
 	return nil
 }
+
+// Deferred reports whether the memory was made on the meta device and
+// has no block yet (Manager.AllocDeferred).
+func (m *Memory) Deferred() bool { return m.rec.deferred }
 
 // Released reports whether the memory was freed explicitly.
 func (m *Memory) Released() bool { return m.rec.freed }

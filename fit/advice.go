@@ -93,6 +93,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // combination when nothing fits. The alternatives are listed in one fixed
 // order.
 func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.Writer) ([]Alternative, error) {
+	if o.Parallel == ParallelFSDP {
+		info = shardedInfo(info, o.GPUs) // the optimizers' state per rank
+	}
 	batchSearch := func(change string, o2 Options, gpu string) *attempt {
 		at := &attempt{change: change, o: o2, gpu: gpu, what: "batch"}
 		if o2.Set["batch"] {
@@ -181,6 +184,22 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 		}
 		first = append(first, at)
 	}
+	// sharding: FSDP2 on 4 GPUs, then on 2 when 4 fit, else on 8
+	shardOn := func(n int) *attempt {
+		o2 := o
+		o2.GPUs, o2.Parallel = n, ParallelFSDP
+		o2.Set = map[string]bool{"gpus": true, "parallel": true}
+		for k, v := range o.Set {
+			o2.Set[k] = v
+		}
+		return batchSearch(fmt.Sprintf("FSDP2 on %d × %s (--gpus %d --parallel fsdp)", n, o.GPU, n), o2, o.GPU)
+	}
+	var fsdp4, fsdpNext *attempt
+	canShard := o.Parallel != ParallelFSDP && o.Precision != PrecFP16 && o.Finetune != FinetuneQLoRA
+	if canShard {
+		fsdp4 = shardOn(4)
+		first = append(first, fsdp4)
+	}
 	if err := searchAll(first, m, lib, stderr); err != nil {
 		return nil, err
 	}
@@ -194,6 +213,14 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 	}
 	if len(cards) > 1 && !cards[0].a.Fits {
 		second = append(second, cards[1:]...)
+	}
+	if fsdp4 != nil {
+		if fsdp4.a.Fits {
+			fsdpNext = shardOn(2)
+		} else {
+			fsdpNext = shardOn(8)
+		}
+		second = append(second, fsdpNext)
 	}
 	var out []Alternative
 	add := func(at *attempt) {
@@ -242,8 +269,18 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 	}
 	add(lora)
 	add(qlora)
+	// the fewest GPUs that fit (2 before 4), or 8's answer
+	switch {
+	case fsdp4 == nil:
+	case fsdpNext.a.Fits || !fsdp4.a.Fits:
+		fsdpNext.a.Note = "per rank"
+		add(fsdpNext)
+	default:
+		fsdp4.a.Note = "per rank"
+		add(fsdp4)
+	}
 	out = append(out,
-		Alternative{Change: "sharding across N GPUs (FSDP, ZeRO)", Note: "an open issue of memsh's"},
+		Alternative{Change: "ZeRO-1/2/3, tensor parallelism", Note: "an open issue of memsh's"},
 	)
 	return out, nil
 }
@@ -256,7 +293,7 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 // on by default.
 func finetuneAlternative(o Options, m *Model, ft string) (Options, string, bool) {
 	rank := map[string]int{FinetuneFull: 0, "": 0, FinetuneLoRA: 1, FinetuneQLoRA: 2}
-	if rank[ft] <= rank[o.Finetune] {
+	if rank[ft] <= rank[o.Finetune] || (ft == FinetuneQLoRA && o.Parallel == ParallelFSDP) {
 		return o, "", false
 	}
 	o2 := o

@@ -457,6 +457,9 @@ func checkpointBeside(m *Model, info *modelInfo, rep *Report) error {
 // quantization states), the trainable parameters' gradients and the
 // optimizer's state for them, each rounded as the allocator rounds.
 func floorOf(o Options, info *modelInfo, usable int64) *Floor {
+	if o.Parallel == ParallelFSDP {
+		info = shardedInfo(info, o.GPUs)
+	}
 	dev, paged := optimizerStateBytes(o.Optimizer, info)
 	f := &Floor{Parameters: info.ParamBytes + info.QuantBytes, Gradients: info.TrainableBytes, OptimizerState: dev, OptimizerStatePaged: paged, Usable: usable}
 	if o.Parallel == ParallelDDP {
@@ -465,6 +468,40 @@ func floorOf(o Options, info *modelInfo, usable int64) *Floor {
 	}
 	f.Total = f.Parameters + f.Gradients + f.OptimizerState + f.Communication
 	return f
+}
+
+// shardedInfo is info as rank 0 of an FSDP2 job of n ranks holds it: each
+// parameter's padded dim-0 shard, ceil(d0/n) rows (rank 0's are all
+// real), so the trainable shapes the optimizer's state follows are those
+// rows.
+func shardedInfo(info *modelInfo, n int) *modelInfo {
+	elem := int64(4)
+	if strings.Contains(info.DType, "16") {
+		elem = 2
+	}
+	shard := func(shape []int) []int {
+		if len(shape) == 0 {
+			return shape
+		}
+		return append([]int{(shape[0] + n - 1) / n}, shape[1:]...)
+	}
+	bytes := func(shape []int) int64 { return int64(roundBlock(numelOf(shape) * uint64(elem))) }
+	s := *info
+	s.ParamBytes, s.TrainableBytes, s.TrainableShapes = 0, 0, nil
+	for _, p := range info.Params {
+		s.ParamBytes += bytes(shard(p.Shape))
+	}
+	for _, sh := range info.TrainableShapes {
+		sh = shard(sh)
+		s.TrainableShapes = append(s.TrainableShapes, sh)
+		s.TrainableBytes += bytes(sh)
+	}
+	if info.Adapters > 0 {
+		// LoRA's adapters are not among Params: their shards are the
+		// trainable ones
+		s.ParamBytes += s.TrainableBytes
+	}
+	return &s
 }
 
 // roundBlock is the caching allocator's rounding of a request (512-byte

@@ -148,7 +148,9 @@ func TestUsageErrors(t *testing.T) {
 		{"gpt2-small", map[string]any{"parallel": "ddp"}, "--parallel ddp: give the job's GPUs (--gpus N)"},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "zero3"}, "--parallel zero3: not modelled yet"},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "tp=2"}, "--parallel tp=2: tensor parallelism is not modelled yet"},
-		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "pipeline"}, `--parallel: want ddp (DistributedDataParallel), got "pipeline"`},
+		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "pipeline"}, `--parallel: want ddp (DistributedDataParallel) or fsdp (FSDP2's fully_shard), got "pipeline"`},
+		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "fsdp", "precision": "fp16"}, "--parallel fsdp with fp16: FSDP2's loss scaling (a sharded GradScaler) is not modelled"},
+		{"llama-3.2-1b", map[string]any{"gpus": 8, "parallel": "fsdp", "finetune": "qlora"}, "--parallel fsdp --finetune qlora: sharding bitsandbytes' 4-bit weights is not modelled"},
 		{"llama-3.2-1b", map[string]any{"gpus": 8, "inference": true}, "--gpus/--parallel: a training option; --inference generates on one GPU"},
 	} {
 		o := options(tc.src, tc.set)
@@ -682,6 +684,53 @@ func TestDDP(t *testing.T) {
 	}
 	if !strings.Contains(text, "data parallel on 4 GPUs: DistributedDataParallel") || !strings.Contains(text, " · communication ") {
 		t.Errorf("the report:\n%s", text)
+	}
+}
+
+// --gpus 8 --parallel fsdp: Llama 3.1 8B, which one H100 cannot train,
+// trains on 8 with FSDP2: rank 0 holds 1/8 of the parameters (each
+// dimension divides by 8) and AdamW's two float32 moments of them — the
+// optimizer state at the peak is that closed form, give or take what a
+// block over 1 MiB keeps unsplit (under 1 MiB each) — and the
+// collectives' buffers count as communication. The model is built on
+// the meta device, so the floor's sharded parameters are all the weights
+// a rank holds between steps.
+func TestFSDP(t *testing.T) {
+	set := map[string]any{"gpus": 8, "parallel": "fsdp", "json": true}
+	rc, out, errs := runMain(t, options("llama-3.1-8b", set))
+	if rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errs)
+	}
+	var r fit.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.LargestBatch == nil || *r.LargestBatch < 1 || r.Parallel != "fsdp" || r.GPUs != 8 {
+		t.Fatalf("largest %v, parallel %q gpus %d", r.LargestBatch, r.Parallel, r.GPUs)
+	}
+	const params = 8030261248
+	state := int64(2 * params / 8 * 4)
+	tensors := int64(2 * (32*9 + 3)) // two moments of each of the 291 parameters
+	if b := r.Breakdown; b.OptimizerState < state || b.OptimizerState >= state+tensors<<20 || b.Communication == 0 {
+		t.Errorf("at the peak: optimizer state %d (closed form %d), communication %d", b.OptimizerState, state, b.Communication)
+	}
+	// one GPU does not train it; the advice names FSDP2 on the fewest GPUs
+	rc, out, errs = runMain(t, options("llama-3.1-8b", map[string]any{"json": true}))
+	if rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errs)
+	}
+	var one fit.Report
+	if err := json.Unmarshal([]byte(out), &one); err != nil {
+		t.Fatal(err)
+	}
+	var got *fit.Alternative
+	for i, a := range one.Advice {
+		if strings.HasPrefix(a.Change, "FSDP2 on ") {
+			got = &one.Advice[i]
+		}
+	}
+	if one.LargestBatch != nil || got == nil || !got.Fits || !strings.HasPrefix(got.Change, "FSDP2 on 2 × H100") {
+		t.Errorf("one GPU: largest %v, FSDP advice %+v", one.LargestBatch, got)
 	}
 }
 

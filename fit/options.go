@@ -169,6 +169,11 @@ const (
 	// defaults (bucket_cap_mb=25, gradient_as_bucket_view=False,
 	// find_unused_parameters=False), gradient accumulation under no_sync.
 	ParallelDDP = "ddp"
+	// ParallelFSDP is FSDP2 as torchtitan applies it: fully_shard on each
+	// block and on the root, reshard_after_forward=True, bf16 through
+	// MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32);
+	// gradient accumulation reduce-scatters every micro-batch.
+	ParallelFSDP = "fsdp"
 )
 
 // LoRA's defaults: PEFT's LoraConfig (r=8, lora_alpha=8, lora_dropout=0.0).
@@ -356,6 +361,9 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 			return nil, usageErr("--attention flash: FlashAttention-2 needs sm80 or newer; %s is sm%d%d", preset.Name, cc[0], cc[1])
 		}
 	}
+	if o.Parallel == ParallelFSDP && o.Precision == PrecFP16 {
+		return nil, usageErr("--parallel fsdp with fp16: FSDP2's loss scaling (a sharded GradScaler) is not modelled; use bf16 (on a card without bfloat16: fp32)")
+	}
 	return warnings, nil
 }
 
@@ -460,20 +468,23 @@ func (o *Options) validateParallel() error {
 		if o.GPUs > 1 {
 			o.Parallel = ParallelDDP
 		}
-	case ParallelDDP:
+	case ParallelDDP, ParallelFSDP:
 		if !o.Set["gpus"] {
 			return usageErr("--parallel %s: give the job's GPUs (--gpus N)", o.Parallel)
 		}
-	case "fsdp", "zero1", "zero2", "zero3":
-		return usageErr("--parallel %s: not modelled yet (ddp is)", o.Parallel)
+	case "zero1", "zero2", "zero3":
+		return usageErr("--parallel %s: not modelled yet (ddp and fsdp are)", o.Parallel)
 	default:
 		if strings.HasPrefix(o.Parallel, "tp=") {
-			return usageErr("--parallel %s: tensor parallelism is not modelled yet (ddp is)", o.Parallel)
+			return usageErr("--parallel %s: tensor parallelism is not modelled yet (ddp and fsdp are)", o.Parallel)
 		}
-		return usageErr("--parallel: want ddp (DistributedDataParallel), got %q", o.Parallel)
+		return usageErr("--parallel: want ddp (DistributedDataParallel) or fsdp (FSDP2's fully_shard), got %q", o.Parallel)
 	}
 	if o.Parallel != "" && o.Inference {
 		return usageErr("--gpus/--parallel: a training option; --inference generates on one GPU")
+	}
+	if o.Parallel == ParallelFSDP && o.Finetune == FinetuneQLoRA {
+		return usageErr("--parallel fsdp --finetune qlora: sharding bitsandbytes' 4-bit weights is not modelled")
 	}
 	return nil
 }

@@ -111,7 +111,7 @@ type Breakdown struct {
 	Activations         int64 `json:"activations"` // tensors saved for backward
 	Temporaries         int64 `json:"temporaries"`
 	Workspaces          int64 `json:"workspaces"`              // the cuBLAS and cuBLASLt workspaces
-	Communication       int64 `json:"communication,omitempty"` // --parallel: DDP's gradient buckets
+	Communication       int64 `json:"communication,omitempty"` // --parallel: DDP's gradient buckets, FSDP's all-gather and reduce-scatter buffers
 	KVCache             int64 `json:"kv_cache,omitempty"`      // --inference: the KV cache's bytes at the peak (closed form)
 	Other               int64 `json:"other"`                   // what was allocated before the step
 }
@@ -245,6 +245,9 @@ func (r *Report) WriteText(w io.Writer) {
 		prec := precisionText(r.Precision)
 		if r.Finetune == FinetuneLoRA || r.Finetune == FinetuneQLoRA {
 			prec = finetunePrecisionText(r.Precision, r.Finetune == FinetuneQLoRA)
+		}
+		if r.Parallel == ParallelFSDP && r.Precision == PrecBF16 {
+			prec = "bf16 through FSDP2's MixedPrecisionPolicy (bfloat16 compute and all-gathers, float32 sharded weights, gradient reduce-scatters and optimizer state)"
 		}
 		p("  training: %s, %s, %s, %d steps per trial%s; attention %s\n", prec, optimizerText(r.Optimizer), checkpointText(r.Checkpoint), r.Steps, accum, att)
 		if r.Parallel != "" {
@@ -390,6 +393,8 @@ func parallelText(parallel string, gpus int) string {
 	switch parallel {
 	case ParallelDDP:
 		return fmt.Sprintf("data parallel on %d GPUs: DistributedDataParallel (25 MiB gradient buckets, all-reduced in the backward); the figures are one rank's, the batch is each rank's (%d × it per step)", gpus, gpus)
+	case ParallelFSDP:
+		return fmt.Sprintf("fully sharded on %d GPUs: FSDP2 (fully_shard on each block and on the root, as torchtitan; parameters, gradients and optimizer state in 1/%d dim-0 shards, each block all-gathered for its forward and backward, gradients reduce-scattered); the figures are rank 0's (the largest shards), the batch is each rank's (%d × it per step)", gpus, gpus, gpus)
 	}
 	return parallel
 }

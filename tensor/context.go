@@ -33,6 +33,11 @@ type Context struct {
 	// first used; see AutocastState), shared with staging contexts.
 	Autocast *AutocastState
 
+	// MetaInit, while positive, makes new tensors on the meta device
+	// (MetaDevice): their memory is deferred (backend
+	// Manager.AllocDeferred) until Materialize.
+	MetaInit int
+
 	rng *rngState // shared with staging contexts
 
 	// inFlight holds tensors that Go code is computing with and that no

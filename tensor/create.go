@@ -62,7 +62,11 @@ func newTensor(c *Context, fname, device string, dt DType, shape []int) (*Tensor
 	if err != nil {
 		return nil, err
 	}
-	mem, err := c.Manager.Alloc(device, nbytes)
+	alloc := c.Manager.Alloc
+	if c.MetaInit > 0 {
+		alloc = c.Manager.AllocDeferred
+	}
+	mem, err := alloc(device, nbytes)
 	if err != nil {
 		return nil, errorf(fname, "%w", err)
 	}

@@ -68,3 +68,27 @@ func PreserveVersion(t *Tensor, f func() error) error {
 	t.st.version = v
 	return err
 }
+
+// MetaDevice runs f with the tensors it makes on the meta device (as
+// PyTorch's `with torch.device("meta"):` block, which torchtitan builds
+// a model in before sharding it): each keeps its device, shape and dtype
+// but has no memory and no values until Materialize — ops on it compute
+// shapes only, as on a meta simulator.
+func MetaDevice(c *Context, f func() error) error {
+	c.MetaInit++
+	defer func() { c.MetaInit-- }()
+	return f()
+}
+
+// Deferred reports whether t was made on the meta device and has no
+// memory yet.
+func Deferred(t *Tensor) bool { return t.mem != nil && t.mem.Deferred() }
+
+// Materialize gives a tensor made on the meta device its memory
+// (Module.to_empty: uninitialized values); nothing for any other.
+func Materialize(t *Tensor) error {
+	if !Deferred(t) || t.ctx == nil || t.ctx.Manager == nil {
+		return nil
+	}
+	return t.ctx.Manager.Regrow(t.mem)
+}

@@ -234,7 +234,9 @@ func isMetaDevice(c *Context, device string) bool {
 }
 
 // isMeta reports whether t lives on a meta device.
-func (t *Tensor) isMeta() bool { return !t.hasData() && isMetaDevice(t.ctx, t.mem.Device()) }
+func (t *Tensor) isMeta() bool {
+	return !t.hasData() && (t.mem.Deferred() || isMetaDevice(t.ctx, t.mem.Device()))
+}
 
 // String returns the PyTorch-style representation (see format.go); a
 // real GPU's values are copied to the host for it.

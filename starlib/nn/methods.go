@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"strings"
 
 	"go.starlark.net/starlark"
 
@@ -47,6 +48,7 @@ func init() {
 			return starlark.None, setGradientCheckpointing(f, m, args, kwargs, false)
 		},
 		"zero_grad":       methodZeroGrad,
+		"to_empty":        methodToEmpty,
 		"register_buffer": methodRegisterBuffer,
 		"forward": func(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			return m.CallInternal(thread, args, kwargs)
@@ -196,6 +198,59 @@ func convertInPlace(t *tensor.Tensor, device string, dt tensor.DType) error {
 		}
 	}
 	return nil
+}
+
+// methodToEmpty is Module.to_empty(device=None, recurse=True): the
+// parameters and buffers made on the meta device (tensor.meta_device) get
+// memory on their device, uninitialized — children first, then each
+// module's parameters and buffers, as nn.Module._apply goes; a module
+// fully_shard sharded materializes its shards. Moving to another device
+// is not modelled (the tensors stay where they were asked for).
+func methodToEmpty(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var devV starlark.Value = starlark.None
+	recurse := true
+	if err := starlark.UnpackArgs(f, args, kwargs, "device?", &devV, "recurse?", &recurse); err != nil {
+		return nil, err
+	}
+	want := ""
+	if devV != starlark.None {
+		s, ok := starlark.AsString(devV)
+		if !ok {
+			return nil, fmt.Errorf("%s: device: got %s, want str", f, devV.Type())
+		}
+		want = s
+	}
+	var err error
+	var walk func(x *Layer)
+	walk = func(x *Layer) {
+		for i, n := range x.names {
+			if c, ok := x.vals[i].(*Layer); ok && x.kinds[n] == kindModule && recurse && err == nil {
+				walk(c)
+			}
+		}
+		for i, n := range x.names {
+			if k := x.kinds[n]; (k != kindParam && k != kindBuffer) || err != nil {
+				continue
+			}
+			t, ok := x.vals[i].(*startensor.Tensor)
+			if !ok {
+				continue
+			}
+			e := t.Engine()
+			if want != "" && !strings.HasPrefix(e.Device(), strings.TrimSuffix(want, ":0")) {
+				err = fmt.Errorf("%s: moving %s from %s to %s is not modelled (make it on that device under tensor.meta_device)", f, n, e.Device(), want)
+				return
+			}
+			if err = tensor.Materialize(e); err != nil {
+				err = fmt.Errorf("%s: %w", f, err)
+			}
+		}
+	}
+	walk(m)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 func methodZeroGrad(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {

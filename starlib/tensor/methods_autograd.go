@@ -53,6 +53,7 @@ func init() {
 		Module.Members[name] = starlark.NewBuiltin("tensor."+name, methodAsFunction(name))
 	}
 	Module.Members["no_grad"] = starlark.NewBuiltin("tensor.no_grad", noGrad)
+	Module.Members["meta_device"] = starlark.NewBuiltin("tensor.meta_device", metaDevice)
 	Module.Members["is_grad_enabled"] = starlark.NewBuiltin("tensor.is_grad_enabled", isGradEnabled)
 	for _, name := range []string{"zeros", "ones", "empty", "full", "rand", "randn", "arange", "tensor",
 		"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like"} {
@@ -210,6 +211,31 @@ func noGrad(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	var out starlark.Value
 	thread.DeclareTransparent()
 	err = autograd.NoGrad(c, func() error {
+		var err error
+		out, err = starlark.Call(thread, fn, args[1:], kwargs)
+		return err
+	})
+	return out, err
+}
+
+// metaDevice is tensor.meta_device(fn, *args, **kwargs): fn's new
+// tensors on PyTorch's meta device (`with torch.device("meta"):`),
+// memory deferred until Module.to_empty (tensor.MetaDevice).
+func metaDevice(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if len(args) == 0 {
+		return nil, fmt.Errorf("%s: missing argument fn", b.Name())
+	}
+	fn, ok := args[0].(starlark.Callable)
+	if !ok {
+		return nil, fmt.Errorf("%s: for parameter fn: got %s, want callable", b.Name(), args[0].Type())
+	}
+	c, err := contextOf(thread, b.Name())
+	if err != nil {
+		return nil, err
+	}
+	var out starlark.Value
+	thread.DeclareTransparent()
+	err = tensor.MetaDevice(c, func() error {
 		var err error
 		out, err = starlark.Call(thread, fn, args[1:], kwargs)
 		return err

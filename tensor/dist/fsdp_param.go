@@ -53,7 +53,18 @@ func newFSDPParam(p *tensor.Tensor, rank, n int, set func(*tensor.Tensor) error)
 	rows := (shape[0] + n - 1) / n
 	pshape := append([]int{rows}, shape[1:]...)
 	ctx := p.Context()
-	padded, err := tensor.Zeros(ctx, pshape, p.DType(), p.Device())
+	var padded *tensor.Tensor
+	mk := func() (err error) {
+		padded, err = tensor.Zeros(ctx, pshape, p.DType(), p.Device())
+		return err
+	}
+	var err error
+	if tensor.Deferred(p) {
+		// a model built on the meta device: the shard too, until to_empty
+		err = tensor.MetaDevice(ctx, mk)
+	} else {
+		err = mk()
+	}
 	if err != nil {
 		return nil, err
 	}
