@@ -61,6 +61,11 @@ var reachShape atomic.Uint64
 // change is what it was while the counter stands still.
 func ReachShape() uint64 { return reachShape.Load() }
 
+// ReachMoved moves ReachShape: Go code changed what an engine object a
+// walk reaches holds (FSDP2's buffers, a DDP reducer's buckets), so a
+// Frontier walk's findings no longer stand.
+func ReachMoved() { reachShape.Add(1) }
+
 // reshaped notes that t's autograd state or storage changed (SetAutograd,
 // EnsureAutograd, SetData).
 func (t *Tensor) reshaped() {

@@ -130,12 +130,20 @@ func fullyShard(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	}
 	st := &fsdpState{cast: cast, dev: dev}
 	if len(params) > 0 {
-		if st.group, err = g.NewFSDPGroup(params, sets, mp, raf); err != nil {
+		// fully_shard's list of the original parameters holds them until
+		// it returns; then they are freed together (if nothing else holds
+		// them)
+		ctx := params[0].Context()
+		release := ctx.Hold(params...)
+		st.group, err = g.NewFSDPGroup(params, sets, mp, raf)
+		release()
+		if err != nil {
 			for i, p := range params { // the module as it was
 				_ = sets[i](p)
 			}
 			return nil, fmt.Errorf("%s: %w", b.Name(), err)
 		}
+		tensor.Dropped(params...)
 	}
 	mod.fsdp = st
 	return mod, nil
@@ -195,6 +203,7 @@ func managedParams(m *Layer) (params []*tensor.Tensor, sets []func(*tensor.Tenso
 					mgr.NoteChanged(&h.mod.mark)
 				}
 			}
+			tensor.ReachMoved()
 			return nil
 		})
 	}

@@ -103,6 +103,7 @@ func (g *Group) BroadcastCoalesced(ts []*tensor.Tensor, bufferBytes int64) error
 	var inFlight []*tensor.Tensor
 	finish := func() {
 		tensor.Dropped(inFlight[0])
+		inFlight[0] = nil // no Go reference keeps it
 		inFlight = inFlight[1:]
 	}
 	defer func() {

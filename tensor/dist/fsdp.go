@@ -332,6 +332,7 @@ func (c *FSDPComm) RootPostForward(ctx *tensor.Context) {
 // changed tells the Manager that what the context holds changed (and
 // what its groups hold, which a walk may have met apart).
 func (c *FSDPComm) changed(ctx *tensor.Context) {
+	tensor.ReachMoved()
 	if ctx != nil && ctx.Manager != nil {
 		ctx.Manager.NoteChanged(&c.mark)
 		for _, fg := range c.Groups {

@@ -182,6 +182,7 @@ func (r *Reducer) initBuckets(assign [][]int) error {
 // changed tells the Manager that what the reducer holds changed: what an
 // earlier reach walk found through it is looked at again.
 func (r *Reducer) changed() {
+	tensor.ReachMoved()
 	if m := r.params[0].Context().Manager; m != nil {
 		m.NoteChanged(&r.mark)
 	}
@@ -333,6 +334,7 @@ func (r *Reducer) rebuild() error {
 			tensor.Dropped(b.flat)
 		}
 	}
+	clear(old) // no Go reference keeps them
 	return r.initBuckets(assign)
 }
 
