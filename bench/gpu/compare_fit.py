@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Prints PyTorch's fit-trial figures (bench/gpu/torch_fit.py phases) beside
-memsh's (scripts/fit_phases.star) and their differences, in bytes.
+memsh's (scripts/fit_phases.star) and their differences, in bytes; also
+one rank of a data-parallel job (bench/gpu/fsdp_rank.py phases beside
+scripts/fsdp_phases.star).
 
     python3 bench/gpu/compare_fit.py TORCH.jsonl MEMSH.jsonl
 """
@@ -18,8 +20,8 @@ def main(torch_file, memsh_file):
         print("no PyTorch figures in", torch_file)
         return
     c = t[0]
-    print("%s batch %d seq %d%s, %s attention" % (c["model"], c["batch"], c["seq"],
-                                                 " checkpointed" if c["checkpoint"] else "", c["attention"]))
+    what = "%s attention" % c["attention"] if "attention" in c else "%s on %d ranks" % (c["strategy"], c["world"])
+    print("%s batch %d seq %d%s, %s" % (c["model"], c["batch"], c["seq"], " checkpointed" if c["checkpoint"] else "", what))
     print("%-4s %-10s %14s %14s %11s %14s %14s %11s" % ("step", "point", "torch alloc", "memsh alloc", "d alloc",
                                                       "torch peak", "memsh peak", "d peak"))
     mine = {(r["point"], r["step"]): r for r in m}

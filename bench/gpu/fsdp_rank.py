@@ -26,9 +26,10 @@ its MixedPrecisionPolicy instead), AdamW(lr=1e-4, foreach), two steps,
 zero_grad(set_to_none=True).
 
 Needs PyTorch >= 2.6 with CUDA (torch.distributed.fsdp.fully_shard).
-The figures go to testdata/torchref/cuda/<gpu>_fsdp_phases.jsonl; memsh's
-side compares them (cmd/memsh/realgpu_*_test.go) once it models the
-strategy.
+The figures go to testdata/torchref/cuda/<gpu>_fsdp_phases.jsonl. memsh's
+twin is scripts/fsdp_phases.star (same arguments, same JSON lines:
+memsh --device sim:H200,meta scripts/fsdp_phases.star gpt2-small --world 4);
+bench/gpu/compare_fit.py prints the two side by side.
 """
 import argparse
 import json
@@ -80,7 +81,10 @@ def wrap(model, strategy, world, reshard):
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for b in blocks(model):
         fully_shard(b, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+    # the root without reshard_after_forward: PyTorch 2.4-2.7 keep the root
+    # unsharded after its forward whatever it is given, 2.8+ only when it
+    # is not given (memsh models the former)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
 
 

@@ -12,6 +12,9 @@
 #   phases.jsonl    torch_fit.py phases: the fit trial of GPT-2 small at a few shapes
 #                   (compare with scripts/fit_phases.star on sim:NAME,meta: bench/gpu/compare_fit.py),
 #                   then memsh's own run of one on this GPU (--device cuda)
+#   fsdp.jsonl      fsdp_rank.py phases: rank 0 of GPT-2 small on 4 ranks (fake process group), FSDP2
+#                   and DDP, then memsh's twin (scripts/fsdp_phases.star on sim:NAME,meta) in
+#                   fsdp_memsh.jsonl (bench/gpu/compare_fit.py fsdp.jsonl fsdp_memsh.jsonl)
 #   trace.jsonl     torch_fit.py trace --cpp: every allocator event of a checkpointed trial, with
 #                   the autograd node and ATen op of each (bench/gpu/compare_trace.py)
 #   search.jsonl    with SEARCH=1: torch_fit.py search, the largest batch PyTorch trains on this GPU
@@ -29,6 +32,9 @@ PY=${PYTHON:-python3}
 LOG=$OUTDIR/all.log
 if [ -z "$MEMSH" ]; then MEMSH=$OUTDIR/memsh; go build -o "$MEMSH" ./cmd/memsh; fi
 . bench/gpu/lib.sh
+# the simulator's preset of this card, for memsh's twins of the PyTorch runs
+PRESET=H100
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 && PRESET=H200
 {
   nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
@@ -42,6 +48,10 @@ step gpu_compare 150 "$OUTDIR/compare.txt" env MEMSH="$MEMSH" bash bench/torchre
 step "trace --batch 1 --checkpoint --cpp" 90 "$OUTDIR/trace.jsonl" "$PY" bench/gpu/torch_fit.py trace --batch 1 --checkpoint --cpp
 for args in "--batch 4" "--batch 41" "--batch 122 --checkpoint" "--batch 4 --attention sdpa"; do
   step "phases $args" 60 "$OUTDIR/phases.jsonl" "$PY" bench/gpu/torch_fit.py phases $args
+done
+for strategy in fsdp ddp; do
+  step "fsdp_rank $strategy" 120 "$OUTDIR/fsdp.jsonl" "$PY" bench/gpu/fsdp_rank.py phases --model gpt2-small --world 4 --strategy $strategy
+  step "memsh fsdp_phases $strategy" 60 "$OUTDIR/fsdp_memsh.jsonl" "$MEMSH" --device "sim:$PRESET,meta" scripts/fsdp_phases.star gpt2-small --world 4 --strategy $strategy
 done
 step "memsh on the GPU: phases --batch 1" 120 "$OUTDIR/phases.jsonl" "$MEMSH" --device cuda scripts/fit_phases.star --batch 1
 step "memsh oom" 30 "$OUTDIR/oom.txt" "$MEMSH" --device cuda -c 'tensor.empty([2 * cuda.mem_get_info()[1]], dtype = "uint8", device = "cuda")'
