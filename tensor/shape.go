@@ -96,7 +96,7 @@ func computeStride(oldShape, oldStrides, newShape []int) []int {
 // viewAs returns t viewed with a new shape (-1 inferred); with copyOK it
 // falls back to a contiguous copy when no view is possible (reshape).
 func viewAs(fname string, t *Tensor, shapeIn []int, copyOK bool) (*Tensor, error) {
-	if err := t.checkLive(fname); err != nil {
+	if err := t.checkView(fname); err != nil {
 		return nil, err
 	}
 	shape, err := inferShape(fname, shapeIn, t.Numel())
@@ -119,7 +119,7 @@ func viewAs(fname string, t *Tensor, shapeIn []int, copyOK bool) (*Tensor, error
 
 // transposed returns the view of t with dims d0 and d1 swapped.
 func transposed(fname string, t *Tensor, d0, d1 int) (*Tensor, error) {
-	if err := t.checkLive(fname); err != nil {
+	if err := t.checkView(fname); err != nil {
 		return nil, err
 	}
 	a, err := wrapDim(fname, d0, len(t.shape))
@@ -148,7 +148,7 @@ func transposeAll(t *Tensor) *Tensor {
 
 // permuted returns the view of t with dims reordered.
 func permuted(fname string, t *Tensor, dims []int) (*Tensor, error) {
-	if err := t.checkLive(fname); err != nil {
+	if err := t.checkView(fname); err != nil {
 		return nil, err
 	}
 	if len(dims) != len(t.shape) {
@@ -172,7 +172,7 @@ func permuted(fname string, t *Tensor, dims []int) (*Tensor, error) {
 
 // expanded returns the view of t broadcast to sizes (-1 keeps a size).
 func expanded(fname string, t *Tensor, sizes []int) (*Tensor, error) {
-	if err := t.checkLive(fname); err != nil {
+	if err := t.checkView(fname); err != nil {
 		return nil, err
 	}
 	if len(sizes) < len(t.shape) {
@@ -208,7 +208,7 @@ func expanded(fname string, t *Tensor, sizes []int) (*Tensor, error) {
 // narrowed is the view t.narrow(dim, start, length): length elements of
 // dimension dim from start (negative start counts from the end).
 func narrowed(fname string, t *Tensor, dim, start, length int) (*Tensor, error) {
-	if err := t.checkLive(fname); err != nil {
+	if err := t.checkView(fname); err != nil {
 		return nil, err
 	}
 	if len(t.shape) == 0 {
@@ -239,7 +239,7 @@ func narrowed(fname string, t *Tensor, dim, start, length int) (*Tensor, error) 
 // selected is the view t.select(dim, index): dimension dim removed at
 // index (negative counts from the end).
 func selected(fname string, t *Tensor, dim, index int) (*Tensor, error) {
-	if err := t.checkLive(fname); err != nil {
+	if err := t.checkView(fname); err != nil {
 		return nil, err
 	}
 	if len(t.shape) == 0 {

@@ -185,6 +185,19 @@ func (t *Tensor) checkLive(fname string) error {
 	if err := t.mem.Err(); err != nil {
 		return errorf(fname, "%w", err)
 	}
+	if t.mem.Deferred() && (t.ctx == nil || t.ctx.MetaInit == 0) {
+		// outside tensor.meta_device an op would compute with no values
+		return errorf(fname, "a tensor made on the meta device (tensor.meta_device) has no memory: materialize it first (Module.to_empty)")
+	}
+	return nil
+}
+
+// checkView is checkLive for an op that makes a view: a tensor on the
+// meta device (no memory yet) has views, as PyTorch's meta tensors do.
+func (t *Tensor) checkView(fname string) error {
+	if err := t.mem.Err(); err != nil {
+		return errorf(fname, "%w", err)
+	}
 	return nil
 }
 

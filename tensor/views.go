@@ -22,7 +22,7 @@ func Reshape(t *Tensor, shape []int) (*Tensor, error) {
 // one, a view when possible (see Reshape). A 0-dim tensor becomes [1].
 func Flatten(t *Tensor, start, end int) (*Tensor, error) {
 	const fname = "tensor.flatten"
-	if err := t.checkLive(fname); err != nil {
+	if err := t.checkView(fname); err != nil {
 		return nil, err
 	}
 	if len(t.shape) == 0 {
@@ -61,7 +61,7 @@ func T(t *Tensor) (*Tensor, error) {
 		return nil, errorf(fname, "t() expects a tensor with <= 2 dimensions, but self is %dD", len(t.shape))
 	}
 	if len(t.shape) < 2 {
-		if err := t.checkLive(fname); err != nil {
+		if err := t.checkView(fname); err != nil {
 			return nil, err
 		}
 		return t.viewOf(slices.Clone(t.shape), slices.Clone(t.strides), t.offset), nil
@@ -95,7 +95,7 @@ func Select(t *Tensor, dim, index int) (*Tensor, error) {
 // size-1 dimensions when dims is nil).
 func Squeeze(t *Tensor, dims []int) (*Tensor, error) {
 	const fname = "tensor.squeeze"
-	if err := t.checkLive(fname); err != nil {
+	if err := t.checkView(fname); err != nil {
 		return nil, err
 	}
 	drop := make([]bool, len(t.shape))
@@ -125,7 +125,7 @@ func Squeeze(t *Tensor, dims []int) (*Tensor, error) {
 // (-ndim-1 <= dim <= ndim).
 func Unsqueeze(t *Tensor, dim int) (*Tensor, error) {
 	const fname = "tensor.unsqueeze"
-	if err := t.checkLive(fname); err != nil {
+	if err := t.checkView(fname); err != nil {
 		return nil, err
 	}
 	w, err := wrapDim(fname, dim, len(t.shape)+1)

@@ -197,31 +197,19 @@ func methodPow(_ *starlark.Thread, fname string, t *Tensor, args starlark.Tuple,
 // noGrad is tensor.no_grad(fn, *args, **kwargs): fn(*args, **kwargs) with
 // grad mode off (torch.no_grad), restored afterwards, also on error.
 func noGrad(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	if len(args) == 0 {
-		return nil, fmt.Errorf("%s: missing argument fn", b.Name())
-	}
-	fn, ok := args[0].(starlark.Callable)
-	if !ok {
-		return nil, fmt.Errorf("%s: for parameter fn: got %s, want callable", b.Name(), args[0].Type())
-	}
-	c, err := contextOf(thread, b.Name())
-	if err != nil {
-		return nil, err
-	}
-	var out starlark.Value
-	thread.DeclareTransparent()
-	err = autograd.NoGrad(c, func() error {
-		var err error
-		out, err = starlark.Call(thread, fn, args[1:], kwargs)
-		return err
-	})
-	return out, err
+	return callUnder(thread, b, args, kwargs, autograd.NoGrad)
 }
 
 // metaDevice is tensor.meta_device(fn, *args, **kwargs): fn's new
 // tensors on PyTorch's meta device (`with torch.device("meta"):`),
 // memory deferred until Module.to_empty (tensor.MetaDevice).
 func metaDevice(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	return callUnder(thread, b, args, kwargs, tensor.MetaDevice)
+}
+
+// callUnder calls fn(*args[1:], **kwargs) — args[0] — inside mode, a
+// mode of the tensor Context (the with-block of no_grad, meta_device).
+func callUnder(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple, mode func(*tensor.Context, func() error) error) (starlark.Value, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("%s: missing argument fn", b.Name())
 	}
@@ -235,7 +223,7 @@ func metaDevice(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	}
 	var out starlark.Value
 	thread.DeclareTransparent()
-	err = tensor.MetaDevice(c, func() error {
+	err = mode(c, func() error {
 		var err error
 		out, err = starlark.Call(thread, fn, args[1:], kwargs)
 		return err
