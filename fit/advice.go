@@ -96,6 +96,7 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 	if o.Parallel == ParallelFSDP {
 		info = shardedInfo(info, o.GPUs) // the optimizers' state per rank
 	}
+	zero := o.Parallel == ParallelZeRO1 || o.Parallel == ParallelZeRO2
 	batchSearch := func(change string, o2 Options, gpu string) *attempt {
 		at := &attempt{change: change, o: o2, gpu: gpu, what: "batch"}
 		if o2.Set["batch"] {
@@ -140,8 +141,8 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 	var eightBit, paged *attempt
 	for _, opt := range Optimizers {
 		dev, _ := optimizerStateBytes(opt.Name, info)
-		if !opt.Saver || opt.Name == o.Optimizer || dev >= cur {
-			continue
+		if !opt.Saver || opt.Name == o.Optimizer || dev >= cur || zero {
+			continue // (DeepSpeed's engine: FusedAdam only)
 		}
 		o2 := o
 		o2.Optimizer = opt.Name
@@ -157,7 +158,7 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 			first = append(first, at)
 		}
 	}
-	if lower := lowerPrecision(o.Precision); lower != "" {
+	if lower := lowerPrecision(o.Precision); lower != "" && !(zero && lower == PrecBF16True) {
 		o2 := o
 		o2.Precision = lower
 		precision = batchSearch("precision "+precisionText(lower), o2, o.GPU)
@@ -254,7 +255,7 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 	for _, a := range out {
 		anyFits = anyFits || a.Fits
 	}
-	if !anyFits {
+	if !anyFits && !zero {
 		o2 := o
 		o2.Checkpoint = true
 		o2.Optimizer = OptSGD
@@ -280,7 +281,7 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 		add(fsdp4)
 	}
 	out = append(out,
-		Alternative{Change: "ZeRO-1/2/3, tensor parallelism", Note: "an open issue of memsh's"},
+		Alternative{Change: "ZeRO-3, tensor parallelism", Note: "an open issue of memsh's"},
 	)
 	return out, nil
 }
@@ -293,7 +294,7 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 // on by default.
 func finetuneAlternative(o Options, m *Model, ft string) (Options, string, bool) {
 	rank := map[string]int{FinetuneFull: 0, "": 0, FinetuneLoRA: 1, FinetuneQLoRA: 2}
-	if rank[ft] <= rank[o.Finetune] || (ft == FinetuneQLoRA && o.Parallel == ParallelFSDP) {
+	if rank[ft] <= rank[o.Finetune] || (ft == FinetuneQLoRA && o.Parallel != "" && o.Parallel != ParallelDDP) {
 		return o, "", false
 	}
 	o2 := o

@@ -457,6 +457,9 @@ func checkpointBeside(m *Model, info *modelInfo, rep *Report) error {
 // quantization states), the trainable parameters' gradients and the
 // optimizer's state for them, each rounded as the allocator rounds.
 func floorOf(o Options, info *modelInfo, usable int64) *Floor {
+	if o.Parallel == ParallelZeRO1 || o.Parallel == ParallelZeRO2 {
+		return zeroFloor(o, info, usable)
+	}
 	if o.Parallel == ParallelFSDP {
 		info = shardedInfo(info, o.GPUs)
 	}
@@ -467,6 +470,29 @@ func floorOf(o Options, info *modelInfo, usable int64) *Floor {
 		f.Communication = info.TrainableBytes
 	}
 	f.Total = f.Parameters + f.Gradients + f.OptimizerState + f.Communication
+	return f
+}
+
+// zeroFloor is rank 0's model state under DeepSpeed's ZeRO-1/2: every
+// parameter in the model dtype (bfloat16 with bf16, the flat buffer of
+// the trainable ones rounded up to 2N elements), the fp32 master and
+// Adam's two moments of the 1/N partition (12 bytes an element), and the
+// gradients the backward leaves: this rank's partition (stage 2, about
+// 1/N of them) or all of them until the backward ends (stage 1).
+func zeroFloor(o Options, info *modelInfo, usable int64) *Floor {
+	elem := int64(4)
+	if o.Precision == PrecBF16 {
+		elem = 2
+	}
+	n := int64(max(1, o.GPUs))
+	psi := info.Trainable
+	a := (psi + 2*n - 1) / (2 * n) * (2 * n)
+	f := &Floor{Parameters: (info.Parameters-psi)*elem + a*elem, OptimizerState: 12 * a / n, Usable: usable}
+	f.Gradients = a * elem / n
+	if o.Parallel == ParallelZeRO1 {
+		f.Gradients = psi * elem
+	}
+	f.Total = f.Parameters + f.Gradients + f.OptimizerState
 	return f
 }
 

@@ -147,8 +147,11 @@ func TestUsageErrors(t *testing.T) {
 		{"gpt2-small", map[string]any{"gpus": 0}, "--gpus: want a positive integer (the job's GPUs), got 0"},
 		{"gpt2-small", map[string]any{"parallel": "ddp"}, "--parallel ddp: give the job's GPUs (--gpus N)"},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "zero3"}, "--parallel zero3: not modelled yet"},
+		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "zero2", "optimizer": "sgd"}, "--parallel zero2 --optimizer sgd: memsh models DeepSpeed's FusedAdam"},
+		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "zero1", "grad-accum": 2}, "--parallel zero1 --grad-accum: DeepSpeed's gradient accumulation is not modelled"},
+		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "zero2", "precision": "bf16-true"}, "--parallel zero2 with bf16-true: DeepSpeed's bf16"},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "tp=2"}, "--parallel tp=2: tensor parallelism is not modelled yet"},
-		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "pipeline"}, `--parallel: want ddp (DistributedDataParallel) or fsdp (FSDP2's fully_shard), got "pipeline"`},
+		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "pipeline"}, `--parallel: want ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard), zero1 or zero2 (DeepSpeed's ZeRO), got "pipeline"`},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "fsdp", "precision": "fp16"}, "--parallel fsdp with fp16: FSDP2's loss scaling (a sharded GradScaler) is not modelled"},
 		{"llama-3.2-1b", map[string]any{"gpus": 8, "parallel": "fsdp", "finetune": "qlora"}, "--parallel fsdp --finetune qlora: sharding bitsandbytes' 4-bit weights is not modelled"},
 		{"llama-3.2-1b", map[string]any{"gpus": 8, "inference": true}, "--gpus/--parallel: a training option; --inference generates on one GPU"},
@@ -731,6 +734,27 @@ func TestFSDP(t *testing.T) {
 	}
 	if one.LargestBatch != nil || got == nil || !got.Fits || !strings.HasPrefix(got.Change, "FSDP2 on 2 × H100") {
 		t.Errorf("one GPU: largest %v, FSDP advice %+v", one.LargestBatch, got)
+	}
+}
+
+// --parallel zero1/zero2: DeepSpeed's engine on 4 H100s trains Llama 3.1
+// 8B; at the peak rank 0 holds the flat bfloat16 parameters (2·Ψ bytes:
+// Ψ is a multiple of 2N, no pad) and the fp32 master partition with
+// FusedAdam's two moments (12·Ψ/N bytes), exactly.
+func TestZeRO(t *testing.T) {
+	for _, stage := range []string{"zero1", "zero2"} {
+		rc, out, errs := runMain(t, options("llama-3.1-8b", map[string]any{"gpus": 4, "parallel": stage, "json": true}))
+		if rc != 0 {
+			t.Fatalf("%s: exit %d: %s", stage, rc, errs)
+		}
+		var r fit.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		const psi = 8030261248
+		if r.LargestBatch == nil || r.Breakdown == nil || r.Breakdown.Parameters != 2*psi+512 || r.Breakdown.OptimizerState != 12*psi/4 {
+			t.Errorf("%s: largest %v, breakdown %+v; want parameters %d, optimizer state %d", stage, r.LargestBatch, r.Breakdown, 2*psi+512, 12*psi/4)
+		}
 	}
 }
 

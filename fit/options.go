@@ -174,6 +174,11 @@ const (
 	// MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32);
 	// gradient accumulation reduce-scatters every micro-batch.
 	ParallelFSDP = "fsdp"
+	// ParallelZeRO1 and ParallelZeRO2 are DeepSpeed's engine with ZeRO
+	// stage 1 or 2 (DeepSpeed 0.19: reduce_bucket_size 5e8, FusedAdam;
+	// bf16 casts the model).
+	ParallelZeRO1 = "zero1"
+	ParallelZeRO2 = "zero2"
 )
 
 // LoRA's defaults: PEFT's LoraConfig (r=8, lora_alpha=8, lora_dropout=0.0).
@@ -364,6 +369,9 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 	if o.Parallel == ParallelFSDP && o.Precision == PrecFP16 {
 		return nil, usageErr("--parallel fsdp with fp16: FSDP2's loss scaling (a sharded GradScaler) is not modelled; use bf16 (on a card without bfloat16: fp32)")
 	}
+	if (o.Parallel == ParallelZeRO1 || o.Parallel == ParallelZeRO2) && (o.Precision == PrecFP16 || o.Precision == PrecBF16True) {
+		return nil, usageErr("--parallel %s with %s: DeepSpeed's bf16 (--precision bf16) or fp32 are modelled", o.Parallel, o.Precision)
+	}
 	return warnings, nil
 }
 
@@ -468,17 +476,27 @@ func (o *Options) validateParallel() error {
 		if o.GPUs > 1 {
 			o.Parallel = ParallelDDP
 		}
-	case ParallelDDP, ParallelFSDP:
+	case ParallelDDP, ParallelFSDP, ParallelZeRO1, ParallelZeRO2:
 		if !o.Set["gpus"] {
 			return usageErr("--parallel %s: give the job's GPUs (--gpus N)", o.Parallel)
 		}
-	case "zero1", "zero2", "zero3":
-		return usageErr("--parallel %s: not modelled yet (ddp and fsdp are)", o.Parallel)
+	case "zero3":
+		return usageErr("--parallel zero3: not modelled yet (ddp, fsdp, zero1 and zero2 are)")
 	default:
 		if strings.HasPrefix(o.Parallel, "tp=") {
-			return usageErr("--parallel %s: tensor parallelism is not modelled yet (ddp and fsdp are)", o.Parallel)
+			return usageErr("--parallel %s: tensor parallelism is not modelled yet (ddp, fsdp, zero1 and zero2 are)", o.Parallel)
 		}
-		return usageErr("--parallel: want ddp (DistributedDataParallel) or fsdp (FSDP2's fully_shard), got %q", o.Parallel)
+		return usageErr("--parallel: want ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard), zero1 or zero2 (DeepSpeed's ZeRO), got %q", o.Parallel)
+	}
+	if o.Parallel == ParallelZeRO1 || o.Parallel == ParallelZeRO2 {
+		switch {
+		case o.Optimizer != OptAdamWTorch && o.Optimizer != OptAdam && o.Set["optimizer"]:
+			return usageErr("--parallel %s --optimizer %s: memsh models DeepSpeed's FusedAdam (adamw_torch or adam)", o.Parallel, o.Optimizer)
+		case o.GradAccum > 1:
+			return usageErr("--parallel %s --grad-accum: DeepSpeed's gradient accumulation is not modelled", o.Parallel)
+		case o.Finetune == FinetuneQLoRA:
+			return usageErr("--parallel %s --finetune qlora: not modelled", o.Parallel)
+		}
 	}
 	if o.Parallel != "" && o.Inference {
 		return usageErr("--gpus/--parallel: a training option; --inference generates on one GPU")

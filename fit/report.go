@@ -111,7 +111,7 @@ type Breakdown struct {
 	Activations         int64 `json:"activations"` // tensors saved for backward
 	Temporaries         int64 `json:"temporaries"`
 	Workspaces          int64 `json:"workspaces"`              // the cuBLAS and cuBLASLt workspaces
-	Communication       int64 `json:"communication,omitempty"` // --parallel: DDP's gradient buckets, FSDP's all-gather and reduce-scatter buffers
+	Communication       int64 `json:"communication,omitempty"` // --parallel: DDP's gradient buckets, FSDP's all-gather and reduce-scatter buffers, ZeRO's reduce bucket
 	KVCache             int64 `json:"kv_cache,omitempty"`      // --inference: the KV cache's bytes at the peak (closed form)
 	Other               int64 `json:"other"`                   // what was allocated before the step
 }
@@ -246,10 +246,17 @@ func (r *Report) WriteText(w io.Writer) {
 		if r.Finetune == FinetuneLoRA || r.Finetune == FinetuneQLoRA {
 			prec = finetunePrecisionText(r.Precision, r.Finetune == FinetuneQLoRA)
 		}
+		if (r.Parallel == ParallelZeRO1 || r.Parallel == ParallelZeRO2) && r.Precision == PrecBF16 {
+			prec = "bf16 as DeepSpeed's bf16.enabled (the model cast to bfloat16, no autocast; fp32 master weights and optimizer state)"
+		}
 		if r.Parallel == ParallelFSDP && r.Precision == PrecBF16 {
 			prec = "bf16 through FSDP2's MixedPrecisionPolicy (bfloat16 compute and all-gathers, float32 sharded weights, gradient reduce-scatters and optimizer state)"
 		}
-		p("  training: %s, %s, %s, %d steps per trial%s; attention %s\n", prec, optimizerText(r.Optimizer), checkpointText(r.Checkpoint), r.Steps, accum, att)
+		opt := optimizerText(r.Optimizer)
+		if r.Parallel == ParallelZeRO1 || r.Parallel == ParallelZeRO2 {
+			opt = "DeepSpeed's FusedAdam (adam_w_mode, on the fp32 master partition)"
+		}
+		p("  training: %s, %s, %s, %d steps per trial%s; attention %s\n", prec, opt, checkpointText(r.Checkpoint), r.Steps, accum, att)
 		if r.Parallel != "" {
 			p("  %s\n", parallelText(r.Parallel, r.GPUs))
 		}
@@ -393,6 +400,8 @@ func parallelText(parallel string, gpus int) string {
 	switch parallel {
 	case ParallelDDP:
 		return fmt.Sprintf("data parallel on %d GPUs: DistributedDataParallel (25 MiB gradient buckets, all-reduced in the backward); the figures are one rank's, the batch is each rank's (%d × it per step)", gpus, gpus)
+	case ParallelZeRO1, ParallelZeRO2:
+		return fmt.Sprintf("ZeRO stage %s on %d GPUs: DeepSpeed's engine (bfloat16 flat parameters on every rank; the fp32 master weights, Adam's moments%s in 1/%d partitions; a reduce bucket of 5e8 elements in the backward); the figures are rank 0's, the batch is each rank's (%d × it per step)", parallel[4:], gpus, map[bool]string{true: " and the gradients", false: ""}[parallel == ParallelZeRO2], gpus, gpus)
 	case ParallelFSDP:
 		return fmt.Sprintf("fully sharded on %d GPUs: FSDP2 (fully_shard on each block and on the root, as torchtitan; parameters, gradients and optimizer state in 1/%d dim-0 shards, each block all-gathered for its forward and backward, gradients reduce-scattered); the figures are rank 0's (the largest shards), the batch is each rank's (%d × it per step)", gpus, gpus, gpus)
 	}

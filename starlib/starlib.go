@@ -49,7 +49,10 @@ import (
 //
 // dist.fsdp lives in package nn (fully_shard wraps nn.Module values,
 // and nn already imports dist for the process group).
-func init() { dist.Module.Members["fsdp"] = nn.FSDP }
+func init() {
+	dist.Module.Members["fsdp"] = nn.FSDP
+	dist.Module.Members["deepspeed"] = nn.DeepSpeed
+}
 
 func Predeclared() starlark.StringDict {
 	return starlark.StringDict{

@@ -12,6 +12,7 @@ import (
 	startensor "github.com/memsh/memsh/starlib/tensor"
 	"github.com/memsh/memsh/tensor"
 	"github.com/memsh/memsh/tensor/autograd"
+	tdist "github.com/memsh/memsh/tensor/dist"
 )
 
 // A Layer is the Starlark value of an nn.Module (type "nn.Module"): an ordered set of
@@ -46,6 +47,9 @@ type Layer struct {
 	// fsdp is what dist.fsdp.fully_shard keeps on the module (fsdp.go);
 	// nil for other modules.
 	fsdp *fsdpState
+	// zero is a DeepSpeed engine's ZeRO optimizer (deepspeed.go); nil
+	// for other modules.
+	zero *tdist.ZeRO
 	// mark is where reach walks met it (env.Walker.Visit).
 	mark backend.Mark
 }
@@ -165,6 +169,14 @@ func (m *Layer) Attr(name string) (starlark.Value, error) {
 	case "no_sync":
 		if m.ddp != nil {
 			return starlark.NewBuiltin(m.typ+".no_sync", ddpNoSync).BindReceiver(m), nil
+		}
+	case "backward":
+		if m.zero != nil {
+			return starlark.NewBuiltin(m.typ+".backward", dsBackward).BindReceiver(m), nil
+		}
+	case "step":
+		if m.zero != nil {
+			return starlark.NewBuiltin(m.typ+".step", dsStep).BindReceiver(m), nil
 		}
 	}
 	if mth, ok := moduleMethods[name]; ok {

@@ -27,6 +27,9 @@ func (m *Layer) Reach(w *env.Walker) {
 	if m.ddp != nil {
 		w.Engine(m.ddp.reducer.Reach)
 	}
+	if m.zero != nil {
+		w.Engine(m.zero.Reach)
+	}
 	if m.fsdp != nil {
 		if g := m.fsdp.group; g != nil {
 			w.Engine(g.Reach)

@@ -122,6 +122,9 @@ func (ts *trackState) enter(m *Layer) {
 	if m.ddp != nil {
 		ts.tr.AddComm(m.ddp.reducer)
 	}
+	if m.zero != nil {
+		ts.tr.AddComm(m.zero)
+	}
 	if m.fsdp != nil && m.fsdp.comm != nil {
 		ts.tr.AddComm(m.fsdp.comm)
 	}

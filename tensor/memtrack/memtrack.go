@@ -606,6 +606,11 @@ func (t *Tracker) snapshot() Snapshot {
 	}
 	for _, c := range t.comms {
 		c.CommTensors(t.markComm)
+		if st, ok := c.(interface{ StateTensors(func(*tensor.Tensor)) }); ok {
+			// a holder that is also an optimizer (a ZeRO engine's master
+			// weights and moments)
+			st.StateTensors(t.markState)
+		}
 	}
 	kept := t.saved[:0]
 	for _, r := range t.saved {
