@@ -115,9 +115,7 @@ func (g *Group) NewZeRO(params []*tensor.Tensor, cfg ZeROConfig) (*ZeRO, error) 
 	if mgr := ctx.Manager; mgr != nil {
 		if a, err := mgr.Allocator(dev); err == nil {
 			mgr.Reclaim()
-			if ec, ok := a.(interface{ EmptyCache() }); ok {
-				ec.EmptyCache()
-			}
+			a.EmptyCache()
 			mgr.ResetPeakStats(a)
 		}
 	}

@@ -49,7 +49,19 @@ func (z *ZeRO) toBucket(i int) error {
 			return err
 		}
 	}
-	v, err := tensor.Narrow(z.ipg, 0, z.ipgElems, n)
+	if err := moveGrad(p, g, z.ipg, z.ipgElems); err != nil {
+		return err
+	}
+	z.ipgIdx = append(z.ipgIdx, i)
+	z.ipgElems += n
+	return nil
+}
+
+// moveGrad makes p's gradient g a view of buf at element off, with g's
+// values, and lets g go (its tensor is freed unless something else holds
+// it).
+func moveGrad(p, g, buf *tensor.Tensor, off int) error {
+	v, err := tensor.Narrow(buf, 0, off, p.Numel())
 	if err == nil {
 		v, err = tensor.View(v, p.Shape())
 	}
@@ -64,8 +76,6 @@ func (z *ZeRO) toBucket(i int) error {
 	}
 	p.ReachChanged()
 	tensor.Dropped(g)
-	z.ipgIdx = append(z.ipgIdx, i)
-	z.ipgElems += n
 	return nil
 }
 
@@ -163,21 +173,9 @@ func (z *ZeRO) dispose(i int) error {
 		}
 		z.gip, z.gipOff = gip, 0
 	}
-	v, err := tensor.Narrow(z.gip, 0, z.gipOff, p.Numel())
-	if err == nil {
-		v, err = tensor.View(v, p.Shape())
-	}
-	if err == nil && v.HasData() {
-		_, err = v.Copy_(g)
-	}
-	if err == nil {
-		err = autograd.SetGrad(p, v)
-	}
-	if err != nil {
+	if err := moveGrad(p, g, z.gip, z.gipOff); err != nil {
 		return err
 	}
-	p.ReachChanged()
-	tensor.Dropped(g)
 	z.gipOff += p.Numel()
 	return nil
 }
