@@ -41,7 +41,6 @@ type fsdpState struct {
 	comm  *tdist.FSDPComm  // set by the root's lazy init
 	root  bool
 	cast  tensor.DType // cast_forward_inputs' param_dtype (Undefined: none)
-	dev   string
 }
 
 func policyDType(fname, param string, v starlark.Value) (tensor.DType, error) {
@@ -124,11 +123,11 @@ func fullyShard(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	if mod.fsdp != nil {
 		return nil, fmt.Errorf("%s: fully_shard has already been applied to this %s", b.Name(), mod.typ)
 	}
-	params, sets, dev, err := managedParams(mod)
+	params, sets, err := managedParams(mod)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", b.Name(), err)
 	}
-	st := &fsdpState{cast: cast, dev: dev}
+	st := &fsdpState{cast: cast}
 	if len(params) > 0 {
 		// fully_shard's list of the original parameters holds them until
 		// it returns; then they are freed together (if nothing else holds
@@ -154,7 +153,7 @@ func fullyShard(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 // FSDP2 collects them (post-order over the modules, each module's own
 // parameters), each once, with the function that puts a parameter on
 // every module holding it.
-func managedParams(m *Layer) (params []*tensor.Tensor, sets []func(*tensor.Tensor) error, dev string, err error) {
+func managedParams(m *Layer) (params []*tensor.Tensor, sets []func(*tensor.Tensor) error, err error) {
 	type holder struct {
 		mod  *Layer
 		name string
@@ -190,9 +189,8 @@ func managedParams(m *Layer) (params []*tensor.Tensor, sets []func(*tensor.Tenso
 	walk(m)
 	for _, p := range params {
 		if !strings.HasPrefix(p.Device(), "cuda") {
-			return nil, nil, "", fmt.Errorf("module's parameters must be on a CUDA device (found one on %s)", p.Device())
+			return nil, nil, fmt.Errorf("module's parameters must be on a CUDA device (found one on %s)", p.Device())
 		}
-		dev = p.Device()
 		hs := holders[p]
 		mgr := p.Context().Manager // not p: the closure must not keep the original
 		sets = append(sets, func(t *tensor.Tensor) error {
@@ -207,7 +205,7 @@ func managedParams(m *Layer) (params []*tensor.Tensor, sets []func(*tensor.Tenso
 			return nil
 		})
 	}
-	return params, sets, dev, nil
+	return params, sets, nil
 }
 
 // fsdpCall runs m's forward under FSDP2's hooks (FSDPState._pre_forward
@@ -312,8 +310,9 @@ func (m *Layer) fsdpLazyInit() {
 	if g := m.fsdp.group; g != nil {
 		g.ReshardAfterForward = false
 	}
-	if ctx := m.fsdpContext(); ctx != nil {
-		comm.LazyInit(ctx, m.fsdp.dev)
+	for _, g := range comm.Groups { // the device of a group's parameters
+		comm.LazyInit(g.Params[0].Sharded.Context(), g.Params[0].Sharded.Device())
+		break
 	}
 }
 
