@@ -561,18 +561,8 @@ func (m *Manager) allocOn(a Allocator, nbytes uint64, law SizeLaw, args []int64)
 		}
 		return nil, err
 	}
-	m.seq++
-	rec := &record{owner: m, alloc: a, block: b, device: a.Device().Name(), nbytes: nbytes, seq: m.seq}
-	if m.reach.stamp != nil {
-		rec.stamp = m.reach.stamp()
-	}
-	if debugReach {
-		rec.pcs = make([]uintptr, 20)
-		rec.pcs = rec.pcs[:runtime.Callers(2, rec.pcs)]
-	}
-	h := &Memory{rec: rec}
-	m.entries = append(m.entries, entry{young: h, rec: rec})
-	m.live++
+	h := m.handle(a, b, nbytes, false)
+	rec := h.rec
 	if storesData(a) {
 		m.sinceReclaim += nbytes
 	}
@@ -752,13 +742,6 @@ func (m *Manager) Release(h *Memory, reason string) {
 	m.freeLocked(h.rec)
 }
 
-// Resize0 frees h's memory now and keeps the handle for Regrow: a
-// storage resized to 0 bytes (PyTorch's untyped_storage().resize_(0),
-// which FSDP2 does to an unsharded parameter after its forward), which
-// every tensor viewing it shares; until Regrow, using it is an error
-// (Err reports reason).
-func (m *Manager) Resize0(h *Memory, reason string) { m.Release(h, reason) }
-
 // AllocDeferred makes a handle of nbytes on device that has no memory
 // yet: a tensor made on PyTorch's meta device (torch.device("meta") as a
 // context manager), which has a shape and a dtype but no storage, until
@@ -771,18 +754,31 @@ func (m *Manager) AllocDeferred(device string, nbytes uint64) (*Memory, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.handle(a, nil, nbytes, true), nil
+}
+
+// handle makes the record of an allocation of nbytes from a (block b;
+// nil and deferred for AllocDeferred's) and its handle, and keeps the
+// handle among the entries. m.mu is held.
+func (m *Manager) handle(a Allocator, b *Block, nbytes uint64, deferred bool) *Memory {
 	m.seq++
-	rec := &record{owner: m, alloc: a, device: a.Device().Name(), nbytes: nbytes, seq: m.seq, deferred: true}
+	rec := &record{owner: m, alloc: a, block: b, device: a.Device().Name(), nbytes: nbytes, seq: m.seq, deferred: deferred}
 	if m.reach.stamp != nil {
 		rec.stamp = m.reach.stamp()
+	}
+	if debugReach {
+		rec.pcs = make([]uintptr, 20)
+		rec.pcs = rec.pcs[:runtime.Callers(3, rec.pcs)]
 	}
 	h := &Memory{rec: rec}
 	m.entries = append(m.entries, entry{young: h, rec: rec})
 	m.live++
-	return h, nil
+	return h
 }
 
-// Regrow gives h, freed by Resize0 or made by AllocDeferred, a new
+// Regrow gives h, freed by Release (a storage resized to 0 bytes:
+// FSDP2's unsharded parameters, tensor.FreeStorage) or made by
+// AllocDeferred, a new
 // allocation of its size on its allocator, as resize_ back to the full
 // size (or Module.to_empty) does: every tensor viewing the storage sees
 // it (the data is not kept). It is a new allocation for the allocator,

@@ -255,12 +255,12 @@ func TestExactPeakDuringGrowth(t *testing.T) {
 	runtime.KeepAlive(live)
 }
 
-// Resize0 frees a storage's memory and keeps its handle; Regrow gives
+// Release frees a storage's memory and keeps its handle; Regrow gives
 // the same handle a new allocation of its size (FSDP2's unsharded
 // parameters): the allocator's figures follow, the handle works again,
 // and a reclaim keeps what a reachable handle holds and frees it once
 // the handle is dropped.
-func TestResize0Regrow(t *testing.T) {
+func TestReleaseRegrow(t *testing.T) {
 	m := newManager(t, "1GiB", backend.PeakLazy)
 	a := m.GPU(0)
 	h, err := m.Alloc("cuda", 3*mib)
@@ -268,9 +268,9 @@ func TestResize0Regrow(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq := h.Seq()
-	m.Resize0(h, "resized to 0 bytes")
+	m.Release(h, "resized to 0 bytes")
 	if a.Allocated() != 0 || h.Err() == nil || !strings.Contains(h.Err().Error(), "resized to 0 bytes") {
-		t.Fatalf("after Resize0: allocated %d, err %v", a.Allocated(), h.Err())
+		t.Fatalf("after Release: allocated %d, err %v", a.Allocated(), h.Err())
 	}
 	if err := m.Regrow(h); err != nil {
 		t.Fatal(err)

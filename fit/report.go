@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/memsh/memsh/backend"
+	tdist "github.com/memsh/memsh/tensor/dist"
 )
 
 // Report is the answer of one `memsh fit`, and its --json object
@@ -399,9 +400,13 @@ func (b *Breakdown) text() string {
 func parallelText(parallel string, gpus int) string {
 	switch parallel {
 	case ParallelDDP:
-		return fmt.Sprintf("data parallel on %d GPUs: DistributedDataParallel (25 MiB gradient buckets, all-reduced in the backward); the figures are one rank's, the batch is each rank's (%d × it per step)", gpus, gpus)
+		return fmt.Sprintf("data parallel on %d GPUs: DistributedDataParallel (%d MiB gradient buckets, all-reduced in the backward); the figures are one rank's, the batch is each rank's (%d × it per step)", gpus, tdist.DefaultBucketCapBytes>>20, gpus)
 	case ParallelZeRO1, ParallelZeRO2:
-		return fmt.Sprintf("ZeRO stage %s on %d GPUs: DeepSpeed's engine (bfloat16 flat parameters on every rank; the fp32 master weights, Adam's moments%s in 1/%d partitions; a reduce bucket of 5e8 elements in the backward); the figures are rank 0's, the batch is each rank's (%d × it per step)", parallel[4:], gpus, map[bool]string{true: " and the gradients", false: ""}[parallel == ParallelZeRO2], gpus, gpus)
+		grads := ""
+		if parallel == ParallelZeRO2 {
+			grads = " and the gradients"
+		}
+		return fmt.Sprintf("ZeRO stage %s on %d GPUs: DeepSpeed's engine (bfloat16 flat parameters on every rank; the fp32 master weights, Adam's moments%s in 1/%d partitions; a reduce bucket of %s elements in the backward); the figures are rank 0's, the batch is each rank's (%d × it per step)", parallel[4:], gpus, grads, gpus, commas(int64(tdist.DefaultReduceBucketSize)), gpus)
 	case ParallelFSDP:
 		return fmt.Sprintf("fully sharded on %d GPUs: FSDP2 (fully_shard on each block and on the root, as torchtitan; parameters, gradients and optimizer state in 1/%d dim-0 shards, each block all-gathered for its forward and backward, gradients reduce-scattered); the figures are rank 0's (the largest shards), the batch is each rank's (%d × it per step)", gpus, gpus, gpus)
 	}

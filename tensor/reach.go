@@ -61,10 +61,21 @@ var reachShape atomic.Uint64
 // change is what it was while the counter stands still.
 func ReachShape() uint64 { return reachShape.Load() }
 
-// ReachMoved moves ReachShape: Go code changed what an engine object a
-// walk reaches holds (FSDP2's buffers, a DDP reducer's buckets), so a
+// NoteHeld tells the reclaim that Go code changed what the values
+// marked by marks hold — an engine object a walk reaches (FSDP2's
+// buffers, a DDP reducer's buckets, a ZeRO engine's), or a module whose
+// parameters Go code swapped: the kept frames that met them are walked
+// again (backend.Manager.NoteChanged), and ReachShape moves, so a
 // Frontier walk's findings no longer stand.
-func ReachMoved() { reachShape.Add(1) }
+func NoteHeld(c *Context, marks ...*backend.Mark) {
+	reachShape.Add(1)
+	if c == nil || c.Manager == nil {
+		return
+	}
+	for _, mk := range marks {
+		c.Manager.NoteChanged(mk)
+	}
+}
 
 // reshaped notes that t's autograd state or storage changed (SetAutograd,
 // EnsureAutograd, SetData).

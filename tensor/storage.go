@@ -41,7 +41,7 @@ func (s *Storage) NBytes() uint64 { return s.mem.Size() }
 // reason. FSDP2 does it to an unsharded parameter when it reshards.
 func FreeStorage(t *Tensor, reason string) {
 	if t.ctx != nil && t.ctx.Manager != nil {
-		t.ctx.Manager.Resize0(t.mem, reason)
+		t.ctx.Manager.Release(t.mem, reason)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
 
+	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/starlib/dist"
 	startensor "github.com/memsh/memsh/starlib/tensor"
@@ -41,6 +42,7 @@ type fsdpState struct {
 	comm  *tdist.FSDPComm  // set by the root's lazy init
 	root  bool
 	cast  tensor.DType // cast_forward_inputs' param_dtype (Undefined: none)
+	ctx   *tensor.Context
 }
 
 func policyDType(fname, param string, v starlark.Value) (tensor.DType, error) {
@@ -90,7 +92,7 @@ func fullyShard(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	if mesh != starlark.None {
 		return nil, fmt.Errorf("%s: mesh: memsh shards over the whole process group (a 1-D mesh); give no mesh", b.Name())
 	}
-	mp := tdist.MixedPrecision{ParamDType: tensor.Undefined, ReduceDType: tensor.Undefined}
+	mp := tdist.NoMixedPrecision
 	cast := tensor.Undefined
 	if mpV != starlark.None {
 		st, ok := mpV.(*starlarkstruct.Struct)
@@ -127,7 +129,7 @@ func fullyShard(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", b.Name(), err)
 	}
-	st := &fsdpState{cast: cast}
+	st := &fsdpState{cast: cast, ctx: startensor.Context(e)}
 	if len(params) > 0 {
 		// fully_shard's list of the original parameters holds them until
 		// it returns; then they are freed together (if nothing else holds
@@ -192,16 +194,17 @@ func managedParams(m *Layer) (params []*tensor.Tensor, sets []func(*tensor.Tenso
 			return nil, nil, fmt.Errorf("module's parameters must be on a CUDA device (found one on %s)", p.Device())
 		}
 		hs := holders[p]
-		mgr := p.Context().Manager // not p: the closure must not keep the original
+		ctx := p.Context() // not p: the closure must not keep the original
+		var marks []*backend.Mark
+		for _, h := range hs {
+			marks = append(marks, &h.mod.mark)
+		}
 		sets = append(sets, func(t *tensor.Tensor) error {
 			v := startensor.Wrap(t)
 			for _, h := range hs {
 				h.mod.set(h.name, v, kindParam)
-				if mgr != nil {
-					mgr.NoteChanged(&h.mod.mark)
-				}
 			}
-			tensor.ReachMoved()
+			tensor.NoteHeld(ctx, marks...)
 			return nil
 		})
 	}
@@ -234,7 +237,7 @@ func (m *Layer) fsdpCall(thread *starlark.Thread, args starlark.Tuple, kwargs []
 		if err := fg.PreForward(); err != nil {
 			return nil, err
 		}
-		if autograd.GradEnabled(fg.Params[0].Sharded.Context()) {
+		if autograd.GradEnabled(st.ctx) {
 			for _, a := range args {
 				if t, ok := a.(*startensor.Tensor); ok && autograd.GradFn(t.Engine()) != nil {
 					if _, err := autograd.RegisterPreHook(t.Engine(), fg.PostBackward, fg, true); err != nil {
@@ -253,8 +256,8 @@ func (m *Layer) fsdpCall(thread *starlark.Thread, args starlark.Tuple, kwargs []
 			return nil, err
 		}
 	}
-	comm := st.comm
-	if ctx := m.fsdpContext(); ctx != nil && autograd.GradEnabled(ctx) {
+	comm, ctx := st.comm, st.ctx
+	if autograd.GradEnabled(ctx) {
 		pre := func() error {
 			if err := comm.QueueFinalCallback(ctx); err != nil {
 				return err
@@ -273,20 +276,9 @@ func (m *Layer) fsdpCall(thread *starlark.Thread, args starlark.Tuple, kwargs []
 		}
 	}
 	if st.root {
-		comm.RootPostForward(m.fsdpContext())
+		comm.RootPostForward(ctx)
 	}
 	return out, nil
-}
-
-// fsdpContext is the tensor Context of m's parameters (nil without any).
-func (m *Layer) fsdpContext() *tensor.Context {
-	if g := m.fsdp.group; g != nil {
-		return g.Params[0].Sharded.Context()
-	}
-	for _, t := range m.Parameters() {
-		return t.Context()
-	}
-	return nil
 }
 
 // fsdpLazyInit is the root's FSDPState._lazy_init: m is the root; the
@@ -310,16 +302,15 @@ func (m *Layer) fsdpLazyInit() {
 	if g := m.fsdp.group; g != nil {
 		g.ReshardAfterForward = false
 	}
-	for _, g := range comm.Groups { // the device of a group's parameters
-		comm.LazyInit(g.Params[0].Sharded.Context(), g.Params[0].Sharded.Device())
-		break
+	if len(comm.Groups) > 0 { // on the device of a group's parameters
+		comm.LazyInit(m.fsdp.ctx, comm.Groups[0].Params[0].Sharded.Device())
 	}
 }
 
 // castInputs casts the floating-point tensor arguments to dt
 // (cast_forward_inputs).
 func castInputs(args starlark.Tuple, dt tensor.DType) (starlark.Tuple, error) {
-	out := args
+	out := append(starlark.Tuple(nil), args...) // the caller's tuple stays
 	for i, a := range args {
 		t, ok := a.(*startensor.Tensor)
 		if !ok || !t.Engine().DType().IsFloat() || t.Engine().DType() == dt {
@@ -328,9 +319,6 @@ func castInputs(args starlark.Tuple, dt tensor.DType) (starlark.Tuple, error) {
 		c, err := autograd.To(t.Engine(), "", dt, false)
 		if err != nil {
 			return nil, err
-		}
-		if &out[0] == &args[0] {
-			out = append(starlark.Tuple(nil), args...)
 		}
 		out[i] = startensor.Wrap(c)
 	}

@@ -6,8 +6,7 @@ import (
 	"testing"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/backend/host"
-	"github.com/memsh/memsh/backend/sim"
+	"github.com/memsh/memsh/internal/simtest"
 	"github.com/memsh/memsh/tensor"
 	"github.com/memsh/memsh/tensor/autograd"
 	tnn "github.com/memsh/memsh/tensor/nn"
@@ -21,11 +20,8 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, meta bool) *fixture {
-	dev := sim.New(sim.Spec{Count: 1, Total: 1 << 30, Meta: meta})[0]
-	f := &fixture{t: t, gpu: backend.NewCachingAllocator(dev, 0)}
-	f.mgr = backend.NewManager(backend.Config{GPUs: []backend.Allocator{f.gpu}, Host: host.NewAllocator()})
-	t.Cleanup(f.mgr.Close)
-	f.ctx = tensor.NewContext(f.mgr)
+	f := &fixture{t: t}
+	f.ctx, f.mgr, f.gpu = simtest.New(t, 1<<30, meta)
 	return f
 }
 

@@ -111,9 +111,6 @@ func (g *Group) NewFSDPGroup(params []*tensor.Tensor, set []func(*tensor.Tensor)
 	return fg, nil
 }
 
-// Unsharded reports whether the group's parameters are unsharded.
-func (fg *FSDPGroup) Unsharded() bool { return fg.unsharded }
-
 // InBackward reports whether the group is in its pre-backward (a forward
 // then is activation checkpointing's recomputation, which the
 // pre-backward's unshard serves).
@@ -332,13 +329,11 @@ func (c *FSDPComm) RootPostForward(ctx *tensor.Context) {
 // changed tells the Manager that what the context holds changed (and
 // what its groups hold, which a walk may have met apart).
 func (c *FSDPComm) changed(ctx *tensor.Context) {
-	tensor.ReachMoved()
-	if ctx != nil && ctx.Manager != nil {
-		ctx.Manager.NoteChanged(&c.mark)
-		for _, fg := range c.Groups {
-			ctx.Manager.NoteChanged(&fg.mark)
-		}
+	marks := []*backend.Mark{&c.mark}
+	for _, fg := range c.Groups {
+		marks = append(marks, &fg.mark)
 	}
+	tensor.NoteHeld(ctx, marks...)
 }
 
 // Reach walks the context's buffers (tensor.ReachRoot).

@@ -2,7 +2,6 @@ package dist
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/memsh/memsh/tensor"
 	"github.com/memsh/memsh/tensor/autograd"
@@ -183,7 +182,3 @@ func (p *FSDPParam) free() error {
 
 // localNumel is this rank's rows of the shard, as elements.
 func (p *FSDPParam) localNumel() int { return p.Sharded.Numel() }
-
-func (p *FSDPParam) String() string {
-	return fmt.Sprintf("FSDPParam(%v %s, shard %d)", p.shape, p.dtype, p.s)
-}

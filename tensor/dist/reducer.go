@@ -181,12 +181,7 @@ func (r *Reducer) initBuckets(assign [][]int) error {
 
 // changed tells the Manager that what the reducer holds changed: what an
 // earlier reach walk found through it is looked at again.
-func (r *Reducer) changed() {
-	tensor.ReachMoved()
-	if m := r.params[0].Context().Manager; m != nil {
-		m.NoteChanged(&r.mark)
-	}
-}
+func (r *Reducer) changed() { tensor.NoteHeld(r.params[0].Context(), &r.mark) }
 
 func (r *Reducer) resetCounts() {
 	for _, b := range r.buckets {
@@ -290,7 +285,8 @@ func (r *Reducer) Prepare(gradEnabled, sync bool) error {
 	if !gradEnabled {
 		return nil
 	}
-	if r.WillRebuild(gradEnabled) {
+	// the first forward under grad after a reduced backward rebuilds
+	if gradEnabled && !r.rebuilt && len(r.order) == len(r.params) {
 		if err := r.rebuild(); err != nil {
 			return err
 		}
@@ -300,12 +296,6 @@ func (r *Reducer) Prepare(gradEnabled, sync bool) error {
 	// PyTorch's prepare_for_backward does again at the next forward.
 	r.expect = sync
 	return nil
-}
-
-// WillRebuild reports whether Prepare(gradEnabled, …) rebuilds the
-// buckets: the first forward under grad after a reduced backward.
-func (r *Reducer) WillRebuild(gradEnabled bool) bool {
-	return gradEnabled && !r.rebuilt && len(r.order) == len(r.params)
 }
 
 // rebuild is Reducer::rebuild_buckets with sync_bucket_indices.

@@ -71,6 +71,10 @@ type ZeRO struct {
 	mark     backend.Mark
 }
 
+// DefaultReduceBucketSize is DeepSpeed's zero_optimization.reduce_bucket_size
+// default, in elements (5e8).
+const DefaultReduceBucketSize = 500_000_000
+
 // ZeROConfig is the DeepSpeed configuration memsh models.
 type ZeROConfig struct {
 	Stage int // zero_optimization.stage: 1 or 2
@@ -93,7 +97,7 @@ func (g *Group) NewZeRO(params []*tensor.Tensor, cfg ZeROConfig) (*ZeRO, error) 
 		return nil, errors.New("no parameter requires a gradient")
 	}
 	if cfg.ReduceBucketSize <= 0 {
-		cfg.ReduceBucketSize = 500_000_000
+		cfg.ReduceBucketSize = DefaultReduceBucketSize
 	}
 	z := &ZeRO{g: g, stage: cfg.Stage, dt: cfg.DType, bucket: cfg.ReduceBucketSize, check: cfg.DType != tensor.Float32, params: params, index: map[*tensor.Tensor]int{}}
 	ctx, dev := params[0].Context(), params[0].Device()
@@ -223,9 +227,6 @@ func (z *ZeRO) inPartition(i int) bool {
 	return z.offs[i] < hi && z.offs[i]+z.params[i].Numel() > lo
 }
 
-// elem is the model dtype's size.
-func (z *ZeRO) elem() int { return z.dt.Size() }
-
 // Remove unregisters the gradient hooks.
 func (z *ZeRO) Remove() {
 	for _, f := range z.removes {
@@ -235,12 +236,7 @@ func (z *ZeRO) Remove() {
 }
 
 // changed: what the engine holds changed.
-func (z *ZeRO) changed() {
-	tensor.ReachMoved()
-	if m := z.flat.Context().Manager; m != nil {
-		m.NoteChanged(&z.mark)
-	}
-}
+func (z *ZeRO) changed() { tensor.NoteHeld(z.flat.Context(), &z.mark) }
 
 // Reach walks the engine's tensors (tensor.ReachRoot).
 func (z *ZeRO) Reach(r *tensor.Reacher) {
