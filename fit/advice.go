@@ -93,9 +93,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // combination when nothing fits. The alternatives are listed in one fixed
 // order.
 func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.Writer) ([]Alternative, error) {
-	if o.Parallel == ParallelFSDP {
-		info = shardedInfo(info, o.GPUs) // the optimizers' state per rank
-	}
+	info = rankInfo(o, info) // the optimizers' state per rank
 	zero := o.Parallel == ParallelZeRO1 || o.Parallel == ParallelZeRO2
 	batchSearch := func(change string, o2 Options, gpu string) *attempt {
 		at := &attempt{change: change, o: o2, gpu: gpu, what: "batch"}
@@ -196,7 +194,7 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 		return batchSearch(fmt.Sprintf("FSDP2 on %d × %s (--gpus %d --parallel fsdp)", n, o.GPU, n), o2, o.GPU)
 	}
 	var fsdp4, fsdpNext *attempt
-	canShard := o.Parallel != ParallelFSDP && o.Precision != PrecFP16 && o.Finetune != FinetuneQLoRA
+	canShard := o.Parallel != ParallelFSDP && o.TP == 0 && o.Precision != PrecFP16 && o.Finetune != FinetuneQLoRA
 	if canShard {
 		fsdp4 = shardOn(4)
 		first = append(first, fsdp4)
@@ -281,7 +279,7 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 		add(fsdp4)
 	}
 	out = append(out,
-		Alternative{Change: "ZeRO-3, tensor parallelism", Note: "an open issue of memsh's"},
+		Alternative{Change: "ZeRO-3", Note: "an open issue of memsh's"},
 	)
 	return out, nil
 }
@@ -294,7 +292,8 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 // on by default.
 func finetuneAlternative(o Options, m *Model, ft string) (Options, string, bool) {
 	rank := map[string]int{FinetuneFull: 0, "": 0, FinetuneLoRA: 1, FinetuneQLoRA: 2}
-	if rank[ft] <= rank[o.Finetune] || (ft == FinetuneQLoRA && o.Parallel != "" && o.Parallel != ParallelDDP) {
+	if rank[ft] <= rank[o.Finetune] || (ft == FinetuneQLoRA && o.Parallel != "" && o.Parallel != ParallelDDP) || o.TP > 0 {
+		// (tensor parallelism of PEFT's layers is not modelled)
 		return o, "", false
 	}
 	o2 := o

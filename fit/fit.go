@@ -460,9 +460,7 @@ func floorOf(o Options, info *modelInfo, usable int64) *Floor {
 	if o.Parallel == ParallelZeRO1 || o.Parallel == ParallelZeRO2 {
 		return zeroFloor(o, info, usable)
 	}
-	if o.Parallel == ParallelFSDP {
-		info = shardedInfo(info, o.GPUs)
-	}
+	info = rankInfo(o, info)
 	dev, paged := optimizerStateBytes(o.Optimizer, info)
 	f := &Floor{Parameters: info.ParamBytes + info.QuantBytes, Gradients: info.TrainableBytes, OptimizerState: dev, OptimizerStatePaged: paged, Usable: usable}
 	if o.Parallel == ParallelDDP {
@@ -494,6 +492,22 @@ func zeroFloor(o Options, info *modelInfo, usable int64) *Floor {
 	}
 	f.Total = f.Parameters + f.Gradients + f.OptimizerState
 	return f
+}
+
+// rankInfo is info as rank 0 holds it: tensor parallelism's chunks
+// (info.Rank), FSDP2's dim-0 shards of them over the data-parallel
+// ranks.
+func rankInfo(o Options, info *modelInfo) *modelInfo {
+	if o.TP > 0 && info.Rank != nil {
+		info = info.Rank
+	}
+	switch {
+	case o.Parallel == ParallelFSDP:
+		return shardedInfo(info, o.GPUs)
+	case o.TPFSDP:
+		return shardedInfo(info, o.GPUs/o.TP)
+	}
+	return info
 }
 
 // shardedInfo is info as rank 0 of an FSDP2 job of n ranks holds it: each

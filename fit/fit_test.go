@@ -150,8 +150,14 @@ func TestUsageErrors(t *testing.T) {
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "zero2", "optimizer": "sgd"}, "--parallel zero2 --optimizer sgd: memsh models DeepSpeed's FusedAdam"},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "zero1", "grad-accum": 2}, "--parallel zero1 --grad-accum: DeepSpeed's gradient accumulation is not modelled"},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "zero2", "precision": "bf16-true"}, "--parallel zero2 with bf16-true: DeepSpeed's bf16"},
-		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "tp=2"}, "--parallel tp=2: tensor parallelism is not modelled yet"},
-		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "pipeline"}, `--parallel: want ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard), zero1 or zero2 (DeepSpeed's ZeRO), got "pipeline"`},
+		{"gpt2-small", map[string]any{"gpus": 2, "parallel": "tp=2"}, "--parallel tp=2: tensor parallelism is modelled for the Llama-family configs torchtitan's plan fits (llama, mistral, qwen2, qwen3); gpt2-small is not one"},
+		{"llama-3.2-1b", map[string]any{"gpus": 8, "parallel": "tp=2"}, "--parallel tp=2 on 8 GPUs: tensor parallelism alone runs on 2 GPUs; for data parallelism over the others use tp=2,fsdp (2-D)"},
+		{"llama-3.2-1b", map[string]any{"gpus": 6, "parallel": "tp=4,fsdp"}, "--parallel tp=4,fsdp on 6 GPUs: the tensor-parallel degree 4 must divide the GPUs"},
+		{"llama-3.2-1b", map[string]any{"gpus": 8, "parallel": "tp=x"}, "--parallel tp=x: want tp=T or tp=T,fsdp"},
+		{"llama-3.2-1b", map[string]any{"parallel": "tp=2"}, "--parallel tp=2: give the job's GPUs (--gpus N)"},
+		{"llama-3.2-1b", map[string]any{"gpus": 2, "parallel": "tp=2", "finetune": "lora"}, "--parallel tp=2 --finetune lora: tensor parallelism of PEFT's adapter layers is not modelled"},
+		{"llama-3.2-1b", map[string]any{"gpus": 8, "parallel": "tp=2,fsdp", "precision": "fp16"}, "--parallel tp=2,fsdp with fp16: FSDP2's loss scaling"},
+		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "pipeline"}, `--parallel: want ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard), zero1 or zero2 (DeepSpeed's ZeRO), tp=T or tp=T,fsdp (tensor parallelism, 2-D with FSDP2), got "pipeline"`},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "fsdp", "precision": "fp16"}, "--parallel fsdp with fp16: FSDP2's loss scaling (a sharded GradScaler) is not modelled"},
 		{"llama-3.2-1b", map[string]any{"gpus": 8, "parallel": "fsdp", "finetune": "qlora"}, "--parallel fsdp --finetune qlora: sharding bitsandbytes' 4-bit weights is not modelled"},
 		{"llama-3.2-1b", map[string]any{"gpus": 8, "inference": true}, "--gpus/--parallel: a training option; --inference generates on one GPU"},
@@ -734,6 +740,79 @@ func TestFSDP(t *testing.T) {
 	}
 	if one.LargestBatch != nil || got == nil || !got.Fits || !strings.HasPrefix(got.Change, "FSDP2 on 2 × H100") {
 		t.Errorf("one GPU: largest %v, FSDP advice %+v", one.LargestBatch, got)
+	}
+}
+
+// --parallel tp=8: rank 0 of Llama 3.1 8B under torchtitan's TP plan
+// holds, in float32 (bf16 autocast), each projection's 1/8 chunk (q/k/v
+// and gate/up by rows, o and down by columns), the two norms whole, the
+// embedding's and lm_head's 16,032 rows: exactly those bytes of
+// parameters at the peak (and the rotary buffer), AdamW's two moments of
+// them after the first step. With ,fsdp on 16 GPUs, FSDP2 shards those
+// chunks' dim 0 in two. A model that does not fit has the same chunks in
+// its floor.
+func TestTP(t *testing.T) {
+	const (
+		h, inter, heads, kv, hd, layers, vocab = 4096, 14336, 32, 8, 128, 32, 128256
+		T                                      = 8
+	)
+	layer := (heads*hd/T)*h + 2*(kv*hd/T)*h + h*(heads*hd/T) + 3*(inter/T)*h + 2*h
+	params := int64(4 * (layers*layer + 2*(vocab/T)*h + h))
+	for _, tc := range []struct {
+		parallel   string
+		gpus       int
+		params     int64 // rank 0's parameter bytes
+		breakdown  bool
+		largestMin int
+	}{
+		{"tp=8", 8, params, true, 1},
+		{"tp=8,fsdp", 16, params / 2, false, 1},
+	} {
+		rc, out, errs := runMain(t, options("llama-3.1-8b", map[string]any{"gpus": tc.gpus, "parallel": tc.parallel, "json": true}))
+		if rc != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.parallel, rc, errs)
+		}
+		var r fit.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		b := r.Breakdown
+		if r.LargestBatch == nil || *r.LargestBatch < tc.largestMin || r.Parallel != tc.parallel || b == nil {
+			t.Fatalf("%s: largest %v, parallel %q, breakdown %v", tc.parallel, r.LargestBatch, r.Parallel, b)
+		}
+		// AdamW's two moments of each chunk (a moment's block may keep
+		// an unsplit remainder under 1 MiB, as the caching allocator
+		// keeps it)
+		tensors := int64(2 * (layers*9 + 3))
+		if b.OptimizerState < 2*tc.params || b.OptimizerState >= 2*tc.params+tensors<<20 {
+			t.Errorf("%s: optimizer state %d, closed form %d", tc.parallel, b.OptimizerState, 2*tc.params)
+		}
+		if !tc.breakdown {
+			// FSDP2 over 2 ranks: every chunk's dim 0 is even, so half
+			if b.Communication == 0 {
+				t.Errorf("%s: no FSDP2 buffers at the peak", tc.parallel)
+			}
+			continue
+		}
+		if b.Parameters != params+512 || b.Communication != 0 {
+			t.Errorf("%s: breakdown %+v, want parameters %d (and the rotary buffer)", tc.parallel, b, params)
+		}
+	}
+	// on two T4s nothing fits: the floor is the chunks of tp=2, in
+	// float32 (fp16 autocast): parameters, gradients, two moments; every
+	// weight's split dim is even, the 65 norms whole
+	rc, out, errs := runMain(t, options("llama-3.1-8b", map[string]any{"gpus": 2, "parallel": "tp=2", "gpu": "T4", "json": true}))
+	if rc != 0 {
+		t.Fatalf("T4: exit %d: %s", rc, errs)
+	}
+	var r fit.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	const norms = int64(2*layers+1) * h
+	const all = (8030261248-norms)*4/2 + norms*4
+	if f := r.Floor; r.LargestBatch != nil || f == nil || f.Parameters != all || f.Gradients != all || f.OptimizerState != 2*all {
+		t.Errorf("T4: largest %v, floor %+v; want parameters and gradients %d, optimizer state %d", r.LargestBatch, r.Floor, all, 2*all)
 	}
 }
 

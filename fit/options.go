@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/memsh/memsh/backend/sim"
@@ -57,6 +58,11 @@ type Options struct {
 	// is each rank's micro-batch.
 	GPUs     int
 	Parallel string
+	// TP is the tensor-parallel degree of --parallel tp=T[,fsdp] (0:
+	// none), TPFSDP whether FSDP2 shards over the other GPUs/T ranks
+	// (2-D, torchtitan's dp_shard × tp mesh).
+	TP     int
+	TPFSDP bool
 	// Finetune is what trains: FinetuneFull (every parameter),
 	// FinetuneLoRA (PEFT's LoRA adapters on the frozen model) or
 	// FinetuneQLoRA (LoRA on a model whose linear layers but lm_head are
@@ -179,6 +185,15 @@ const (
 	// bf16 casts the model).
 	ParallelZeRO1 = "zero1"
 	ParallelZeRO2 = "zero2"
+	// ParallelTP ("tp=T", "tp=T,fsdp") is tensor parallelism over T
+	// GPUs as torchtitan's apply_tp plans a Llama-family model with
+	// loss parallelism disabled (attention and MLP projections
+	// ColwiseParallel/RowwiseParallel, norms SequenceParallel, the
+	// embedding's vocabulary and lm_head's rows sharded, the logits
+	// all-gathered), bf16 under autocast; with ",fsdp" also FSDP2 over
+	// GPUs/T ranks on each block and the root, bf16 through its
+	// MixedPrecisionPolicy.
+	ParallelTP = "tp="
 )
 
 // LoRA's defaults: PEFT's LoraConfig (r=8, lora_alpha=8, lora_dropout=0.0).
@@ -332,6 +347,9 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 	if err := o.validateParallel(); err != nil {
 		return nil, err
 	}
+	if err := o.validateTPModel(m); err != nil {
+		return nil, err
+	}
 	if o.Set["seq"] && o.Seq < 1 {
 		return nil, usageErr("--seq: want a positive integer, got %d", o.Seq)
 	}
@@ -366,8 +384,8 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 			return nil, usageErr("--attention flash: FlashAttention-2 needs sm80 or newer; %s is sm%d%d", preset.Name, cc[0], cc[1])
 		}
 	}
-	if o.Parallel == ParallelFSDP && o.Precision == PrecFP16 {
-		return nil, usageErr("--parallel fsdp with fp16: FSDP2's loss scaling (a sharded GradScaler) is not modelled; use bf16 (on a card without bfloat16: fp32)")
+	if (o.Parallel == ParallelFSDP || o.TPFSDP) && o.Precision == PrecFP16 {
+		return nil, usageErr("--parallel %s with fp16: FSDP2's loss scaling (a sharded GradScaler) is not modelled; use bf16 (on a card without bfloat16: fp32)", o.Parallel)
 	}
 	if (o.Parallel == ParallelZeRO1 || o.Parallel == ParallelZeRO2) && (o.Precision == PrecFP16 || o.Precision == PrecBF16True) {
 		return nil, usageErr("--parallel %s with %s: DeepSpeed's bf16 (--precision bf16) or fp32 are modelled", o.Parallel, o.Precision)
@@ -481,12 +499,15 @@ func (o *Options) validateParallel() error {
 			return usageErr("--parallel %s: give the job's GPUs (--gpus N)", o.Parallel)
 		}
 	case "zero3":
-		return usageErr("--parallel zero3: not modelled yet (ddp, fsdp, zero1 and zero2 are)")
+		return usageErr("--parallel zero3: not modelled yet (ddp, fsdp, zero1, zero2 and tp=T[,fsdp] are)")
 	default:
-		if strings.HasPrefix(o.Parallel, "tp=") {
-			return usageErr("--parallel %s: tensor parallelism is not modelled yet (ddp, fsdp, zero1 and zero2 are)", o.Parallel)
+		if strings.HasPrefix(o.Parallel, ParallelTP) {
+			if err := o.validateTP(); err != nil {
+				return err
+			}
+			break
 		}
-		return usageErr("--parallel: want ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard), zero1 or zero2 (DeepSpeed's ZeRO), got %q", o.Parallel)
+		return usageErr("--parallel: want ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard), zero1 or zero2 (DeepSpeed's ZeRO), tp=T or tp=T,fsdp (tensor parallelism, 2-D with FSDP2), got %q", o.Parallel)
 	}
 	if o.Parallel == ParallelZeRO1 || o.Parallel == ParallelZeRO2 {
 		switch {
@@ -503,6 +524,59 @@ func (o *Options) validateParallel() error {
 	}
 	if o.Parallel == ParallelFSDP && o.Finetune == FinetuneQLoRA {
 		return usageErr("--parallel fsdp --finetune qlora: sharding bitsandbytes' 4-bit weights is not modelled")
+	}
+	return nil
+}
+
+// parseTP reads a --parallel value tp=T or tp=T,fsdp.
+func parseTP(parallel string) (t int, fsdp, ok bool) {
+	rest, ok := strings.CutPrefix(parallel, ParallelTP)
+	if !ok {
+		return 0, false, false
+	}
+	rest, fsdp = strings.CutSuffix(rest, ",fsdp")
+	t, err := strconv.Atoi(rest)
+	return t, fsdp, err == nil && t >= 1
+}
+
+// validateTP reads --parallel tp=T[,fsdp]: T divides --gpus (pure
+// tensor parallelism on exactly T GPUs without ",fsdp").
+func (o *Options) validateTP() error {
+	t, fsdp, ok := parseTP(o.Parallel)
+	if !ok {
+		return usageErr("--parallel %s: want tp=T or tp=T,fsdp with T the tensor-parallel degree, a positive integer", o.Parallel)
+	}
+	if !o.Set["gpus"] {
+		return usageErr("--parallel %s: give the job's GPUs (--gpus N)", o.Parallel)
+	}
+	switch {
+	case fsdp && o.GPUs%t != 0:
+		return usageErr("--parallel %s on %d GPUs: the tensor-parallel degree %d must divide the GPUs", o.Parallel, o.GPUs, t)
+	case !fsdp && o.GPUs != t:
+		return usageErr("--parallel %s on %d GPUs: tensor parallelism alone runs on %d GPUs; for data parallelism over the others use tp=%d,fsdp (2-D)", o.Parallel, o.GPUs, t, t)
+	case o.Finetune == FinetuneLoRA || o.Finetune == FinetuneQLoRA:
+		return usageErr("--parallel %s --finetune %s: tensor parallelism of PEFT's adapter layers is not modelled", o.Parallel, o.Finetune)
+	}
+	o.TP, o.TPFSDP = t, fsdp
+	o.Parallel = fmt.Sprintf("%s%d", ParallelTP, t)
+	if fsdp {
+		o.Parallel += ",fsdp"
+	}
+	return nil
+}
+
+// tpModelTypes are the configs whose decoder layers torchtitan's Llama
+// plan fits: separate q/k/v and gate/up/down projections, a norm before
+// attention and one before the MLP.
+var tpModelTypes = []string{"llama", "mistral", "qwen2", "qwen3"}
+
+// validateTPModel checks that --parallel tp= has a model its plan fits.
+func (o *Options) validateTPModel(m *Model) error {
+	if o.TP == 0 {
+		return nil
+	}
+	if m.Kind != KindHF || m.HF == nil || !slices.Contains(tpModelTypes, m.HF.ModelType) {
+		return usageErr("--parallel %s: tensor parallelism is modelled for the Llama-family configs torchtitan's plan fits (%s); %s is not one", o.Parallel, strings.Join(tpModelTypes, ", "), m.Name)
 	}
 	return nil
 }

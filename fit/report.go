@@ -250,7 +250,7 @@ func (r *Report) WriteText(w io.Writer) {
 		if (r.Parallel == ParallelZeRO1 || r.Parallel == ParallelZeRO2) && r.Precision == PrecBF16 {
 			prec = "bf16 as DeepSpeed's bf16.enabled (the model cast to bfloat16, no autocast; fp32 master weights and optimizer state)"
 		}
-		if r.Parallel == ParallelFSDP && r.Precision == PrecBF16 {
+		if (r.Parallel == ParallelFSDP || strings.HasSuffix(r.Parallel, ",fsdp")) && r.Precision == PrecBF16 {
 			prec = "bf16 through FSDP2's MixedPrecisionPolicy (bfloat16 compute and all-gathers, float32 sharded weights, gradient reduce-scatters and optimizer state)"
 		}
 		opt := optimizerText(r.Optimizer)
@@ -408,9 +408,22 @@ func parallelText(parallel string, gpus int) string {
 		}
 		return fmt.Sprintf("ZeRO stage %s on %d GPUs: DeepSpeed's engine (bfloat16 flat parameters on every rank; the fp32 master weights, Adam's moments%s in 1/%d partitions; a reduce bucket of %s elements in the backward); the figures are rank 0's, the batch is each rank's (%d × it per step)", parallel[4:], gpus, grads, gpus, commas(int64(tdist.DefaultReduceBucketSize)), gpus)
 	case ParallelFSDP:
-		return fmt.Sprintf("fully sharded on %d GPUs: FSDP2 (fully_shard on each block and on the root, as torchtitan; parameters, gradients and optimizer state in 1/%d dim-0 shards, each block all-gathered for its forward and backward, gradients reduce-scattered); the figures are rank 0's (the largest shards), the batch is each rank's (%d × it per step)", gpus, gpus, gpus)
+		return fsdpText(gpus)
+	}
+	if t, fsdp, ok := parseTP(parallel); ok {
+		tp := fmt.Sprintf("tensor parallel over %d GPUs as torchtitan's apply_tp plans a Llama model (q/k/v and gate/up projections ColwiseParallel, o_proj and down_proj RowwiseParallel, the norms SequenceParallel, the embedding's vocabulary and lm_head's rows in 1/%d chunks; loss parallelism off: the logits all-gathered)", t, t)
+		if !fsdp {
+			return tp + "; the figures are rank 0's (the largest chunks), the batch is the whole job's"
+		}
+		dp := gpus / t
+		return fmt.Sprintf("2-D on %d GPUs: %s, and FSDP2 over %d data-parallel ranks (fully_shard on each block and on the root; the chunks' dim 0 in 1/%d shards); the figures are rank 0's, the batch is each data-parallel rank's (%d × it per step)", gpus, tp, dp, dp, dp)
 	}
 	return parallel
+}
+
+// fsdpText is the report's words for --parallel fsdp on gpus GPUs.
+func fsdpText(gpus int) string {
+	return fmt.Sprintf("fully sharded on %d GPUs: FSDP2 (fully_shard on each block and on the root, as torchtitan; parameters, gradients and optimizer state in 1/%d dim-0 shards, each block all-gathered for its forward and backward, gradients reduce-scattered); the figures are rank 0's (the largest shards), the batch is each rank's (%d × it per step)", gpus, gpus, gpus)
 }
 
 // optimizerText is the report's words for a Trainer optim name.

@@ -94,9 +94,9 @@ func sessionFor(o Options, m *Model, lib fs.FS, gpu string, table, stderr io.Wri
 	if finetune == "" {
 		finetune = FinetuneFull
 	}
-	spec := fmt.Sprintf(`SPEC = dict(kind = %q, preset = PRESET, config = %s, attention = %q, precision = %q, optimizer = %q, checkpoint = %s, sequence = %s, inference = %s, max_new_tokens = %d, kv_cache = %q, grad_accum = %d, routing = %q, finetune = %q, lora_r = %d, lora_alpha = %s, lora_dropout = %s, lora_targets = %s, gpus = %d, parallel = %q)
+	spec := fmt.Sprintf(`SPEC = dict(kind = %q, preset = PRESET, config = %s, attention = %q, precision = %q, optimizer = %q, checkpoint = %s, sequence = %s, inference = %s, max_new_tokens = %d, kv_cache = %q, grad_accum = %d, routing = %q, finetune = %q, lora_r = %d, lora_alpha = %s, lora_dropout = %s, lora_targets = %s, gpus = %d, parallel = %q, tp = %d, tp_fsdp = %s)
 `, m.Kind, configExpr(m), o.Attention, o.Precision, o.Optimizer, pyBool(o.Checkpoint), pyBool(m.Sequence), pyBool(o.Inference), o.MaxNewTokens, o.KVCache, max(1, o.GradAccum), routing,
-		finetune, o.LoRAR, pyFloat(o.LoRAAlpha), pyFloat(o.LoRADropout), loraTargetsExpr(o.loraTargets), max(1, o.GPUs), o.Parallel)
+		finetune, o.LoRAR, pyFloat(o.LoRAAlpha), pyFloat(o.LoRADropout), loraTargetsExpr(o.loraTargets), max(1, o.GPUs), o.Parallel, o.TP, pyBool(o.TPFSDP))
 	if err := s.Exec("<memsh fit>", load+spec+driverSrc); err != nil {
 		r.close()
 		return nil, err
@@ -313,6 +313,9 @@ type modelInfo struct {
 	// included): the optimizer keeps state for these.
 	TrainableShapes [][]int
 	DType           string
+	// Rank is what one rank holds under tensor parallelism (its
+	// parameters' chunks; nil without).
+	Rank *modelInfo
 }
 
 func (r *run) describe() (*modelInfo, error) {
@@ -321,40 +324,51 @@ func (r *run) describe() (*modelInfo, error) {
 		return nil, err
 	}
 	d, _ := v.(*starlark.Dict)
-	get := func(k string) starlark.Value {
-		x, _, _ := d.Get(starlark.String(k))
-		return x
+	mi := infoOf(d)
+	if rd, ok := dictGet(d, "rank").(*starlark.Dict); ok {
+		mi.Rank = infoOf(rd)
 	}
+	return mi, nil
+}
+
+func dictGet(d *starlark.Dict, k string) starlark.Value {
+	if d == nil {
+		return nil
+	}
+	x, _, _ := d.Get(starlark.String(k))
+	return x
+}
+
+// infoOf reads describe_model()'s dict.
+func infoOf(d *starlark.Dict) *modelInfo {
+	get := func(k string) starlark.Value { return dictGet(d, k) }
 	i64 := func(k string) int64 { return int64(toInt(get(k))) }
 	mi := &modelInfo{Parameters: i64("parameters"), Trainable: i64("trainable"), Adapters: i64("adapters"), AdapterModules: toInt(get("adapter_modules")),
 		ParamBytes: i64("param_bytes"), TrainableBytes: i64("trainable_bytes"), QuantBytes: i64("quant_bytes"), DType: toStr(get("dtype"))}
+	shapeOf := func(v starlark.Value) []int {
+		var shape []int
+		if sl, ok := v.(*starlark.List); ok {
+			for j := 0; j < sl.Len(); j++ {
+				shape = append(shape, toInt(sl.Index(j)))
+			}
+		}
+		return shape
+	}
 	if l, ok := get("params").(*starlark.List); ok {
 		for i := 0; i < l.Len(); i++ {
 			t, _ := l.Index(i).(starlark.Tuple)
 			if len(t) != 2 {
 				continue
 			}
-			var shape []int
-			if sl, ok := t[1].(*starlark.List); ok {
-				for j := 0; j < sl.Len(); j++ {
-					shape = append(shape, toInt(sl.Index(j)))
-				}
-			}
-			mi.Params = append(mi.Params, ParamInfo{Name: toStr(t[0]), Shape: shape})
+			mi.Params = append(mi.Params, ParamInfo{Name: toStr(t[0]), Shape: shapeOf(t[1])})
 		}
 	}
 	if l, ok := get("trainable_shapes").(*starlark.List); ok {
 		for i := 0; i < l.Len(); i++ {
-			var shape []int
-			if sl, ok := l.Index(i).(*starlark.List); ok {
-				for j := 0; j < sl.Len(); j++ {
-					shape = append(shape, toInt(sl.Index(j)))
-				}
-			}
-			mi.TrainableShapes = append(mi.TrainableShapes, shape)
+			mi.TrainableShapes = append(mi.TrainableShapes, shapeOf(l.Index(i)))
 		}
 	}
-	return mi, nil
+	return mi
 }
 
 // backendName is the attention the model runs: for SDPA the backend

@@ -35,7 +35,8 @@ import (
 //	math, json             go.starlark.net's math and json modules
 //	sweep                  module: max_fit and grid, each point a trial
 //	dist                   torch.distributed for one rank of a job (package dist;
-//	                       dist.fsdp, FSDP2's fully_shard, from package nn)
+//	                       dist.fsdp (FSDP2's fully_shard), dist.deepspeed and
+//	                       dist.tensor (tensor parallelism), from package nn)
 //	host, log, courtesy    modules (host figures, per-statement logger, courtesy)
 //	memtrace, profile, profiled, profile_report, profile_every, report
 //	                       the measurement toolkit (packages memtrace,
@@ -47,11 +48,13 @@ import (
 //	fmt_bytes(n)           "1.50 GiB": IEC units, two decimals
 //	KiB MiB GiB TiB        1024, 1024², 1024³, 1024⁴
 //
-// dist.fsdp lives in package nn (fully_shard wraps nn.Module values,
-// and nn already imports dist for the process group).
+// dist.fsdp, dist.deepspeed and dist.tensor live in package nn (they
+// wrap nn.Module values, and nn already imports dist for the process
+// group).
 func init() {
 	dist.Module.Members["fsdp"] = nn.FSDP
 	dist.Module.Members["deepspeed"] = nn.DeepSpeed
+	dist.Module.Members["tensor"] = nn.TensorParallel
 }
 
 func Predeclared() starlark.StringDict {

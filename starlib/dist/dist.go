@@ -27,6 +27,7 @@ import (
 //	reduce_scatter_tensor(output, input, op="sum")    input: world_size × output's elements
 //	broadcast(tensor, src=0)                          every rank has src's values already
 //	barrier()                                         returns at once
+//	init_device_mesh(device_type, mesh_shape, mesh_dim_names=None)  a DeviceMesh over the job's ranks (mesh.go)
 //
 // Collectives need contiguous tensors and allocate nothing (NCCL's
 // buffers are outside the caching allocator); they run on the current stream
@@ -46,6 +47,7 @@ var Module = &starlarkstruct.Module{
 		"reduce_scatter_tensor":  starlark.NewBuiltin("dist.reduce_scatter_tensor", reduceScatter),
 		"broadcast":              starlark.NewBuiltin("dist.broadcast", broadcast),
 		"barrier":                starlark.NewBuiltin("dist.barrier", barrier),
+		"init_device_mesh":       starlark.NewBuiltin("dist.init_device_mesh", initDeviceMesh),
 	},
 }
 

@@ -19,9 +19,11 @@ import (
 // FSDP is dist.fsdp (torch.distributed.fsdp), FSDP2 for one rank of the
 // Session's process group (the engine: tensor/dist's FSDPGroup):
 //
-//	fully_shard(module, reshard_after_forward=True, mp_policy=None)
+//	fully_shard(module, mesh=None, reshard_after_forward=True, mp_policy=None)
 //	    shards the parameters module manages (its own and its submodules'
-//	    not managed by an inner fully_shard) on dim 0 and returns module,
+//	    not managed by an inner fully_shard) on dim 0 over mesh (a 1-D
+//	    DeviceMesh, the data-parallel dim of a 2-D one; None: the whole
+//	    process group) and returns module,
 //	    whose calls then all-gather them around its forward and backward
 //	    and reduce-scatter their gradients (PyTorch 2.6's allocations)
 //	MixedPrecisionPolicy(param_dtype=None, reduce_dtype=None, output_dtype=None, cast_forward_inputs=True)
@@ -89,8 +91,16 @@ func fullyShard(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	if offload != starlark.None {
 		return nil, fmt.Errorf("%s: offload_policy: CPU offload is not modelled", b.Name())
 	}
-	if mesh != starlark.None {
-		return nil, fmt.Errorf("%s: mesh: memsh shards over the whole process group (a 1-D mesh); give no mesh", b.Name())
+	var meshGroup *tdist.Group
+	switch m := mesh.(type) {
+	case starlark.NoneType:
+	case *dist.Mesh:
+		var err error
+		if meshGroup, err = m.Group(b.Name()); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("%s: mesh: got %s, want a 1-D DeviceMesh (dist.init_device_mesh; None: the whole process group)", b.Name(), mesh.Type())
 	}
 	mp := tdist.NoMixedPrecision
 	cast := tensor.Undefined
@@ -121,6 +131,9 @@ func fullyShard(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	g := dist.Group(e)
 	if g == nil {
 		return nil, fmt.Errorf("%s: Default process group has not been initialized, please make sure to call init_process_group.", b.Name())
+	}
+	if meshGroup != nil {
+		g = meshGroup
 	}
 	if mod.fsdp != nil {
 		return nil, fmt.Errorf("%s: fully_shard has already been applied to this %s", b.Name(), mod.typ)

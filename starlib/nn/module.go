@@ -47,6 +47,9 @@ type Layer struct {
 	// fsdp is what dist.fsdp.fully_shard keeps on the module (fsdp.go);
 	// nil for other modules.
 	fsdp *fsdpState
+	// tp are the hooks of the tensor-parallel styles applied to the
+	// module (tp.go), in the order applied.
+	tp []*tpHook
 	// zero is a DeepSpeed engine's ZeRO optimizer (deepspeed.go); nil
 	// for other modules.
 	zero *tdist.ZeRO
@@ -250,6 +253,10 @@ func (m *Layer) CallInternal(thread *starlark.Thread, args starlark.Tuple, kwarg
 			return nil, fmt.Errorf("%s: Module [%s] is missing the required \"forward\" function", m.typ, m.typ)
 		}
 		return m.forward(thread, m, args, kwargs)
+	}
+	for i := len(m.tp) - 1; i >= 0; i-- { // the first applied runs first
+		h, inner := m.tp[i], run
+		run = func(args starlark.Tuple) (starlark.Value, error) { return h.call(args, inner) }
 	}
 	if m.fsdp != nil {
 		out, err = m.fsdpCall(thread, args, kwargs, run)
