@@ -457,44 +457,23 @@ func (h *tpHook) call(args starlark.Tuple, run func(starlark.Tuple) (starlark.Va
 	}
 	release := h.ctx.Hold(x)
 	defer release()
-	var in, out tdist.Placement // the module's input and output placements
+	partial := tdist.Placement{Kind: tdist.Partial}
 	switch {
 	case s.kind == "SequenceParallel":
 		sp := tdist.ShardDim(s.seqDim)
-		x, d, err := h.dtensor(x, sp)
-		if err == nil {
-			x, _, err = h.to(x, d, sp, &tdist.GradPlacement{P: sp})
-		}
-		if err != nil {
-			return nil, err
-		}
-		h.ctx.Hold(x)
-		y, err := h.run(run, args, x)
+		y, err := h.runOn(run, args, x, sp, sp, sp)
 		if err != nil {
 			return nil, err
 		}
 		return h.output(y, tdist.DTensor{Placement: sp, Grad: &tdist.GradPlacement{P: sp}}, s.useLocal), nil
 	case s.kind == "ColwiseParallel":
-		// the input is redistributed to Replicate; a Linear's gradient
-		// of it is Partial
-		in = orPlacement(s.in, replicate)
-		partial := tdist.Placement{Kind: tdist.Partial}
-		x, d, err := h.dtensor(x, in)
-		if err == nil {
-			if d.Placement.Kind == tdist.Replicate {
-				d.Grad.P = partial
-			}
-			x, _, err = h.to(x, d, replicate, &tdist.GradPlacement{P: partial})
-		}
+		// the input redistributed to Replicate; a Linear's gradient of
+		// it is Partial
+		y, err := h.runOn(run, args, x, orPlacement(s.in, replicate), replicate, partial)
 		if err != nil {
 			return nil, err
 		}
-		h.ctx.Hold(x)
-		y, err := h.run(run, args, x)
-		if err != nil {
-			return nil, err
-		}
-		out = tdist.ShardDim(-1)
+		out := tdist.ShardDim(-1)
 		return h.finish(y, tdist.DTensor{Placement: out}, orPlacement(s.out, out))
 	case s.kind == "RowwiseParallel" && h.embedding:
 		// MaskPartial: the ids masked to this rank's rows, the output's
@@ -508,25 +487,34 @@ func (h *tpHook) call(args starlark.Tuple, run func(starlark.Tuple) (starlark.Va
 		if err != nil {
 			return nil, err
 		}
-		to := orPlacement(s.out, replicate)
-		return h.finish(y, tdist.DTensor{Placement: tdist.Placement{Kind: tdist.Partial}}, to)
+		return h.finish(y, tdist.DTensor{Placement: partial}, orPlacement(s.out, replicate))
 	default: // RowwiseParallel of a Linear
-		in = orPlacement(s.in, tdist.ShardDim(-1))
 		want := tdist.ShardDim(-1)
-		x, d, err := h.dtensor(x, in)
-		if err == nil {
-			x, _, err = h.to(x, d, want, &tdist.GradPlacement{P: want})
-		}
+		y, err := h.runOn(run, args, x, orPlacement(s.in, want), want, want)
 		if err != nil {
 			return nil, err
 		}
-		h.ctx.Hold(x)
-		y, err := h.run(run, args, x)
-		if err != nil {
-			return nil, err
-		}
-		return h.finish(y, tdist.DTensor{Placement: tdist.Placement{Kind: tdist.Partial}}, orPlacement(s.out, replicate))
+		return h.finish(y, tdist.DTensor{Placement: partial}, orPlacement(s.out, replicate))
 	}
+}
+
+// runOn runs the forward on x made the module's input: a DTensor placed
+// as declared (or as a style left it), redistributed to want; the
+// gradient of the input the forward takes arrives placed as grad (a
+// DTensor already placed as want learns it so).
+func (h *tpHook) runOn(run func(starlark.Tuple) (starlark.Value, error), args starlark.Tuple, x *tensor.Tensor, declared, want, grad tdist.Placement) (*tensor.Tensor, error) {
+	x, d, err := h.dtensor(x, declared)
+	if err != nil {
+		return nil, err
+	}
+	if d.Placement.Equal(want, x.Dim()) && d.Grad != nil {
+		d.Grad.P = grad
+	}
+	if x, _, err = h.to(x, d, want, &tdist.GradPlacement{P: grad}); err != nil {
+		return nil, err
+	}
+	h.ctx.Hold(x)
+	return h.run(run, args, x)
 }
 
 func orPlacement(p *tdist.Placement, def tdist.Placement) tdist.Placement {
