@@ -155,6 +155,8 @@ func TestUsageErrors(t *testing.T) {
 		{"llama-3.2-1b", map[string]any{"gpus": 6, "parallel": "tp=4,fsdp"}, "--parallel tp=4,fsdp on 6 GPUs: the tensor-parallel degree 4 must divide the GPUs"},
 		{"llama-3.2-1b", map[string]any{"gpus": 8, "parallel": "tp=x"}, "--parallel tp=x: want tp=T or tp=T,fsdp"},
 		{"llama-3.2-1b", map[string]any{"parallel": "tp=2"}, "--parallel tp=2: give the job's GPUs (--gpus N)"},
+		{"qwen2.5-0.5b", map[string]any{"gpus": 4, "parallel": "tp=4"}, "--parallel tp=4: qwen2.5-0.5b's num_attention_heads (14) is not divisible by the tensor-parallel degree 4"},
+		{"llama-3.2-1b", map[string]any{"gpus": 16, "parallel": "tp=16"}, "--parallel tp=16: llama-3.2-1b's num_key_value_heads (8) is not divisible by the tensor-parallel degree 16"},
 		{"llama-3.2-1b", map[string]any{"gpus": 2, "parallel": "tp=2", "finetune": "lora"}, "--parallel tp=2 --finetune lora: tensor parallelism of PEFT's adapter layers is not modelled"},
 		{"llama-3.2-1b", map[string]any{"gpus": 8, "parallel": "tp=2,fsdp", "precision": "fp16"}, "--parallel tp=2,fsdp with fp16: FSDP2's loss scaling"},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "pipeline"}, `--parallel: want ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard), zero1 or zero2 (DeepSpeed's ZeRO), tp=T or tp=T,fsdp (tensor parallelism, 2-D with FSDP2), got "pipeline"`},

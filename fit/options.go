@@ -1,6 +1,7 @@
 package fit
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -577,6 +578,25 @@ func (o *Options) validateTPModel(m *Model) error {
 	}
 	if m.Kind != KindHF || m.HF == nil || !slices.Contains(tpModelTypes, m.HF.ModelType) {
 		return usageErr("--parallel %s: tensor parallelism is modelled for the Llama-family configs torchtitan's plan fits (%s); %s is not one", o.Parallel, strings.Join(tpModelTypes, ", "), m.Name)
+	}
+	var c struct {
+		Heads   int `json:"num_attention_heads"`
+		KVHeads int `json:"num_key_value_heads"`
+	}
+	if err := json.Unmarshal(m.HF.Raw, &c); err != nil {
+		return usageErr("%s: %v", m.Name, err)
+	}
+	if c.KVHeads == 0 {
+		c.KVHeads = c.Heads
+	}
+	// ColwiseParallel splits q/k/v by rows: whole heads per rank
+	for _, h := range []struct {
+		name string
+		n    int
+	}{{"num_attention_heads", c.Heads}, {"num_key_value_heads", c.KVHeads}} {
+		if h.n%o.TP != 0 {
+			return usageErr("--parallel %s: %s's %s (%d) is not divisible by the tensor-parallel degree %d", o.Parallel, m.Name, h.name, h.n, o.TP)
+		}
 	}
 	return nil
 }

@@ -47,22 +47,34 @@ func (fg *FSDPGroup) PostBackward() error {
 	c := fg.Comm
 	var withGrad []*FSDPParam
 	var grads []*tensor.Tensor
+	// the local list unsharded_grads holds the gradients until they are
+	// copied into the reduce-scatter input
+	release := ctx.Hold()
 	for _, p := range fg.Params {
 		if p.Unsharded == nil {
 			continue
 		}
 		if gr := autograd.Grad(p.Unsharded); gr != nil {
+			if TPGradView(gr) {
+				// redistributed to the parameter's placement: a clone
+				rows, err := tensor.Clone(gr)
+				if err != nil {
+					release()
+					return err
+				}
+				tensor.Dropped(gr)
+				gr = rows
+			}
 			withGrad = append(withGrad, p)
 			grads = append(grads, gr)
+			ctx.Hold(gr)
 			if err := autograd.SetGrad(p.Unsharded, nil); err != nil {
+				release()
 				return err
 			}
 			p.Unsharded.ReachChanged()
 		}
 	}
-	// the local list unsharded_grads holds the gradients until they are
-	// copied into the reduce-scatter input
-	release := ctx.Hold(grads...)
 	held := true
 	letGo := func() {
 		if held {

@@ -397,11 +397,12 @@ func (g *Group) MaskIDs(ids *tensor.Tensor, vocab int) (local, mask *tensor.Tens
 // masked rows zeroed and the mask freed (ApplyMask), ready for the
 // output's reduction. Its backward (EmbeddingBackward0, the original
 // ids saved) is the all-Replicate strategy DTensor picks: the gradient
-// of the whole table, [vocab, dim], of which FSDP2's post-backward keeps
-// a clone of this rank's rows and frees the rest — memsh does that at
-// once, with or without FSDP2 (without it PyTorch keeps the whole
-// gradient as .grad until zero_grad, and every foreach optimizer op
-// clones this rank's rows out of it).
+// of the whole table, [vocab, dim]. The weight's gradient is the view of
+// this rank's rows, so the whole table lives as long as .grad does, as
+// PyTorch's Replicate gradient does (until zero_grad; FSDP2's
+// post-backward clones the rows out of it and drops it: TPGradView).
+// Not modelled: the clone of the rows each foreach optimizer op makes
+// of it without FSDP2.
 func (g *Group) MaskedEmbedding(weight, ids *tensor.Tensor, vocab int, paddingIdx int64) (*tensor.Tensor, error) {
 	start, n := ChunkSize(vocab, g.Size, g.Rank)
 	ctx := ids.Context()
@@ -429,18 +430,22 @@ func (g *Group) MaskedEmbedding(weight, ids *tensor.Tensor, vocab int, paddingId
 			if err != nil {
 				return nil, err
 			}
-			release := ctx.Hold(full)
-			defer release()
 			rows, err := tensor.Narrow(full, 0, start, n)
-			if err != nil {
-				return nil, err
-			}
-			c, err := tensor.Clone(rows)
 			if err == nil {
-				tensor.Dropped(full)
+				Tag(rows, DTensor{Placement: Placement{Kind: Replicate}})
 			}
-			return c, err
+			return rows, err
 		}, ids)
+}
+
+// TPGradView reports whether gr is a tensor-parallel gradient placed
+// otherwise than its parameter (MaskedEmbedding's whole-table gradient,
+// of which gr views this rank's rows), which FSDP2's post-backward
+// redistributes to the parameter's placement — a clone of the rows —
+// before it reduces it (_get_grad_inner_tensor).
+func TPGradView(gr *tensor.Tensor) bool {
+	d, ok := TagOf(gr)
+	return ok && d.Placement.Kind == Replicate
 }
 
 // ApplyMask is MaskPartial's mask applied before the reduction: the rows
