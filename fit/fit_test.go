@@ -800,10 +800,27 @@ func TestTP(t *testing.T) {
 			t.Errorf("%s: breakdown %+v, want parameters %d (and the rotary buffer)", tc.parallel, b, params)
 		}
 	}
+	// a sequence search splits every sequence evenly over the ranks
+	rc, out, errs := runMain(t, options("llama-3.2-1b", map[string]any{"gpus": 2, "parallel": "tp=2", "batch": 16, "json": true}))
+	if rc != 0 {
+		t.Fatalf("seq search: exit %d: %s", rc, errs)
+	}
+	var sq fit.Report
+	if err := json.Unmarshal([]byte(out), &sq); err != nil {
+		t.Fatal(err)
+	}
+	if sq.LargestSeq == nil || *sq.LargestSeq%2 != 0 || len(sq.Trials) < 3 {
+		t.Fatalf("seq search: longest %v, %d trials", sq.LargestSeq, len(sq.Trials))
+	}
+	for _, tr := range sq.Trials {
+		if tr.Value%2 != 0 {
+			t.Errorf("seq search: trial at %d tokens, not a multiple of 2", tr.Value)
+		}
+	}
 	// on two T4s nothing fits: the floor is the chunks of tp=2, in
 	// float32 (fp16 autocast): parameters, gradients, two moments; every
 	// weight's split dim is even, the 65 norms whole
-	rc, out, errs := runMain(t, options("llama-3.1-8b", map[string]any{"gpus": 2, "parallel": "tp=2", "gpu": "T4", "json": true}))
+	rc, out, errs = runMain(t, options("llama-3.1-8b", map[string]any{"gpus": 2, "parallel": "tp=2", "gpu": "T4", "json": true}))
 	if rc != 0 {
 		t.Fatalf("T4: exit %d: %s", rc, errs)
 	}

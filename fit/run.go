@@ -197,8 +197,16 @@ func (r *run) search(what string, batch, seq, low, high int, name string) (*Sear
 		seqArg = strconv.Itoa(seq)
 	}
 	fn := fmt.Sprintf("lambda batch: step(batch, %s)", seqArg)
+	// under sequence parallelism a sequence splits over the T ranks
+	// evenly (torchtitan requires it): the sequence is searched in units
+	// of T
+	unit := 1
+	if what == "seq" && r.o.TP > 1 {
+		unit = r.o.TP
+		low, high = (low+unit-1)/unit, high/unit
+	}
 	if what == "seq" {
-		fn = fmt.Sprintf("lambda seq: step(%d, seq)", batch)
+		fn = fmt.Sprintf("lambda seq: step(%d, seq * %d)", batch, unit)
 	}
 	hi := "None"
 	if high > 0 {
@@ -209,8 +217,8 @@ func (r *run) search(what string, batch, seq, low, high int, name string) (*Sear
 	if err != nil {
 		return nil, err
 	}
-	sr.Largest = intAttr(v, "fit")
-	sr.FirstOOM = intAttr(v, "oom")
+	sr.Largest = intAttr(v, "fit") * unit
+	sr.FirstOOM = intAttr(v, "oom") * unit
 	trials, _ := attr(v, "trials").(*starlark.List)
 	for i := 0; trials != nil && i < trials.Len(); i++ {
 		t := trials.Index(i)
@@ -220,7 +228,7 @@ func (r *run) search(what string, batch, seq, low, high int, name string) (*Sear
 				n = toInt(kv[1])
 			}
 		}
-		tr := Trial{Value: n, Status: strAttr(t, "status")}
+		tr := Trial{Value: n * unit, Status: strAttr(t, "status")}
 		if rp, ok := attr(t, "replayed").(starlark.Bool); ok {
 			tr.Replayed = bool(rp)
 		}
