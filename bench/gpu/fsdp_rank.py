@@ -10,7 +10,7 @@ unsharded parameters, sharded gradients and optimizer state — happens on
 this GPU, as it would on one GPU of an N-GPU job.
 
   python3 bench/gpu/fsdp_rank.py phases --model gpt2-small --world 4 [--batch B] [--seq T]
-        [--strategy fsdp|ddp] [--reshard-after-forward 0|1] [--checkpoint]
+        [--strategy fsdp|ddp|tp|tp-fsdp] [--tp T] [--reshard-after-forward 0|1] [--checkpoint]
       one JSON line per point (setup, then forward, backward, step,
       zero_grad per step): torch.cuda.memory_allocated() at the point, the
       peak since the previous point, and memory_reserved().
@@ -18,7 +18,11 @@ this GPU, as it would on one GPU of an N-GPU job.
       every (model, world, strategy) of the golden files: gpt2-small and
       llama-3.2-1b at N = 2, 4, 8, FSDP2 (fully_shard per block and on the
       root, as torchtitan applies it, MixedPrecisionPolicy(param_dtype=
-      bfloat16, reduce_dtype=float32)) and DDP.
+      bfloat16, reduce_dtype=float32)) and DDP; llama-3.2-1b under tensor
+      parallelism (tp: torchtitan's apply_tp plan in transformers' names,
+      loss parallelism off, bf16 autocast, on N = T = 2, 4, 8; tp-fsdp:
+      the plan on a (N/T, T) mesh's "tp" dim, then FSDP2 over "dp", as
+      torchtitan applies them, on N = 8 with T = 2 and 4).
 
 The models are those of bench/gpu/torch_models.py (memsh's twins); the
 training step is memsh fit's: bf16 autocast for DDP (FSDP2 casts through
@@ -88,13 +92,59 @@ def wrap(model, strategy, world, reshard):
     return model
 
 
+def tensor_parallel(model, tp_mesh):
+    """torchtitan's apply_tp on a Llama in transformers' names, loss
+    parallelism off (memsh fit's --parallel tp=T)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+
+    parallelize_module(model, tp_mesh, {
+        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "model.norm": SequenceParallel(),
+        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+    })
+    for layer in model.model.layers:
+        parallelize_module(layer, tp_mesh, {
+            "input_layernorm": SequenceParallel(),
+            "self_attn": PrepareModuleInput(input_layouts=(Shard(1), None, None), desired_input_layouts=(Replicate(), None, None)),
+            "self_attn.q_proj": ColwiseParallel(),
+            "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(),
+            "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "post_attention_layernorm": SequenceParallel(),
+            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "mlp.gate_proj": ColwiseParallel(),
+            "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+        })
+
+
+def wrap_tp(model, strategy, world, tp, reshard):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cuda", (world // tp, tp), mesh_dim_names=("dp", "tp"))
+    tensor_parallel(model, mesh["tp"])
+    if strategy == "tp-fsdp":
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for b in blocks(model):
+            fully_shard(b, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh["dp"], mp_policy=mp)
+    return model
+
+
 def cmd_phases(a, out):
     spec = MODELS[a.model]
     seq = a.seq or spec["seq"]
-    with torch.device("meta" if a.strategy == "fsdp" else "cpu"):
+    with torch.device("cpu" if a.strategy == "ddp" else "meta"):
         model = build(a.model, a.checkpoint)
-    model = wrap(model, a.strategy, a.world, bool(a.reshard_after_forward))
-    if a.strategy == "fsdp":
+    if a.strategy in ("tp", "tp-fsdp"):
+        model = wrap_tp(model, a.strategy, a.world, a.tp, bool(a.reshard_after_forward))
+    else:
+        model = wrap(model, a.strategy, a.world, bool(a.reshard_after_forward))
+    if a.strategy != "ddp":
         model.to_empty(device="cuda")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     x = torch.randint(0, spec["vocab"], (a.batch, seq), device="cuda")
@@ -103,7 +153,7 @@ def cmd_phases(a, out):
 
     def point(name, step=0):
         torch.cuda.synchronize()
-        rec = dict(model=a.model, world=a.world, strategy=a.strategy, reshard_after_forward=bool(a.reshard_after_forward),
+        rec = dict(model=a.model, world=a.world, strategy=a.strategy, tp=a.tp, reshard_after_forward=bool(a.reshard_after_forward),
                    checkpoint=a.checkpoint, batch=a.batch, seq=seq, point=name, step=step,
                    allocated=torch.cuda.memory_allocated(), peak=torch.cuda.max_memory_allocated(),
                    reserved=torch.cuda.memory_reserved())
@@ -113,7 +163,7 @@ def cmd_phases(a, out):
 
     point("setup")
     for step in (1, 2):
-        if a.strategy == "ddp":
+        if a.strategy in ("ddp", "tp"):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 logits = model(x)
         else:
@@ -138,12 +188,17 @@ def main():
     ph.add_argument("--world", type=int, default=4)
     ph.add_argument("--batch", type=int, default=4)
     ph.add_argument("--seq", type=int, default=0)
-    ph.add_argument("--strategy", default="fsdp", choices=["fsdp", "ddp"])
+    ph.add_argument("--strategy", default="fsdp", choices=["fsdp", "ddp", "tp", "tp-fsdp"])
+    ph.add_argument("--tp", type=int, default=0, help="the tensor-parallel degree (tp: the world)")
     ph.add_argument("--reshard-after-forward", type=int, default=1)
     ph.add_argument("--checkpoint", action="store_true")
     sub.add_parser("all")
     a = p.parse_args()
     if a.cmd == "phases":
+        if a.strategy == "tp":
+            a.tp = a.world
+        if a.strategy.startswith("tp") and (a.model != "llama-3.2-1b" or a.tp < 1 or a.world % a.tp):
+            p.error("--strategy tp/tp-fsdp: llama-3.2-1b, with --tp dividing --world")
         init_rank(a.world)
         cmd_phases(a, sys.stdout)
         return
@@ -155,6 +210,12 @@ def main():
             for strategy in ("fsdp", "ddp"):
                 subprocess.run([sys.executable, __file__, "phases", "--model", model, "--world", str(world),
                                 "--strategy", strategy], check=False)
+    for world in (2, 4, 8):
+        subprocess.run([sys.executable, __file__, "phases", "--model", "llama-3.2-1b", "--world", str(world),
+                        "--strategy", "tp", "--batch", "1"], check=False)
+    for tp in (2, 4):
+        subprocess.run([sys.executable, __file__, "phases", "--model", "llama-3.2-1b", "--world", "8",
+                        "--strategy", "tp-fsdp", "--tp", str(tp), "--batch", "1"], check=False)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
 #                   (compare with scripts/fit_phases.star on sim:NAME,meta: bench/gpu/compare_fit.py),
 #                   then memsh's own run of one on this GPU (--device cuda)
 #   fsdp.jsonl      fsdp_rank.py phases: rank 0 of GPT-2 small on 4 ranks (fake process group), FSDP2
-#                   and DDP, then memsh's twin (scripts/fsdp_phases.star on sim:NAME,meta) in
+#                   and DDP; Llama 3.2 1B under tensor parallelism on 2 ranks and 2-D (TP 2 × FSDP2 4);
+#                   then memsh's twin (scripts/fsdp_phases.star on sim:NAME,meta) in
 #                   fsdp_memsh.jsonl (bench/gpu/compare_fit.py fsdp.jsonl fsdp_memsh.jsonl)
 #   trace.jsonl     torch_fit.py trace --cpp: every allocator event of a checkpointed trial, with
 #                   the autograd node and ATen op of each (bench/gpu/compare_trace.py)
@@ -52,6 +53,10 @@ done
 for strategy in fsdp ddp; do
   step "fsdp_rank $strategy" 120 "$OUTDIR/fsdp.jsonl" "$PY" bench/gpu/fsdp_rank.py phases --model gpt2-small --world 4 --strategy $strategy
   step "memsh fsdp_phases $strategy" 60 "$OUTDIR/fsdp_memsh.jsonl" "$MEMSH" --device "sim:$PRESET,meta" scripts/fsdp_phases.star gpt2-small --world 4 --strategy $strategy
+done
+for args in "--world 2 --strategy tp" "--world 8 --strategy tp-fsdp --tp 2"; do
+  step "fsdp_rank llama-3.2-1b $args" 120 "$OUTDIR/fsdp.jsonl" "$PY" bench/gpu/fsdp_rank.py phases --model llama-3.2-1b --batch 1 $args
+  step "memsh fsdp_phases llama-3.2-1b $args" 90 "$OUTDIR/fsdp_memsh.jsonl" "$MEMSH" --device "sim:$PRESET,meta" scripts/fsdp_phases.star llama-3.2-1b --batch 1 $args
 done
 step "memsh on the GPU: phases --batch 1" 120 "$OUTDIR/phases.jsonl" "$MEMSH" --device cuda scripts/fit_phases.star --batch 1
 step "memsh oom" 30 "$OUTDIR/oom.txt" "$MEMSH" --device cuda -c 'tensor.empty([2 * cuda.mem_get_info()[1]], dtype = "uint8", device = "cuda")'
