@@ -94,7 +94,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // order.
 func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.Writer) ([]Alternative, error) {
 	info = rankInfo(o, info) // the optimizers' state per rank
-	zero := o.Parallel == ParallelZeRO1 || o.Parallel == ParallelZeRO2
+	zero := o.zero()
 	batchSearch := func(change string, o2 Options, gpu string) *attempt {
 		at := &attempt{change: change, o: o2, gpu: gpu, what: "batch"}
 		if o2.Set["batch"] {

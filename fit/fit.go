@@ -14,6 +14,7 @@ import (
 	"go.starlark.net/syntax"
 
 	"github.com/memsh/memsh/backend"
+	tdist "github.com/memsh/memsh/tensor/dist"
 	"github.com/memsh/memsh/tensor/optim"
 )
 
@@ -457,7 +458,10 @@ func checkpointBeside(m *Model, info *modelInfo, rep *Report) error {
 // quantization states), the trainable parameters' gradients and the
 // optimizer's state for them, each rounded as the allocator rounds.
 func floorOf(o Options, info *modelInfo, usable int64) *Floor {
-	if o.Parallel == ParallelZeRO1 || o.Parallel == ParallelZeRO2 {
+	if o.Parallel == ParallelZeRO3 {
+		return zero3Floor(o, info, usable)
+	}
+	if o.zero() {
 		return zeroFloor(o, info, usable)
 	}
 	info = rankInfo(o, info)
@@ -491,6 +495,39 @@ func zeroFloor(o Options, info *modelInfo, usable int64) *Floor {
 		f.Gradients = psi * elem
 	}
 	f.Total = f.Parameters + f.Gradients + f.OptimizerState
+	return f
+}
+
+// zero3Floor is rank 0's model state under DeepSpeed's ZeRO-3: per
+// parameter its partition, ceil(n/N) elements, in the model dtype
+// (bfloat16 with bf16); of the trainable ones also the gradient
+// partition (the same), the fp32 master and Adam's two moments (12 bytes
+// an element); the reduce bucket (reduce_bucket_size elements, always
+// there: communication); and the persistent parameters (at most
+// stage3_param_persistence_threshold elements) gathered whole, ceil(n/N)·N
+// elements each, from the first step on.
+func zero3Floor(o Options, info *modelInfo, usable int64) *Floor {
+	elem := int64(4)
+	if o.Precision == PrecBF16 {
+		elem = 2
+	}
+	n := int64(max(1, o.GPUs))
+	part := func(shape []int) int64 { return (int64(numelOf(shape)) + n - 1) / n }
+	var all, persist int64
+	for _, p := range info.Params {
+		c := part(p.Shape)
+		all += c
+		if int64(numelOf(p.Shape)) <= tdist.DefaultParamPersistenceThreshold {
+			persist += c * n
+		}
+	}
+	var trainable int64
+	for _, s := range info.TrainableShapes {
+		trainable += part(s)
+	}
+	f := &Floor{Parameters: (all + persist) * elem, Gradients: trainable * elem, OptimizerState: 12 * trainable,
+		Communication: tdist.DefaultReduceBucketSize * elem, Usable: usable}
+	f.Total = f.Parameters + f.Gradients + f.OptimizerState + f.Communication
 	return f
 }
 

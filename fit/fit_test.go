@@ -146,7 +146,7 @@ func TestUsageErrors(t *testing.T) {
 		{"llama-3.2-1b", map[string]any{"finetune": "lora", "inference": true}, "--finetune: a training option; --inference generates under no_grad"},
 		{"gpt2-small", map[string]any{"gpus": 0}, "--gpus: want a positive integer (the job's GPUs), got 0"},
 		{"gpt2-small", map[string]any{"parallel": "ddp"}, "--parallel ddp: give the job's GPUs (--gpus N)"},
-		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "zero3"}, "--parallel zero3: not modelled yet"},
+		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "zero3", "grad-accum": 2}, "--parallel zero3 --grad-accum: DeepSpeed's gradient accumulation is not modelled"},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "zero2", "optimizer": "sgd"}, "--parallel zero2 --optimizer sgd: memsh models DeepSpeed's FusedAdam"},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "zero1", "grad-accum": 2}, "--parallel zero1 --grad-accum: DeepSpeed's gradient accumulation is not modelled"},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "zero2", "precision": "bf16-true"}, "--parallel zero2 with bf16-true: DeepSpeed's bf16"},
@@ -159,7 +159,7 @@ func TestUsageErrors(t *testing.T) {
 		{"llama-3.2-1b", map[string]any{"gpus": 16, "parallel": "tp=16"}, "--parallel tp=16: llama-3.2-1b's num_key_value_heads (8) is not divisible by the tensor-parallel degree 16"},
 		{"llama-3.2-1b", map[string]any{"gpus": 2, "parallel": "tp=2", "finetune": "lora"}, "--parallel tp=2 --finetune lora: tensor parallelism of PEFT's adapter layers is not modelled"},
 		{"llama-3.2-1b", map[string]any{"gpus": 8, "parallel": "tp=2,fsdp", "precision": "fp16"}, "--parallel tp=2,fsdp with fp16: FSDP2's loss scaling"},
-		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "pipeline"}, `--parallel: want ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard), zero1 or zero2 (DeepSpeed's ZeRO), tp=T or tp=T,fsdp (tensor parallelism, 2-D with FSDP2), got "pipeline"`},
+		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "pipeline"}, `--parallel: want ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard), zero1, zero2 or zero3 (DeepSpeed's ZeRO), tp=T or tp=T,fsdp (tensor parallelism, 2-D with FSDP2), got "pipeline"`},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "fsdp", "precision": "fp16"}, "--parallel fsdp with fp16: FSDP2's loss scaling (a sharded GradScaler) is not modelled"},
 		{"llama-3.2-1b", map[string]any{"gpus": 8, "parallel": "fsdp", "finetune": "qlora"}, "--parallel fsdp --finetune qlora: sharding bitsandbytes' 4-bit weights is not modelled"},
 		{"llama-3.2-1b", map[string]any{"gpus": 8, "inference": true}, "--gpus/--parallel: a training option; --inference generates on one GPU"},
@@ -742,6 +742,71 @@ func TestFSDP(t *testing.T) {
 	}
 	if one.LargestBatch != nil || got == nil || !got.Fits || !strings.HasPrefix(got.Change, "FSDP2 on 2 × H100") {
 		t.Errorf("one GPU: largest %v, FSDP advice %+v", one.LargestBatch, got)
+	}
+}
+
+// --parallel zero3: DeepSpeed's stage 3 on 8 H100s trains Llama 3.1 8B;
+// at the peak rank 0 holds its partitions of every parameter, ceil(n/8)
+// elements each (P in all), in bfloat16 beside what the coordinator has
+// gathered, the gradient partitions (2·P bytes), the fp32 master and
+// Adam's two moments (12·P), and the reduce bucket (5e8 bfloat16
+// elements) as communication — each large tensor in a block that may
+// keep an unsplit remainder under 1 MiB. Two A100-40GBs do not fit it:
+// the floor is the same closed form for N = 2 (with the 65 norms'
+// persistent gathered copies).
+func TestZeRO3(t *testing.T) {
+	shapes := func(n int) (P, persist int64) {
+		const h, inter, kv, layers, vocab = 4096, 14336, 1024, 32, 128256
+		each := []int64{h * h, kv * h, kv * h, h * h, inter * h, inter * h, h * inter, h, h}
+		var all []int64
+		for range layers {
+			all = append(all, each...)
+		}
+		all = append(all, vocab*h, vocab*h, h)
+		for _, x := range all {
+			c := (x + int64(n) - 1) / int64(n)
+			P += c
+			if x <= 100_000 {
+				persist += c * int64(n)
+			}
+		}
+		return P, persist
+	}
+	rc, out, errs := runMain(t, options("llama-3.1-8b", map[string]any{"gpus": 8, "parallel": "zero3", "json": true}))
+	if rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errs)
+	}
+	var r fit.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	P, _ := shapes(8)
+	b := r.Breakdown
+	if r.LargestBatch == nil || b == nil {
+		t.Fatalf("largest %v, breakdown %v", r.LargestBatch, b)
+	}
+	within := func(what string, got, want, blocks int64) {
+		if got < want || got >= want+blocks<<20 {
+			t.Errorf("%s at the peak: %d, closed form %d (+ at most %d MiB of block remainders)", what, got, want, blocks)
+		}
+	}
+	within("gradient partitions", b.Gradients, 2*P, 1)
+	within("master and moments", b.OptimizerState, 12*P, 6)
+	within("reduce bucket", b.Communication, 2*500_000_000, 1)
+	if b.Parameters < 2*P {
+		t.Errorf("parameters at the peak %d, less than the partitions %d", b.Parameters, 2*P)
+	}
+	rc, out, errs = runMain(t, options("llama-3.1-8b", map[string]any{"gpus": 2, "parallel": "zero3", "gpu": "A100-40GB", "json": true}))
+	if rc != 0 {
+		t.Fatalf("N=2: exit %d: %s", rc, errs)
+	}
+	var two fit.Report
+	if err := json.Unmarshal([]byte(out), &two); err != nil {
+		t.Fatal(err)
+	}
+	P2, persist := shapes(2)
+	if f := two.Floor; f == nil || f.Parameters != 2*(P2+persist) || f.Gradients != 2*P2 || f.OptimizerState != 12*P2 || f.Communication != 1_000_000_000 {
+		t.Errorf("N=2: floor %+v; want parameters %d, gradients %d, optimizer state %d, communication 1e9", two.Floor, 2*(P2+persist), 2*P2, 12*P2)
 	}
 }
 

@@ -186,6 +186,11 @@ const (
 	// bf16 casts the model).
 	ParallelZeRO1 = "zero1"
 	ParallelZeRO2 = "zero2"
+	// ParallelZeRO3 is DeepSpeed's engine with ZeRO stage 3 (DeepSpeed
+	// 0.19's defaults: the model built as zero.Init builds it, each
+	// parameter partitioned, gathered around its module's forward and
+	// backward by the coordinator; FusedAdam; bf16 casts the model).
+	ParallelZeRO3 = "zero3"
 	// ParallelTP ("tp=T", "tp=T,fsdp") is tensor parallelism over T
 	// GPUs as torchtitan's apply_tp plans a Llama-family model with
 	// loss parallelism disabled (attention and MLP projections
@@ -388,7 +393,7 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 	if (o.Parallel == ParallelFSDP || o.TPFSDP) && o.Precision == PrecFP16 {
 		return nil, usageErr("--parallel %s with fp16: FSDP2's loss scaling (a sharded GradScaler) is not modelled; use bf16 (on a card without bfloat16: fp32)", o.Parallel)
 	}
-	if (o.Parallel == ParallelZeRO1 || o.Parallel == ParallelZeRO2) && (o.Precision == PrecFP16 || o.Precision == PrecBF16True) {
+	if o.zero() && (o.Precision == PrecFP16 || o.Precision == PrecBF16True) {
 		return nil, usageErr("--parallel %s with %s: DeepSpeed's bf16 (--precision bf16) or fp32 are modelled", o.Parallel, o.Precision)
 	}
 	return warnings, nil
@@ -495,12 +500,10 @@ func (o *Options) validateParallel() error {
 		if o.GPUs > 1 {
 			o.Parallel = ParallelDDP
 		}
-	case ParallelDDP, ParallelFSDP, ParallelZeRO1, ParallelZeRO2:
+	case ParallelDDP, ParallelFSDP, ParallelZeRO1, ParallelZeRO2, ParallelZeRO3:
 		if !o.Set["gpus"] {
 			return usageErr("--parallel %s: give the job's GPUs (--gpus N)", o.Parallel)
 		}
-	case "zero3":
-		return usageErr("--parallel zero3: not modelled yet (ddp, fsdp, zero1, zero2 and tp=T[,fsdp] are)")
 	default:
 		if strings.HasPrefix(o.Parallel, ParallelTP) {
 			if err := o.validateTP(); err != nil {
@@ -508,9 +511,9 @@ func (o *Options) validateParallel() error {
 			}
 			break
 		}
-		return usageErr("--parallel: want ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard), zero1 or zero2 (DeepSpeed's ZeRO), tp=T or tp=T,fsdp (tensor parallelism, 2-D with FSDP2), got %q", o.Parallel)
+		return usageErr("--parallel: want ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard), zero1, zero2 or zero3 (DeepSpeed's ZeRO), tp=T or tp=T,fsdp (tensor parallelism, 2-D with FSDP2), got %q", o.Parallel)
 	}
-	if o.Parallel == ParallelZeRO1 || o.Parallel == ParallelZeRO2 {
+	if o.zero() {
 		switch {
 		case o.Optimizer != OptAdamWTorch && o.Optimizer != OptAdam && o.Set["optimizer"]:
 			return usageErr("--parallel %s --optimizer %s: memsh models DeepSpeed's FusedAdam (adamw_torch or adam)", o.Parallel, o.Optimizer)
@@ -527,6 +530,11 @@ func (o *Options) validateParallel() error {
 		return usageErr("--parallel fsdp --finetune qlora: sharding bitsandbytes' 4-bit weights is not modelled")
 	}
 	return nil
+}
+
+// zero reports whether --parallel is one of DeepSpeed's ZeRO stages.
+func (o *Options) zero() bool {
+	return o.Parallel == ParallelZeRO1 || o.Parallel == ParallelZeRO2 || o.Parallel == ParallelZeRO3
 }
 
 // parseTP reads a --parallel value tp=T or tp=T,fsdp.

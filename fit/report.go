@@ -247,14 +247,15 @@ func (r *Report) WriteText(w io.Writer) {
 		if r.Finetune == FinetuneLoRA || r.Finetune == FinetuneQLoRA {
 			prec = finetunePrecisionText(r.Precision, r.Finetune == FinetuneQLoRA)
 		}
-		if (r.Parallel == ParallelZeRO1 || r.Parallel == ParallelZeRO2) && r.Precision == PrecBF16 {
+		zero := r.Parallel == ParallelZeRO1 || r.Parallel == ParallelZeRO2 || r.Parallel == ParallelZeRO3
+		if zero && r.Precision == PrecBF16 {
 			prec = "bf16 as DeepSpeed's bf16.enabled (the model cast to bfloat16, no autocast; fp32 master weights and optimizer state)"
 		}
 		if (r.Parallel == ParallelFSDP || strings.HasSuffix(r.Parallel, ",fsdp")) && r.Precision == PrecBF16 {
 			prec = "bf16 through FSDP2's MixedPrecisionPolicy (bfloat16 compute and all-gathers, float32 sharded weights, gradient reduce-scatters and optimizer state)"
 		}
 		opt := optimizerText(r.Optimizer)
-		if r.Parallel == ParallelZeRO1 || r.Parallel == ParallelZeRO2 {
+		if zero {
 			opt = "DeepSpeed's FusedAdam (adam_w_mode, on the fp32 master partition)"
 		}
 		p("  training: %s, %s, %s, %d steps per trial%s; attention %s\n", prec, opt, checkpointText(r.Checkpoint), r.Steps, accum, att)
@@ -409,6 +410,8 @@ func parallelText(parallel string, gpus int) string {
 		return fmt.Sprintf("ZeRO stage %s on %d GPUs: DeepSpeed's engine (bfloat16 flat parameters on every rank; the fp32 master weights, Adam's moments%s in 1/%d partitions; a reduce bucket of %s elements in the backward); the figures are rank 0's, the batch is each rank's (%d × it per step)", parallel[4:], gpus, grads, gpus, commas(int64(tdist.DefaultReduceBucketSize)), gpus)
 	case ParallelFSDP:
 		return fsdpText(gpus)
+	case ParallelZeRO3:
+		return fmt.Sprintf("ZeRO stage 3 on %d GPUs: DeepSpeed's engine (every parameter in 1/%d partitions, built as zero.Init builds it, each module's gathered for its forward and backward and released after them, prefetched along the trace of the first step; the gradients' and the fp32 master weights' and Adam's moments' partitions; the reduce bucket of %s elements always there); the figures are rank 0's, the batch is each rank's (%d × it per step)", gpus, gpus, commas(int64(tdist.DefaultReduceBucketSize)), gpus)
 	}
 	if t, fsdp, ok := parseTP(parallel); ok {
 		tp := fmt.Sprintf("tensor parallel over %d GPUs as torchtitan's apply_tp plans a Llama model (q/k/v and gate/up projections ColwiseParallel, o_proj and down_proj RowwiseParallel, the norms SequenceParallel, the embedding's vocabulary and lm_head's rows in 1/%d chunks; loss parallelism off: the logits all-gathered)", t, t)

@@ -17,7 +17,7 @@ import (
 func init() { subcommands["fit"] = fitCommand }
 
 // fitUsage is memsh fit's usage line.
-const fitUsage = "usage: memsh fit SOURCE [--gpu H100] [--seq N | --batch N] [--precision fp32|bf16|fp16|bf16-true] [--optimizer adamw_torch|adamw_torch_fused|adamw_bnb_8bit|paged_adamw_8bit|adafactor|sgd|adam] [--checkpoint] [--grad-accum N] [--gpus N [--parallel ddp]] [--finetune full|lora|qlora [--lora-r R] [--lora-alpha A] [--lora-dropout P] [--lora-targets q_proj,v_proj,...]] [--attention eager|sdpa|flash] [--inference [--max-new-tokens N] [--kv-cache dynamic|static]] [--json] [--out FILE.jsonl]"
+const fitUsage = "usage: memsh fit SOURCE [--gpu H100] [--seq N | --batch N] [--precision fp32|bf16|fp16|bf16-true] [--optimizer adamw_torch|adamw_torch_fused|adamw_bnb_8bit|paged_adamw_8bit|adafactor|sgd|adam] [--checkpoint] [--grad-accum N] [--gpus N [--parallel ddp|fsdp|zero1|zero2|zero3|tp=T[,fsdp]]] [--finetune full|lora|qlora [--lora-r R] [--lora-alpha A] [--lora-dropout P] [--lora-targets q_proj,v_proj,...]] [--attention eager|sdpa|flash] [--inference [--max-new-tokens N] [--kv-cache dynamic|static]] [--json] [--out FILE.jsonl]"
 
 // fitCommand is `memsh fit SOURCE ...` (package fit): the largest batch
 // that trains SOURCE — a library model, a Hugging Face config.json (or
@@ -38,7 +38,7 @@ func fitCommand(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Routing, "routing", "balanced", "a Mixture-of-Experts model's tokens per expert: balanced (even) or worst (every token on the same experts)")
 	fs.IntVar(&o.GradAccum, "grad-accum", 1, "gradient accumulation: `N` micro-batches (each forward and backward, the loss divided by N) per optimizer step; the batch searched is the micro-batch")
 	fs.IntVar(&o.GPUs, "gpus", 1, "the job's `N` GPUs: memsh simulates one rank (each GPU trains the searched micro-batch)")
-	fs.StringVar(&o.Parallel, "parallel", "", "with --gpus: how the ranks share the work: ddp (DistributedDataParallel, the default)")
+	fs.StringVar(&o.Parallel, "parallel", "", "with --gpus: how the ranks share the work: ddp (DistributedDataParallel, the default), fsdp (FSDP2), zero1, zero2, zero3 (DeepSpeed's ZeRO), tp=T or tp=T,fsdp (tensor parallelism, 2-D with FSDP2)")
 	fs.StringVar(&o.Finetune, "finetune", "full", "what trains: full (every parameter), lora (PEFT's LoRA adapters on the frozen model) or qlora (LoRA on the model's linear layers in 4-bit NF4, bitsandbytes)")
 	fs.IntVar(&o.LoRAR, "lora-r", fit.DefaultLoRAR, "with --finetune lora/qlora: the adapters' rank `R` (PEFT's LoraConfig r)")
 	fs.Float64Var(&o.LoRAAlpha, "lora-alpha", fit.DefaultLoRAAlpha, "with --finetune lora/qlora: lora_alpha `A` (scaling = A / R)")

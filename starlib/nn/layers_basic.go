@@ -173,6 +173,10 @@ func linearLayer(w, bs *tensor.Tensor) *Layer {
 		if err != nil {
 			return nil, err
 		}
+		if m.z3 != nil {
+			// a ZeRO-3 model's F.linear: zero3_linear_wrap
+			return wrap(autograd.LinearZeRO3(xt, m.tensorOf("weight"), m.tensorOf("bias")))
+		}
 		return wrap(autograd.Linear(xt, m.tensorOf("weight"), m.tensorOf("bias")))
 	}
 	return m

@@ -12,7 +12,6 @@ import (
 	startensor "github.com/memsh/memsh/starlib/tensor"
 	"github.com/memsh/memsh/tensor"
 	"github.com/memsh/memsh/tensor/autograd"
-	tdist "github.com/memsh/memsh/tensor/dist"
 )
 
 // A Layer is the Starlark value of an nn.Module (type "nn.Module"): an ordered set of
@@ -52,7 +51,11 @@ type Layer struct {
 	tp []*tpHook
 	// zero is a DeepSpeed engine's ZeRO optimizer (deepspeed.go); nil
 	// for other modules.
-	zero *tdist.ZeRO
+	zero zeroOptimizer
+	// z3 is a module of a ZeRO-3 engine's model: its parameters'
+	// gathering and release around its calls (deepspeed.go); nil for
+	// other modules.
+	z3 *z3Hook
 	// mark is where reach walks met it (env.Walker.Visit).
 	mark backend.Mark
 }
@@ -260,6 +263,8 @@ func (m *Layer) CallInternal(thread *starlark.Thread, args starlark.Tuple, kwarg
 	}
 	if m.fsdp != nil {
 		out, err = m.fsdpCall(thread, args, kwargs, run)
+	} else if m.z3 != nil {
+		out, err = m.z3Call(thread, args, run)
 	} else {
 		out, err = run(args)
 	}

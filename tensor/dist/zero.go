@@ -77,13 +77,15 @@ const DefaultReduceBucketSize = 500_000_000
 
 // ZeROConfig is the DeepSpeed configuration memsh models.
 type ZeROConfig struct {
-	Stage int // zero_optimization.stage: 1 or 2
+	Stage int // zero_optimization.stage: 1, 2 or 3 (NewZeRO3)
 	// DType is the model dtype (bf16.enabled: BFloat16, fp16.enabled:
 	// Float16, else Float32).
 	DType tensor.DType
 	// ReduceBucketSize is zero_optimization.reduce_bucket_size in
 	// elements (0: 5e8).
 	ReduceBucketSize int
+	// Stage 3's settings (ZeRO3Config; 0: DeepSpeed's defaults).
+	PrefetchBucketSize, MaxLiveParameters, MaxReuseDistance, ParamPersistenceThreshold, SubGroupSize int
 }
 
 // NewZeRO wraps the trainable parameters params (in registration order)

@@ -161,6 +161,8 @@ type Tracker struct {
 	cur                     Snapshot             // the snapshot being taken
 	curSum, curPre, stateAt uint64
 	markState               func(*tensor.Tensor) // markOptstate, for StateTensors
+	markGrad                func(*tensor.Tensor) // markGradState, for GradTensors
+	markParam               func(*tensor.Tensor) // markParamState, for ParamTensors
 
 	peak    Snapshot
 	modules []*Module
@@ -552,6 +554,22 @@ func (t *Tracker) markOptstate(x *tensor.Tensor) {
 	t.stateAt++
 }
 
+// markGradState marks x, a gradient an optimizer keeps apart from the
+// parameters' .grad (a ZeRO-3 engine's gradient partitions), as Gradient.
+func (t *Tracker) markGradState(x *tensor.Tensor) {
+	t.stateMemo = grow(t.stateMemo, int(t.stateAt)+1)
+	t.mark(x, Gradient, &t.stateMemo[t.stateAt])
+	t.stateAt++
+}
+
+// markParamState marks x, parameters an engine keeps apart from the
+// modules' (a ZeRO-3 engine's partitions), as Parameter.
+func (t *Tracker) markParamState(x *tensor.Tensor) {
+	t.stateMemo = grow(t.stateMemo, int(t.stateAt)+1)
+	t.mark(x, Parameter, &t.stateMemo[t.stateAt])
+	t.stateAt++
+}
+
 // markCommTensor marks x, the next communication buffer the snapshot
 // visits, as Comm.
 func (t *Tracker) markCommTensor(x *tensor.Tensor) {
@@ -610,6 +628,18 @@ func (t *Tracker) snapshot() Snapshot {
 			// a holder that is also an optimizer (a ZeRO engine's master
 			// weights and moments)
 			st.StateTensors(t.markState)
+		}
+		if gt, ok := c.(interface{ GradTensors(func(*tensor.Tensor)) }); ok {
+			if t.markGrad == nil {
+				t.markGrad = t.markGradState
+			}
+			gt.GradTensors(t.markGrad)
+		}
+		if pt, ok := c.(interface{ ParamTensors(func(*tensor.Tensor)) }); ok {
+			if t.markParam == nil {
+				t.markParam = t.markParamState
+			}
+			pt.ParamTensors(t.markParam)
 		}
 	}
 	kept := t.saved[:0]
