@@ -278,9 +278,6 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 		fsdp4.a.Note = "per rank"
 		add(fsdp4)
 	}
-	out = append(out,
-		Alternative{Change: "ZeRO-3", Note: "an open issue of memsh's"},
-	)
 	return out, nil
 }
 
