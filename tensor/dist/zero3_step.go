@@ -172,35 +172,11 @@ func (z *ZeRO3) Step() error {
 		return err
 	}
 	ctx, dev := z.ctx, z.dev
-	var norms []*tensor.Tensor
-	for _, p := range z.trainable {
-		rel := ctx.Hold(norms...)
-		d, err := tensor.Empty(ctx, []int{p.c}, tensor.Float64, dev)
-		var s *tensor.Tensor
-		if err == nil {
-			r2 := ctx.Hold(d)
-			s, err = tensor.Empty(ctx, []int{}, tensor.Float64, dev)
-			r2()
-		}
-		rel()
-		tensor.Dropped(d)
-		if err != nil {
-			tensor.Dropped(norms...)
-			return err
-		}
-		norms = append(norms, s)
+	sizes := make([]int, len(z.trainable))
+	for i, p := range z.trainable {
+		sizes[i] = p.c
 	}
-	rel := ctx.Hold(norms...)
-	stack, err := tensor.Empty(ctx, []int{len(norms)}, tensor.Float64, dev)
-	rel()
-	tensor.Dropped(norms...)
-	if err != nil {
-		return err
-	}
-	rel = ctx.Hold(stack)
-	norm, err := tensor.Empty(ctx, []int{}, tensor.Float32, dev)
-	rel()
-	tensor.Dropped(stack)
+	norm, err := gradNorm(ctx, dev, sizes)
 	if err != nil {
 		return err
 	}

@@ -239,6 +239,43 @@ func (z *ZeRO) epilogue() error {
 	return nil
 }
 
+// gradNorm is the engine's gradient norm (get_grad_norm_direct) over
+// gradient views of sizes elements: each view's float64 copy and its
+// one-element norm (the copy freed), the norms' stack, the 0-dim global
+// norm the engine keeps (returned).
+func gradNorm(ctx *tensor.Context, dev string, sizes []int) (*tensor.Tensor, error) {
+	var norms []*tensor.Tensor
+	for _, n := range sizes {
+		r := ctx.Hold(norms...)
+		d, err := tensor.Empty(ctx, []int{n}, tensor.Float64, dev)
+		var s *tensor.Tensor
+		if err == nil {
+			r2 := ctx.Hold(d)
+			s, err = tensor.Empty(ctx, []int{1}, tensor.Float64, dev)
+			r2()
+		}
+		r()
+		tensor.Dropped(d)
+		if err != nil {
+			tensor.Dropped(norms...)
+			return nil, err
+		}
+		norms = append(norms, s)
+	}
+	r := ctx.Hold(norms...)
+	stack, err := tensor.Empty(ctx, []int{len(norms)}, tensor.Float64, dev)
+	r()
+	tensor.Dropped(norms...)
+	if err != nil {
+		return nil, err
+	}
+	r = ctx.Hold(stack)
+	norm, err := tensor.Empty(ctx, []int{}, tensor.Float32, dev)
+	r()
+	tensor.Dropped(stack)
+	return norm, err
+}
+
 // Step is the engine's step() (DeepSpeedZeroOptimizer.step): nothing
 // without a backward since the last one.
 func (z *ZeRO) Step() error {
@@ -287,35 +324,11 @@ func (z *ZeRO) Step() error {
 		}
 	}
 	// the norm: each view's float64 copy and its norm, then their stack
-	var norms []*tensor.Tensor
-	for _, x := range z.averaged {
-		r := hold(norms...)
-		d, err := tensor.Empty(ctx, []int{x.Numel()}, tensor.Float64, dev)
-		var s *tensor.Tensor
-		if err == nil {
-			r2 := hold(d)
-			s, err = tensor.Empty(ctx, []int{1}, tensor.Float64, dev)
-			r2()
-		}
-		r()
-		tensor.Dropped(d)
-		if err != nil {
-			tensor.Dropped(norms...)
-			return err
-		}
-		norms = append(norms, s)
+	sizes := make([]int, len(z.averaged))
+	for i, x := range z.averaged {
+		sizes[i] = x.Numel()
 	}
-	r := hold(norms...)
-	stack, err := tensor.Empty(ctx, []int{len(norms)}, tensor.Float64, dev)
-	r()
-	tensor.Dropped(norms...)
-	if err != nil {
-		return err
-	}
-	r = hold(stack)
-	norm, err := tensor.Empty(ctx, []int{}, tensor.Float32, dev)
-	r()
-	tensor.Dropped(stack)
+	norm, err := gradNorm(ctx, dev, sizes)
 	if err != nil {
 		return err
 	}
