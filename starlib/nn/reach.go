@@ -30,6 +30,11 @@ func (m *Layer) Reach(w *env.Walker) {
 	if m.zero != nil {
 		w.Engine(m.zero.Reach)
 	}
+	if m.z3 != nil {
+		// a ZeRO-3 model's module: the engine holds its partitions (its
+		// gradient hooks on the parameters reach it too)
+		w.Engine(m.z3.z.Reach)
+	}
 	if m.fsdp != nil {
 		if g := m.fsdp.group; g != nil {
 			w.Engine(g.Reach)
