@@ -313,9 +313,6 @@ func (z *ZeRO3) buffers() error {
 			start, size = i+1, 0
 		}
 	}
-	if len(z.subgroups) == 1 && z.P <= z.cfg.SubGroupSize {
-		z.subgroups = [][2]int{{0, len(z.trainable)}}
-	}
 	// defragment: the partitions copied to the host and freed, the cache
 	// emptied (no peak reset), then the flat buffer, the partitions its
 	// views
