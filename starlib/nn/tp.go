@@ -130,8 +130,6 @@ type style struct {
 	useLocal         bool
 	seqDim           int
 	inputs, desired  []*tdist.Placement // PrepareModuleInput's, per positional input (nil: left alone)
-	inputsGiven      bool
-	desiredGiven     bool
 	styleValueString string
 }
 
