@@ -261,6 +261,10 @@ type z3Hook struct {
 // setup_zero_stage3_hooks): each module's own parameters; the root resets
 // the trace at its forward.
 func installZ3(root *Layer, z *tdist.ZeRO3) {
+	var ctx *tensor.Context
+	if ps := root.Parameters(); len(ps) > 0 {
+		ctx = ps[0].Context()
+	}
 	_, mods := root.modulesPreorder("")
 	for _, x := range mods {
 		var own []*tensor.Tensor
@@ -271,10 +275,6 @@ func installZ3(root *Layer, z *tdist.ZeRO3) {
 			if t, ok := x.vals[i].(*startensor.Tensor); ok {
 				own = append(own, t.Engine())
 			}
-		}
-		var ctx *tensor.Context
-		if ps := root.Parameters(); len(ps) > 0 {
-			ctx = ps[0].Context()
 		}
 		x.z3 = &z3Hook{z: z, mod: z.Module(own), root: x == root, ctx: ctx}
 	}
