@@ -176,14 +176,9 @@ func (z *ZeRO3) Step() error {
 	for i, p := range z.trainable {
 		sizes[i] = p.c
 	}
-	norm, err := gradNorm(ctx, dev, sizes)
-	if err != nil {
+	if err := gradNorm(ctx, dev, sizes, &z.norm); err != nil {
 		return err
 	}
-	if z.norm != nil {
-		tensor.Dropped(z.norm)
-	}
-	z.norm = norm
 	z.changed()
 	for gi, sg := range z.subgroups {
 		view, err := z.subgroupView(z.gradParts, sg)

@@ -242,8 +242,20 @@ func (z *ZeRO) epilogue() error {
 // gradNorm is the engine's gradient norm (get_grad_norm_direct) over
 // gradient views of sizes elements: each view's float64 copy and its
 // one-element norm (the copy freed), the norms' stack, the 0-dim global
-// norm the engine keeps (returned).
-func gradNorm(ctx *tensor.Context, dev string, sizes []int) (*tensor.Tensor, error) {
+// norm the engine keeps in *keep (the last step's let go).
+func gradNorm(ctx *tensor.Context, dev string, sizes []int, keep **tensor.Tensor) error {
+	norm, err := gradNormTensors(ctx, dev, sizes)
+	if err != nil {
+		return err
+	}
+	if *keep != nil {
+		tensor.Dropped(*keep)
+	}
+	*keep = norm
+	return nil
+}
+
+func gradNormTensors(ctx *tensor.Context, dev string, sizes []int) (*tensor.Tensor, error) {
 	var norms []*tensor.Tensor
 	for _, n := range sizes {
 		r := ctx.Hold(norms...)
@@ -328,14 +340,10 @@ func (z *ZeRO) Step() error {
 	for i, x := range z.averaged {
 		sizes[i] = x.Numel()
 	}
-	norm, err := gradNorm(ctx, dev, sizes)
+	err := gradNorm(ctx, dev, sizes, &z.norm)
 	if err != nil {
 		return err
 	}
-	if z.norm != nil {
-		tensor.Dropped(z.norm)
-	}
-	z.norm = norm
 	// the gradient partition, flat, in fp32
 	flat := z.averaged[0]
 	if len(z.averaged) > 1 {
