@@ -471,6 +471,20 @@ func floorOf(o Options, info *modelInfo, usable int64) *Floor {
 		// the reducer's buckets: another copy of the trainable parameters
 		f.Communication = info.TrainableBytes
 	}
+	return f.summed()
+}
+
+// deepSpeedElem is the bytes of an element of DeepSpeed's model dtype:
+// bfloat16 with its bf16 enabled (--precision bf16), else float32.
+func deepSpeedElem(o Options) int64 {
+	if o.Precision == PrecBF16 {
+		return 2
+	}
+	return 4
+}
+
+// summed sets the floor's Total: its parts' sum.
+func (f *Floor) summed() *Floor {
 	f.Total = f.Parameters + f.Gradients + f.OptimizerState + f.Communication
 	return f
 }
@@ -482,10 +496,7 @@ func floorOf(o Options, info *modelInfo, usable int64) *Floor {
 // gradients the backward leaves: this rank's partition (stage 2, about
 // 1/N of them) or all of them until the backward ends (stage 1).
 func zeroFloor(o Options, info *modelInfo, usable int64) *Floor {
-	elem := int64(4)
-	if o.Precision == PrecBF16 {
-		elem = 2
-	}
+	elem := deepSpeedElem(o)
 	n := int64(max(1, o.GPUs))
 	psi := info.Trainable
 	a := (psi + 2*n - 1) / (2 * n) * (2 * n)
@@ -494,8 +505,7 @@ func zeroFloor(o Options, info *modelInfo, usable int64) *Floor {
 	if o.Parallel == ParallelZeRO1 {
 		f.Gradients = psi * elem
 	}
-	f.Total = f.Parameters + f.Gradients + f.OptimizerState
-	return f
+	return f.summed()
 }
 
 // zero3Floor is rank 0's model state under DeepSpeed's ZeRO-3: per
@@ -507,10 +517,7 @@ func zeroFloor(o Options, info *modelInfo, usable int64) *Floor {
 // stage3_param_persistence_threshold elements) gathered whole, ceil(n/N)·N
 // elements each, from the first step on.
 func zero3Floor(o Options, info *modelInfo, usable int64) *Floor {
-	elem := int64(4)
-	if o.Precision == PrecBF16 {
-		elem = 2
-	}
+	elem := deepSpeedElem(o)
 	n := int64(max(1, o.GPUs))
 	part := func(shape []int) int64 { return (int64(numelOf(shape)) + n - 1) / n }
 	var all, persist int64
@@ -527,8 +534,7 @@ func zero3Floor(o Options, info *modelInfo, usable int64) *Floor {
 	}
 	f := &Floor{Parameters: (all + persist) * elem, Gradients: trainable * elem, OptimizerState: 12 * trainable,
 		Communication: tdist.DefaultReduceBucketSize * elem, Usable: usable}
-	f.Total = f.Parameters + f.Gradients + f.OptimizerState + f.Communication
-	return f
+	return f.summed()
 }
 
 // rankInfo is info as rank 0 holds it: tensor parallelism's chunks

@@ -60,10 +60,22 @@ func Group(e *env.Env) *tdist.Group {
 	return g
 }
 
-func groupOf(thread *starlark.Thread, b *starlark.Builtin) (*tdist.Group, *env.Env, error) {
+// GroupOf returns the process group builtin b runs over, and the
+// Session's env: mesh's (a 1-D DeviceMesh, given as b's parameter
+// param) or, for None, the Session's default group — an error naming b
+// when there is none, as torch.distributed's.
+func GroupOf(thread *starlark.Thread, b *starlark.Builtin, param string, mesh starlark.Value) (*tdist.Group, *env.Env, error) {
 	e, err := env.Of(thread, b.Name())
 	if err != nil {
 		return nil, nil, err
+	}
+	switch m := mesh.(type) {
+	case *Mesh:
+		g, err := m.Group(b.Name())
+		return g, e, err
+	case nil, starlark.NoneType:
+	default:
+		return nil, e, fmt.Errorf("%s: %s: got %s, want a 1-D DeviceMesh (dist.init_device_mesh; None: the whole process group)", b.Name(), param, mesh.Type())
 	}
 	g := Group(e)
 	if g == nil {
@@ -155,7 +167,7 @@ func allReduce(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 	if err != nil {
 		return nil, err
 	}
-	g, _, err := groupOf(thread, b)
+	g, _, err := GroupOf(thread, b, "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +179,7 @@ func allGather(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "output_tensor", &out, "input_tensor", &in); err != nil {
 		return nil, err
 	}
-	g, _, err := groupOf(thread, b)
+	g, _, err := GroupOf(thread, b, "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +196,7 @@ func reduceScatter(thread *starlark.Thread, b *starlark.Builtin, args starlark.T
 	if err != nil {
 		return nil, err
 	}
-	g, _, err := groupOf(thread, b)
+	g, _, err := GroupOf(thread, b, "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +209,7 @@ func broadcast(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "tensor", &t, "src?", &src); err != nil {
 		return nil, err
 	}
-	g, _, err := groupOf(thread, b)
+	g, _, err := GroupOf(thread, b, "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -208,6 +220,6 @@ func barrier(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
 		return nil, err
 	}
-	_, _, err := groupOf(thread, b)
+	_, _, err := GroupOf(thread, b, "", nil)
 	return starlark.None, err
 }

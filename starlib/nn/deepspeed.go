@@ -6,7 +6,6 @@ import (
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
 
-	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/starlib/dist"
 	startensor "github.com/memsh/memsh/starlib/tensor"
 	"github.com/memsh/memsh/tensor"
@@ -153,13 +152,9 @@ func dsInitialize(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	if err != nil {
 		return nil, err
 	}
-	e, err := env.Of(thread, b.Name())
+	g, _, err := dist.GroupOf(thread, b, "", nil)
 	if err != nil {
 		return nil, err
-	}
-	g := dist.Group(e)
-	if g == nil {
-		return nil, fmt.Errorf("%s: Default process group has not been initialized, please make sure to call init_process_group.", b.Name())
 	}
 	m := newModule("DeepSpeedEngine")
 	if cfg.Stage == 3 {

@@ -8,7 +8,6 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	"github.com/memsh/memsh/backend"
-	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/starlib/dist"
 	startensor "github.com/memsh/memsh/starlib/tensor"
 	"github.com/memsh/memsh/tensor"
@@ -91,17 +90,6 @@ func fullyShard(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	if offload != starlark.None {
 		return nil, fmt.Errorf("%s: offload_policy: CPU offload is not modelled", b.Name())
 	}
-	var meshGroup *tdist.Group
-	switch m := mesh.(type) {
-	case starlark.NoneType:
-	case *dist.Mesh:
-		var err error
-		if meshGroup, err = m.Group(b.Name()); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("%s: mesh: got %s, want a 1-D DeviceMesh (dist.init_device_mesh; None: the whole process group)", b.Name(), mesh.Type())
-	}
 	mp := tdist.NoMixedPrecision
 	cast := tensor.Undefined
 	if mpV != starlark.None {
@@ -124,16 +112,9 @@ func fullyShard(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 			cast = mp.ParamDType
 		}
 	}
-	e, err := env.Of(thread, b.Name())
+	g, e, err := dist.GroupOf(thread, b, "mesh", mesh)
 	if err != nil {
 		return nil, err
-	}
-	g := dist.Group(e)
-	if g == nil {
-		return nil, fmt.Errorf("%s: Default process group has not been initialized, please make sure to call init_process_group.", b.Name())
-	}
-	if meshGroup != nil {
-		g = meshGroup
 	}
 	if mod.fsdp != nil {
 		return nil, fmt.Errorf("%s: fully_shard has already been applied to this %s", b.Name(), mod.typ)

@@ -76,13 +76,9 @@ func newDDP(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	if !ok || mb <= 0 {
 		return nil, fmt.Errorf("%s: bucket_cap_mb must be a positive number, got %s", b.Name(), capMB)
 	}
-	e, err := env.Of(thread, b.Name())
+	g, _, err := dist.GroupOf(thread, b, "", nil)
 	if err != nil {
 		return nil, err
-	}
-	g := dist.Group(e)
-	if g == nil {
-		return nil, fmt.Errorf("%s: Default process group has not been initialized, please make sure to call init_process_group.", b.Name())
 	}
 	_, all := mod.namedTensors(kindParam, "", true)
 	_, bufs := mod.namedTensors(kindBuffer, "", true)

@@ -248,22 +248,9 @@ func parallelizeModule(thread *starlark.Thread, b *starlark.Builtin, args starla
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "module", &mod, "device_mesh?", &meshV, "parallelize_plan?", &plan); err != nil {
 		return nil, err
 	}
-	e, err := env.Of(thread, b.Name())
+	g, e, err := dist.GroupOf(thread, b, "device_mesh", meshV)
 	if err != nil {
 		return nil, err
-	}
-	var g *tdist.Group
-	switch m := meshV.(type) {
-	case *dist.Mesh:
-		if g, err = m.Group(b.Name()); err != nil {
-			return nil, err
-		}
-	case starlark.NoneType:
-		if g = dist.Group(e); g == nil {
-			return nil, fmt.Errorf("%s: Default process group has not been initialized, please make sure to call init_process_group.", b.Name())
-		}
-	default:
-		return nil, fmt.Errorf("%s: device_mesh: got %s, want a DeviceMesh (dist.init_device_mesh)", b.Name(), meshV.Type())
 	}
 	ctx := startensor.Context(e)
 	type job struct {

@@ -67,8 +67,7 @@ func newFSDPParam(p *tensor.Tensor, rank, n int, set func(*tensor.Tensor) error)
 	if err != nil {
 		return nil, err
 	}
-	start := min(rank*rows, shape[0])
-	local := min(rows, shape[0]-start)
+	start, local := ChunkSize(shape[0], n, rank) // this rank's rows
 	if local > 0 && p.HasData() {
 		src, err := tensor.Narrow(p, 0, start, local)
 		if err == nil {

@@ -2,7 +2,6 @@ package dist
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/tensor"
@@ -475,9 +474,6 @@ func (z *ZeRO3) install(zp *Z3Param, buf *tensor.Tensor) error {
 	return nil
 }
 
-// Param returns the engine's record of parameter t (nil: not the model's).
-func (z *ZeRO3) Param(t *tensor.Tensor) *Z3Param { return z.byTensor[t] }
-
 // Remove unregisters the gradient hooks.
 func (z *ZeRO3) Remove() {
 	for _, f := range z.removes {
@@ -556,19 +552,4 @@ func (z *ZeRO3) StateTensors(fn func(*tensor.Tensor)) {
 			}
 		}
 	}
-}
-
-// Partitions returns this rank's partition elements P (Σ ceil(n_p/N)
-// over the trainable parameters) and the sub-groups' sizes.
-func (z *ZeRO3) Partitions() (int, []int) {
-	var sizes []int
-	for _, sg := range z.subgroups {
-		last := z.trainable[sg[1]-1]
-		sizes = append(sizes, last.off+last.c-z.trainable[sg[0]].off)
-	}
-	return z.P, sizes
-}
-
-func (z *ZeRO3) String() string {
-	return fmt.Sprintf("ZeRO3(world=%d, P=%d)", z.g.Size, z.P)
 }
