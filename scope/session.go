@@ -126,6 +126,19 @@ type Session struct {
 	reclaimDue bool
 }
 
+// metaOnly reports whether every GPU is simulated in meta mode: the
+// session's host is then meta too (host.NewMetaDevice), so that "cpu"
+// tensors (a CPU-offloaded model's parameters, gradients and optimizer
+// states) have sizes and no values, as the GPUs' tensors.
+func metaOnly(gpus []backend.Device) bool {
+	for _, d := range gpus {
+		if m, ok := d.(interface{ Meta() bool }); !ok || !m.Meta() {
+			return false
+		}
+	}
+	return len(gpus) > 0
+}
+
 // New creates a Session on the devices opts.Device selects.
 func New(opts Options) (*Session, error) {
 	if opts.Out == nil {
@@ -157,7 +170,11 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 	for i, d := range gpus {
 		allocs[i] = backend.NewCachingAllocator(d, i)
 	}
-	mgr := backend.NewManager(backend.Config{GPUs: allocs, Host: host.NewAllocator(), Peak: opts.Peak})
+	hostAlloc := host.NewAllocator()
+	if metaOnly(gpus) {
+		hostAlloc = host.NewMetaAllocator()
+	}
+	mgr := backend.NewManager(backend.Config{GPUs: allocs, Host: hostAlloc, Peak: opts.Peak})
 	s := &Session{
 		opts:    opts,
 		out:     opts.Out,

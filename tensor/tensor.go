@@ -238,12 +238,16 @@ func deviceIsMeta(c *Context, device string) bool {
 	return ok && m.Meta()
 }
 
-// isMetaDevice reports whether device is a simulated GPU in meta mode
-// (memory that stores no values; a real GPU's memory is not host-accessible
-// either, but it holds values).
+// isMetaDevice reports whether device is a simulated GPU in meta mode, or
+// the meta host of such a session (memory that stores no values; a real
+// GPU's memory is not host-accessible either, but it holds values).
 func isMetaDevice(c *Context, device string) bool {
 	a, err := c.Manager.Allocator(device)
-	return err == nil && a.Device().Kind() == "sim"
+	if err != nil {
+		return false
+	}
+	m, ok := a.Device().(interface{ Meta() bool })
+	return a.Device().Kind() == "sim" || (ok && m.Meta())
 }
 
 // isMeta reports whether t lives on a meta device.

@@ -69,6 +69,12 @@ func NewAllocator() *Allocator {
 	return &Allocator{dev: NewDevice(), live: make(map[*backend.Block]uint64)}
 }
 
+// NewMetaAllocator returns the allocator of a meta host (NewMetaDevice):
+// the same statistics, no memory.
+func NewMetaAllocator() *Allocator {
+	return &Allocator{dev: NewMetaDevice(), live: make(map[*backend.Block]uint64)}
+}
+
 // Device returns the host Device.
 func (a *Allocator) Device() backend.Device { return a.dev }
 
@@ -137,7 +143,7 @@ func (a *Allocator) Free(b *backend.Block) {
 	a.numDeviceFree++
 	a.count.sub(1)
 	a.bytes.sub(int64(size))
-	if size < MmapThreshold {
+	if size < MmapThreshold && !a.dev.meta {
 		a.smallFreed += size
 		if a.smallFreed >= TrimPacing {
 			a.smallFreed = 0

@@ -52,6 +52,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -87,7 +88,16 @@ func Trim() {
 // freed, but for the freed blocks retained for reuse as glibc would retain
 // them under PyTorch (see RetainMin). The zero value is ready to use; the
 // retained blocks are the process's, shared by every Device.
-type Device struct{}
+//
+// A meta Device (NewMetaDevice) is the host of a session whose GPUs are
+// simulated in meta mode: its blocks have sizes and addresses but no
+// memory, so a "cpu" tensor there has a shape, a dtype and a size but no
+// values, as the meta GPU's tensors (a CPU-offloaded 8B model's states
+// cost the process nothing).
+type Device struct {
+	meta bool
+	next atomic.Uintptr // a meta device's next address
+}
 
 var _ backend.Device = (*Device)(nil)
 
@@ -97,14 +107,32 @@ func NewDevice() *Device {
 	return &Device{}
 }
 
+// NewMetaDevice returns a host device that keeps no data (see Device).
+func NewMetaDevice() *Device {
+	d := &Device{meta: true}
+	d.next.Store(metaBase)
+	return d
+}
+
+// metaBase is a meta device's first address (any nonzero, 64-byte aligned
+// value: the addresses are only distinct).
+const metaBase = 1 << 40
+
+// Meta reports whether the device keeps no data (NewMetaDevice).
+func (d *Device) Meta() bool { return d.meta }
+
 // Name is "cpu".
 func (*Device) Name() string { return "cpu" }
 
 // Kind is "cpu".
 func (*Device) Kind() string { return "cpu" }
 
-// Description is "host RAM (<MemTotal>)", e.g. "host RAM (23.54 GiB)".
-func (*Device) Description() string {
+// Description is "host RAM (<MemTotal>)", e.g. "host RAM (23.54 GiB)";
+// a meta device's ends "meta: no values".
+func (d *Device) Description() string {
+	if d.meta {
+		return "host RAM (" + backend.FormatBytes(int64(Total())) + "; meta: no values)"
+	}
 	return "host RAM (" + backend.FormatBytes(int64(Total())) + ")"
 }
 
@@ -120,13 +148,18 @@ func (*Device) MemGetInfo() (free, total uint64, err error) {
 // block of its size class when there is one (see RetainMin), and is
 // allocated with its whole class otherwise. The bytes are not zeroed. When
 // the memory cannot be had even after the retained blocks are released, the
-// error wraps backend.ErrDeviceFull.
-func (*Device) Malloc(size uint64) (backend.DeviceMem, error) {
+// error wraps backend.ErrDeviceFull. A meta device returns an address and
+// no memory.
+func (d *Device) Malloc(size uint64) (backend.DeviceMem, error) {
 	if size == 0 {
 		return backend.DeviceMem{}, errors.New("host: Malloc of 0 bytes")
 	}
 	if size > uint64(^uint(0)>>1) {
 		return backend.DeviceMem{}, fmt.Errorf("host: cannot allocate %d bytes: %w", size, backend.ErrDeviceFull)
+	}
+	if d.meta {
+		n := uintptr((size + Alignment - 1) &^ (Alignment - 1))
+		return backend.DeviceMem{Ptr: d.next.Add(n) - n}, nil
 	}
 	n := size
 	if class := retainClass(size); class != 0 {
@@ -180,7 +213,10 @@ func freeMem(b []byte) error {
 // RetainMax bytes is retained for reuse (see RetainMin), any other goes
 // back to the C allocator and, from MmapThreshold bytes, to the operating
 // system.
-func (*Device) Free(m backend.DeviceMem, size uint64) error {
+func (d *Device) Free(m backend.DeviceMem, size uint64) error {
+	if d.meta && m.Ptr != 0 {
+		return nil
+	}
 	if m.Ptr == 0 || len(m.Host) == 0 {
 		return errors.New("host: Free of a nil pointer")
 	}

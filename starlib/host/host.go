@@ -30,6 +30,15 @@ import (
 //	                   (experiments, the logger) are not disturbed
 //	total()            the host's RAM (MemTotal)
 //	available()        RAM available without swapping (MemAvailable)
+//	memory_allocated() the bytes of live "cpu" tensors, as the host
+//	                   allocator counts them (what is requested; on a
+//	                   meta session's host, where RSS sees nothing, the
+//	                   only figure)
+//	max_memory_allocated()
+//	                   its peak since the session began or
+//	                   reset_peak_memory_stats()
+//	reset_peak_memory_stats()
+//	                   restart max_memory_allocated() at memory_allocated()
 //	heap_live()        the Go heap's live bytes after a reclaim (a full GC):
 //	                   the interpreter's own memory, not tensors
 //	cpu_percent(interval=0.1, percpu=False)
@@ -40,13 +49,16 @@ import (
 var Module = &starlarkstruct.Module{
 	Name: "host",
 	Members: starlark.StringDict{
-		"rss":         starlark.NewBuiltin("host.rss", rss),
-		"peak_rss":    starlark.NewBuiltin("host.peak_rss", peakRSS),
-		"reset_peak":  starlark.NewBuiltin("host.reset_peak", resetPeak),
-		"total":       starlark.NewBuiltin("host.total", total),
-		"available":   starlark.NewBuiltin("host.available", available),
-		"heap_live":   starlark.NewBuiltin("host.heap_live", heapLive),
-		"cpu_percent": starlark.NewBuiltin("host.cpu_percent", cpuPercent),
+		"rss":                     starlark.NewBuiltin("host.rss", rss),
+		"peak_rss":                starlark.NewBuiltin("host.peak_rss", peakRSS),
+		"reset_peak":              starlark.NewBuiltin("host.reset_peak", resetPeak),
+		"total":                   starlark.NewBuiltin("host.total", total),
+		"available":               starlark.NewBuiltin("host.available", available),
+		"heap_live":               starlark.NewBuiltin("host.heap_live", heapLive),
+		"memory_allocated":        starlark.NewBuiltin("host.memory_allocated", allocated("allocated_bytes.all.current")),
+		"max_memory_allocated":    starlark.NewBuiltin("host.max_memory_allocated", allocated("allocated_bytes.all.peak")),
+		"reset_peak_memory_stats": starlark.NewBuiltin("host.reset_peak_memory_stats", allocated("")),
+		"cpu_percent":             starlark.NewBuiltin("host.cpu_percent", cpuPercent),
 	},
 }
 
@@ -109,6 +121,27 @@ func available(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 		return nil, err
 	}
 	return starlark.MakeUint64(bhost.Available()), nil
+}
+
+// allocated returns a builtin giving the host allocator's statistic key
+// after a reclaim ("": resetting its peaks).
+func allocated(key string) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		e, err := noArgs(thread, b, args, kwargs)
+		if err != nil {
+			return nil, err
+		}
+		a, err := e.Manager.Allocator("cpu")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", b.Name(), err)
+		}
+		e.Manager.Reclaim()
+		if key == "" {
+			e.Manager.ResetPeakStats(a)
+			return starlark.None, nil
+		}
+		return starlark.MakeInt64(a.Stats()[key]), nil
+	}
 }
 
 func heapLive(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {

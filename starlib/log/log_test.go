@@ -54,7 +54,12 @@ func TestTransientPeakEveryRun(t *testing.T) {
 			t.Errorf("run %d: GPU consumed %d peak %d peaked %d; want 0, 1 GiB, 1 GiB", i, g.Consumed, g.Peak, g.Peaked)
 		}
 	}
-	// Host: ones() writes every page, so RSS really rises by 1 GiB.
+	// Host: ones() writes every page, so RSS really rises by 1 GiB (on a
+	// data session: a meta session's host is meta too).
+	s = newSessionOn(t, "sim:1GiB", &out)
+	if err := memlog.Start(s.Env(), true); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 3 {
 		if err := s.Exec("t.star", `n = tensor.ones([256, 1024, 1024]).numel()`); err != nil {
 			t.Fatal(err)
