@@ -784,12 +784,21 @@ func (m *Manager) handle(a Allocator, b *Block, nbytes uint64, deferred bool) *M
 // it (the data is not kept). It is a new allocation for the allocator,
 // the events and the peaks; the reach walk forgets what its kept frames
 // found, which did not see the new allocation.
-func (m *Manager) Regrow(h *Memory) error {
+func (m *Manager) Regrow(h *Memory) error { return m.RegrowOn(h, nil) }
+
+// RegrowOn is Regrow on allocator a (nil: h's own): a handle made by
+// AllocDeferred gets its memory there, as Module.to_empty(device=...)
+// makes a meta tensor's storage on the device it is given; a released
+// one only on its own.
+func (m *Manager) RegrowOn(h *Memory, a Allocator) error {
 	old := h.rec
 	if !old.freed && !old.deferred {
 		return nil
 	}
-	n, err := m.allocOn(old.alloc, old.nbytes, nil, nil)
+	if a == nil || !old.deferred {
+		a = old.alloc
+	}
+	n, err := m.allocOn(a, old.nbytes, nil, nil)
 	if err != nil {
 		return err
 	}

@@ -139,8 +139,8 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 	var eightBit, paged *attempt
 	for _, opt := range Optimizers {
 		dev, _ := optimizerStateBytes(opt.Name, info)
-		if !opt.Saver || opt.Name == o.Optimizer || dev >= cur || zero {
-			continue // (DeepSpeed's engine: FusedAdam only)
+		if !opt.Saver || opt.Name == o.Optimizer || dev >= cur || zero || o.Parallel == ParallelFSDPOffload {
+			continue // (DeepSpeed's engine: FusedAdam only; CPU offload: no state on the device)
 		}
 		o2 := o
 		o2.Optimizer = opt.Name
@@ -191,13 +191,26 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 		for k, v := range o.Set {
 			o2.Set[k] = v
 		}
-		return batchSearch(fmt.Sprintf("FSDP2 on %d × %s (--gpus %d --parallel fsdp)", n, o.GPU, n), o2, o.GPU)
+		return batchSearch(fmt.Sprintf("FSDP2 on %s (--gpus %d --parallel fsdp)", gpusText(n, o.GPU), n), o2, o.GPU)
 	}
-	var fsdp4, fsdpNext *attempt
-	canShard := o.Parallel != ParallelFSDP && o.TP == 0 && o.Precision != PrecFP16 && o.Finetune != FinetuneQLoRA
+	var fsdp4, fsdpNext, offload *attempt
+	var offloadNote string
+	canShard := !o.fsdp() && o.TP == 0 && o.Precision != PrecFP16 && o.Finetune != FinetuneQLoRA
 	if canShard {
 		fsdp4 = shardOn(4)
 		first = append(first, fsdp4)
+	}
+	if canShard && (o.Optimizer == OptAdamWTorch || o.Optimizer == OptAdam || o.Optimizer == OptSGD) {
+		// the model state in host memory, on the GPUs the job has
+		o2 := o
+		o2.GPUs, o2.Parallel = max(1, o.GPUs), ParallelFSDPOffload
+		o2.Set = map[string]bool{"gpus": true, "parallel": true}
+		for k, v := range o.Set {
+			o2.Set[k] = v
+		}
+		offload = batchSearch(fmt.Sprintf("FSDP2 with CPU offload on %s (--gpus %d --parallel fsdp,offload)", gpusText(o2.GPUs, o.GPU), o2.GPUs), o2, o.GPU)
+		offloadNote = "per rank; its model state in pinned host memory: " + fb(floorOf(o2, info, 0).Offloaded)
+		first = append(first, offload)
 	}
 	if err := searchAll(first, m, lib, stderr); err != nil {
 		return nil, err
@@ -268,6 +281,10 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 	}
 	add(lora)
 	add(qlora)
+	if offload != nil {
+		offload.a.Note = offloadNote
+		add(offload)
+	}
 	// the fewest GPUs that fit (2 before 4), or 8's answer
 	switch {
 	case fsdp4 == nil:
@@ -280,6 +297,9 @@ func advise(o Options, m *Model, lib fs.FS, seq int, info *modelInfo, stderr io.
 	}
 	return out, nil
 }
+
+// gpusText is "N × CARD".
+func gpusText(n int, card string) string { return fmt.Sprintf("%d × %s", n, card) }
 
 // finetuneAlternative is o with --finetune ft, when that is a change the
 // model takes (LoRA after full fine-tuning, QLoRA after full or LoRA):

@@ -256,6 +256,9 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		}
 		rep.Capacity, rep.Usable, rep.Context = ms.Total, ms.Total-ms.Outside, ms.Outside
 		rep.Peak = &Peak{Allocated: ms.MaxAllocated, Reserved: ms.MaxReserved, Fragmentation: ms.MaxReserved - ms.MaxAllocated, Headroom: ms.Total - ms.Outside - ms.MaxReserved}
+		if o.Parallel == ParallelFSDPOffload {
+			rep.Peak.Host = ms.HostPeak
+		}
 		rep.Breakdown = breakdownOf(ms.Peak)
 		if rep.Breakdown != nil && !o.Inference {
 			rep.Breakdown.OptimizerStatePaged = ms.Paged
@@ -465,6 +468,9 @@ func floorOf(o Options, info *modelInfo, usable int64) *Floor {
 		return zeroFloor(o, info, usable)
 	}
 	info = rankInfo(o, info)
+	if o.Parallel == ParallelFSDPOffload {
+		return offloadFloor(o, info, usable)
+	}
 	dev, paged := optimizerStateBytes(o.Optimizer, info)
 	f := &Floor{Parameters: info.ParamBytes + info.QuantBytes, Gradients: info.TrainableBytes, OptimizerState: dev, OptimizerStatePaged: paged, Usable: usable}
 	if o.Parallel == ParallelDDP {
@@ -472,6 +478,44 @@ func floorOf(o Options, info *modelInfo, usable int64) *Floor {
 		f.Communication = info.TrainableBytes
 	}
 	return f.summed()
+}
+
+// offloadFloor is rank 0's model state under FSDP2 with CPU offload
+// (info: rank 0's shards): nothing on the device; in host memory the
+// padded shards, their gradients and the optimizer's state for them
+// (AdamW and Adam: two moments; SGD with momentum 0: none), as the host
+// allocator counts them (no rounding).
+func offloadFloor(o Options, info *modelInfo, usable int64) *Floor {
+	elem := int64(elemOf(info))
+	n := int64(max(1, o.GPUs))
+	var params, trainable int64
+	for _, p := range info.Params {
+		if len(p.Shape) == 0 {
+			params++
+			continue
+		}
+		params += (int64(p.Shape[0]) + n - 1) / n * int64(numelOf(p.Shape[1:]))
+	}
+	for _, s := range info.TrainableShapes { // already rank 0's rows
+		trainable += int64(numelOf(s))
+	}
+	if info.Adapters > 0 {
+		params += trainable // LoRA's adapters are not among Params
+	}
+	states := int64(2)
+	if o.Optimizer == OptSGD {
+		states = 0
+	}
+	f := &Floor{Usable: usable, Offloaded: (params + trainable*(1+states)) * elem}
+	return f.summed()
+}
+
+// elemOf is the bytes of an element of the model's dtype.
+func elemOf(info *modelInfo) uint64 {
+	if strings.Contains(info.DType, "16") {
+		return 2
+	}
+	return 4
 }
 
 // deepSpeedElem is the bytes of an element of DeepSpeed's model dtype:
@@ -545,7 +589,7 @@ func rankInfo(o Options, info *modelInfo) *modelInfo {
 		info = info.Rank
 	}
 	switch {
-	case o.Parallel == ParallelFSDP:
+	case o.fsdp():
 		return shardedInfo(info, o.GPUs)
 	case o.TPFSDP:
 		return shardedInfo(info, o.GPUs/o.TP)
@@ -558,10 +602,7 @@ func rankInfo(o Options, info *modelInfo) *modelInfo {
 // real), so the trainable shapes the optimizer's state follows are those
 // rows.
 func shardedInfo(info *modelInfo, n int) *modelInfo {
-	elem := int64(4)
-	if strings.Contains(info.DType, "16") {
-		elem = 2
-	}
+	elem := int64(elemOf(info))
 	shard := func(shape []int) []int {
 		if len(shape) == 0 {
 			return shape

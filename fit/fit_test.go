@@ -159,7 +159,7 @@ func TestUsageErrors(t *testing.T) {
 		{"llama-3.2-1b", map[string]any{"gpus": 16, "parallel": "tp=16"}, "--parallel tp=16: llama-3.2-1b's num_key_value_heads (8) is not divisible by the tensor-parallel degree 16"},
 		{"llama-3.2-1b", map[string]any{"gpus": 2, "parallel": "tp=2", "finetune": "lora"}, "--parallel tp=2 --finetune lora: tensor parallelism of PEFT's adapter layers is not modelled"},
 		{"llama-3.2-1b", map[string]any{"gpus": 8, "parallel": "tp=2,fsdp", "precision": "fp16"}, "--parallel tp=2,fsdp with fp16: FSDP2's loss scaling"},
-		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "pipeline"}, `--parallel: want ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard), zero1, zero2 or zero3 (DeepSpeed's ZeRO), tp=T or tp=T,fsdp (tensor parallelism, 2-D with FSDP2), got "pipeline"`},
+		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "pipeline"}, `--parallel: want ddp (DistributedDataParallel), fsdp or fsdp,offload (FSDP2's fully_shard, with CPU offload), zero1, zero2 or zero3 (DeepSpeed's ZeRO), tp=T or tp=T,fsdp (tensor parallelism, 2-D with FSDP2), got "pipeline"`},
 		{"gpt2-small", map[string]any{"gpus": 8, "parallel": "fsdp", "precision": "fp16"}, "--parallel fsdp with fp16: FSDP2's loss scaling (a sharded GradScaler) is not modelled"},
 		{"llama-3.2-1b", map[string]any{"gpus": 8, "parallel": "fsdp", "finetune": "qlora"}, "--parallel fsdp --finetune qlora: sharding bitsandbytes' 4-bit weights is not modelled"},
 		{"llama-3.2-1b", map[string]any{"gpus": 8, "inference": true}, "--gpus/--parallel: a training option; --inference generates on one GPU"},
@@ -742,6 +742,63 @@ func TestFSDP(t *testing.T) {
 	}
 	if one.LargestBatch != nil || got == nil || !got.Fits || !strings.HasPrefix(got.Change, "FSDP2 on 2 × H100") {
 		t.Errorf("one GPU: largest %v, FSDP advice %+v", one.LargestBatch, got)
+	}
+}
+
+// --parallel fsdp,offload: FSDP2 with CPUOffloadPolicy keeps no model
+// state on the GPU. Llama 3.1 8B's dims all divide by 8 and 2, so rank
+// 0's shards hold P/N of its P parameters; in host memory they are
+// float32, as their gradients and AdamW's two moments: 16·P/N bytes. The
+// host's peak adds the optimizer's per-parameter loop at lm_head (the
+// last parameter): its sqrt(exp_avg_sq) and denominator, [V/N, h]
+// float32 each, and the final norm's denominator before it ([h/N]).
+// On 16 GiB cards nothing fits and the floor is that host state alone.
+func TestFSDPOffload(t *testing.T) {
+	const params, h, vocab = 8030261248, 4096, 128256
+	for _, n := range []int64{8, 2} {
+		set := map[string]any{"gpus": int(n), "parallel": "fsdp,offload", "json": true}
+		if n == 2 {
+			set["gpu"] = "16GiB"
+		}
+		rc, out, errs := runMain(t, options("llama-3.1-8b", set))
+		if rc != 0 {
+			t.Fatalf("N=%d: exit %d: %s", n, rc, errs)
+		}
+		var r fit.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		state := 16 * params / n
+		if n == 2 {
+			if r.LargestBatch != nil || r.Floor == nil || r.Floor.Total != 0 || r.Floor.Offloaded != state {
+				t.Errorf("N=2 on 16 GiB: largest %v, floor %+v; want none and offloaded %d", r.LargestBatch, r.Floor, state)
+			}
+			continue
+		}
+		if r.LargestBatch == nil || *r.LargestBatch < 1 || r.Parallel != "fsdp,offload" {
+			t.Fatalf("largest %v, parallel %q", r.LargestBatch, r.Parallel)
+		}
+		step := 2*vocab/n*h*4 + h/n*4
+		if r.Peak.Host != state+step {
+			t.Errorf("host peak %d, want %d (state) + %d (the step's loop)", r.Peak.Host, state, step)
+		}
+		if b := r.Breakdown; b.Gradients != 0 || b.OptimizerState != 0 || b.Communication == 0 {
+			t.Errorf("breakdown %+v: want no gradients and no optimizer state on the GPU", b)
+		}
+	}
+	// the bad ones
+	for _, c := range []struct {
+		set  map[string]any
+		want string
+	}{
+		{map[string]any{"gpus": 2, "parallel": "fsdp,offload", "optimizer": "adamw_bnb_8bit"}, "a CPU step is modelled for torch.optim's AdamW, Adam and SGD"},
+		{map[string]any{"gpus": 2, "parallel": "fsdp,offload", "finetune": "qlora"}, "sharding bitsandbytes' 4-bit weights is not modelled"},
+		{map[string]any{"parallel": "fsdp,offload"}, "give the job's GPUs"},
+	} {
+		rc, _, errs := runMain(t, options("llama-3.2-1b", c.set))
+		if rc != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", c.set, rc, errs, c.want)
+		}
 	}
 }
 

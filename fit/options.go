@@ -181,6 +181,12 @@ const (
 	// MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32);
 	// gradient accumulation reduce-scatters every micro-batch.
 	ParallelFSDP = "fsdp"
+	// ParallelFSDPOffload is ParallelFSDP with CPUOffloadPolicy (pinned):
+	// the shards, their gradients and AdamW's states in host memory, the
+	// optimizer stepping on the CPU; the model built on the meta device
+	// and materialized with to_empty(device="cpu") (torchtitan's
+	// enable_cpu_offload), its buffers on the GPU.
+	ParallelFSDPOffload = "fsdp,offload"
 	// ParallelZeRO1 and ParallelZeRO2 are DeepSpeed's engine with ZeRO
 	// stage 1 or 2 (DeepSpeed 0.19: reduce_bucket_size 5e8, FusedAdam;
 	// bf16 casts the model).
@@ -390,7 +396,7 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 			return nil, usageErr("--attention flash: FlashAttention-2 needs sm80 or newer; %s is sm%d%d", preset.Name, cc[0], cc[1])
 		}
 	}
-	if (o.Parallel == ParallelFSDP || o.TPFSDP) && o.Precision == PrecFP16 {
+	if (o.fsdp() || o.TPFSDP) && o.Precision == PrecFP16 {
 		return nil, usageErr("--parallel %s with fp16: FSDP2's loss scaling (a sharded GradScaler) is not modelled; use bf16 (on a card without bfloat16: fp32)", o.Parallel)
 	}
 	if o.zero() && (o.Precision == PrecFP16 || o.Precision == PrecBF16True) {
@@ -500,7 +506,7 @@ func (o *Options) validateParallel() error {
 		if o.GPUs > 1 {
 			o.Parallel = ParallelDDP
 		}
-	case ParallelDDP, ParallelFSDP, ParallelZeRO1, ParallelZeRO2, ParallelZeRO3:
+	case ParallelDDP, ParallelFSDP, ParallelFSDPOffload, ParallelZeRO1, ParallelZeRO2, ParallelZeRO3:
 		if !o.Set["gpus"] {
 			return usageErr("--parallel %s: give the job's GPUs (--gpus N)", o.Parallel)
 		}
@@ -511,7 +517,7 @@ func (o *Options) validateParallel() error {
 			}
 			break
 		}
-		return usageErr("--parallel: want ddp (DistributedDataParallel), fsdp (FSDP2's fully_shard), zero1, zero2 or zero3 (DeepSpeed's ZeRO), tp=T or tp=T,fsdp (tensor parallelism, 2-D with FSDP2), got %q", o.Parallel)
+		return usageErr("--parallel: want ddp (DistributedDataParallel), fsdp or fsdp,offload (FSDP2's fully_shard, with CPU offload), zero1, zero2 or zero3 (DeepSpeed's ZeRO), tp=T or tp=T,fsdp (tensor parallelism, 2-D with FSDP2), got %q", o.Parallel)
 	}
 	if o.zero() {
 		switch {
@@ -526,10 +532,19 @@ func (o *Options) validateParallel() error {
 	if o.Parallel != "" && o.Inference {
 		return usageErr("--gpus/--parallel: a training option; --inference generates on one GPU")
 	}
-	if o.Parallel == ParallelFSDP && o.Finetune == FinetuneQLoRA {
-		return usageErr("--parallel fsdp --finetune qlora: sharding bitsandbytes' 4-bit weights is not modelled")
+	if o.fsdp() && o.Finetune == FinetuneQLoRA {
+		return usageErr("--parallel %s --finetune qlora: sharding bitsandbytes' 4-bit weights is not modelled", o.Parallel)
+	}
+	if o.Parallel == ParallelFSDPOffload && o.Set["optimizer"] && o.Optimizer != OptAdamWTorch && o.Optimizer != OptAdam && o.Optimizer != OptSGD {
+		return usageErr("--parallel %s --optimizer %s: a CPU step is modelled for torch.optim's AdamW, Adam and SGD", o.Parallel, o.Optimizer)
 	}
 	return nil
+}
+
+// fsdp reports whether --parallel is FSDP2 alone (with or without CPU
+// offload).
+func (o *Options) fsdp() bool {
+	return o.Parallel == ParallelFSDP || o.Parallel == ParallelFSDPOffload
 }
 
 // zero reports whether --parallel is one of DeepSpeed's ZeRO stages.

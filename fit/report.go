@@ -98,6 +98,10 @@ type Peak struct {
 	Reserved      int64 `json:"reserved"`      // max_memory_reserved
 	Fragmentation int64 `json:"fragmentation"` // reserved − allocated at the peaks
 	Headroom      int64 `json:"headroom"`      // usable − reserved
+	// Host is the host allocator's peak in the trial under --parallel
+	// fsdp,offload: the pinned shards, gradients and optimizer state and
+	// the CPU step's temporaries.
+	Host int64 `json:"host,omitempty"`
 }
 
 // Breakdown is memtrack's categories in fit's names.
@@ -139,8 +143,12 @@ type Floor struct {
 	// Communication is --parallel ddp's gradient buckets (as many bytes
 	// as the gradients).
 	Communication int64 `json:"communication,omitempty"`
-	Total         int64 `json:"total"`
-	Usable        int64 `json:"usable"`
+	// Offloaded is the model state in host memory under --parallel
+	// fsdp,offload: the shards, their gradients and the optimizer's
+	// state (not in Total: it is not on the device).
+	Offloaded int64 `json:"offloaded,omitempty"`
+	Total     int64 `json:"total"`
+	Usable    int64 `json:"usable"`
 }
 
 // Alternative is one change that could make the model fit, found by
@@ -251,10 +259,14 @@ func (r *Report) WriteText(w io.Writer) {
 		if zero && r.Precision == PrecBF16 {
 			prec = "bf16 as DeepSpeed's bf16.enabled (the model cast to bfloat16, no autocast; fp32 master weights and optimizer state)"
 		}
-		if (r.Parallel == ParallelFSDP || strings.HasSuffix(r.Parallel, ",fsdp")) && r.Precision == PrecBF16 {
+		if (r.Parallel == ParallelFSDP || r.Parallel == ParallelFSDPOffload || strings.HasSuffix(r.Parallel, ",fsdp")) && r.Precision == PrecBF16 {
 			prec = "bf16 through FSDP2's MixedPrecisionPolicy (bfloat16 compute and all-gathers, float32 sharded weights, gradient reduce-scatters and optimizer state)"
 		}
 		opt := optimizerText(r.Optimizer)
+		if r.Parallel == ParallelFSDPOffload {
+			// foreach=None on CPU parameters: the per-parameter loop
+			opt = strings.Replace(opt, "foreach", "its per-parameter loop on the CPU", 1)
+		}
 		if zero {
 			opt = "DeepSpeed's FusedAdam (adam_w_mode, on the fp32 master partition)"
 		}
@@ -299,6 +311,9 @@ func (r *Report) WriteText(w io.Writer) {
 		if r.Breakdown != nil {
 			p("    %s\n", r.Breakdown.text())
 		}
+		if r.Peak.Host > 0 {
+			p("    host memory of the rank (CPU offload) at its peak: %s\n", fb(r.Peak.Host))
+		}
 	}
 	if r.OOM != nil {
 		p("  at %s %d (out of memory): tried to allocate %s with %s allocated", unit, r.OOM.Value, fb(r.OOM.Requested), fb(r.OOM.Allocated))
@@ -326,6 +341,9 @@ func (r *Report) WriteText(w io.Writer) {
 		p(" = %s", fb(r.Floor.Total))
 		if r.Floor.OptimizerStatePaged > 0 {
 			p(" (and %s of optimizer state paged, off the device)", fb(r.Floor.OptimizerStatePaged))
+		}
+		if r.Floor.Offloaded > 0 {
+			p(" (and %s offloaded to host memory: shards, gradients, optimizer state)", fb(r.Floor.Offloaded))
 		}
 	}
 	if r.Floor != nil {
@@ -410,6 +428,8 @@ func parallelText(parallel string, gpus int) string {
 		return fmt.Sprintf("ZeRO stage %s on %d GPUs: DeepSpeed's engine (bfloat16 flat parameters on every rank; the fp32 master weights, Adam's moments%s in 1/%d partitions; a reduce bucket of %s elements in the backward); the figures are rank 0's, the batch is each rank's (%d × it per step)", parallel[4:], gpus, grads, gpus, commas(int64(tdist.DefaultReduceBucketSize)), gpus)
 	case ParallelFSDP:
 		return fsdpText(gpus)
+	case ParallelFSDPOffload:
+		return fmt.Sprintf("fully sharded on %s with CPU offload: FSDP2 (fully_shard on each block and on the root with CPUOffloadPolicy(pin_memory=True), as torchtitan's enable_cpu_offload; the 1/%d dim-0 shards, their gradients and the optimizer state in pinned host memory, the optimizer stepping on the CPU; each block's shards copied to the GPU and all-gathered for its forward and backward, gradients reduce-scattered and copied back); the figures are rank 0's GPU, the batch is each rank's (%d × it per step)", countText(gpus, "GPU"), gpus, gpus)
 	case ParallelZeRO3:
 		return fmt.Sprintf("ZeRO stage 3 on %d GPUs: DeepSpeed's engine (every parameter in 1/%d partitions, built as zero.Init builds it, each module's gathered for its forward and backward and released after them, prefetched along the trace of the first step; the gradients' and the fp32 master weights' and Adam's moments' partitions; the reduce bucket of %s elements always there); the figures are rank 0's, the batch is each rank's (%d × it per step)", gpus, gpus, commas(int64(tdist.DefaultReduceBucketSize)), gpus)
 	}
@@ -422,6 +442,14 @@ func parallelText(parallel string, gpus int) string {
 		return fmt.Sprintf("2-D on %d GPUs: %s, and FSDP2 over %d data-parallel ranks (fully_shard on each block and on the root; the chunks' dim 0 in 1/%d shards); the figures are rank 0's, the batch is each data-parallel rank's (%d × it per step)", gpus, tp, dp, dp, dp)
 	}
 	return parallel
+}
+
+// countText is "1 GPU", "2 GPUs".
+func countText(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // fsdpText is the report's words for --parallel fsdp on gpus GPUs.

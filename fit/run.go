@@ -256,6 +256,7 @@ type Measurement struct {
 	GenPhase     string           // --inference: "prefill" or "decode"
 	Requested    int64            // the allocation that did not fit
 	Paged        int64            // the optimizer's state in paged memory (bitsandbytes' paged optimizers), outside the allocator
+	HostPeak     int64            // the host allocator's peak in the trial ("cpu" tensors: CPU offload's state)
 }
 
 // measure runs the driver's measure(b, s) in exact peak mode, quietly.
@@ -292,7 +293,8 @@ func (r *run) measure(batch, seq int) (*Measurement, error) {
 	ms := &Measurement{Batch: batch, Seq: seq, Status: toStr(get("status")), Error: toStr(get("error")),
 		MaxAllocated: int64(toInt(get("max_allocated"))), MaxReserved: int64(toInt(get("max_reserved"))),
 		Outside: int64(toInt(get("outside"))), Total: int64(toInt(get("total"))), Phase: toStr(get("phase")),
-		Peak: toMap(get("peak")), Failed: toMap(get("failed")), Paged: int64(toInt(get("paged")))}
+		Peak: toMap(get("peak")), Failed: toMap(get("failed")), Paged: int64(toInt(get("paged"))),
+		HostPeak: int64(toInt(get("host_peak")))}
 	if g, ok := get("generation").(*starlark.Dict); ok {
 		ms.Generation = toMap(g)
 		if ph, _, _ := g.Get(starlark.String("peak_phase")); ph != nil {

@@ -86,9 +86,24 @@ func Deferred(t *Tensor) bool { return t.mem != nil && t.mem.Deferred() }
 
 // Materialize gives a tensor made on the meta device its memory
 // (Module.to_empty: uninitialized values); nothing for any other.
-func Materialize(t *Tensor) error {
+func Materialize(t *Tensor) error { return MaterializeOn(t, "") }
+
+// MaterializeOn is Materialize on device ("": the one it was made for),
+// as Module.to_empty(device=...) makes a meta tensor's storage there;
+// the tensor and its views are then on that device.
+func MaterializeOn(t *Tensor, device string) error {
 	if !Deferred(t) || t.ctx == nil || t.ctx.Manager == nil {
 		return nil
 	}
-	return t.ctx.Manager.Regrow(t.mem)
+	var a backend.Allocator
+	if device != "" {
+		d, err := t.ctx.device("to_empty", device)
+		if err != nil {
+			return err
+		}
+		if a, err = t.ctx.Manager.Allocator(d); err != nil {
+			return err
+		}
+	}
+	return t.ctx.Manager.RegrowOn(t.mem, a)
 }

@@ -10,7 +10,7 @@ unsharded parameters, sharded gradients and optimizer state — happens on
 this GPU, as it would on one GPU of an N-GPU job.
 
   python3 bench/gpu/fsdp_rank.py phases --model gpt2-small --world 4 [--batch B] [--seq T]
-        [--strategy fsdp|ddp|tp|tp-fsdp] [--tp T] [--reshard-after-forward 0|1] [--checkpoint]
+        [--strategy fsdp|fsdp-offload|ddp|tp|tp-fsdp] [--tp T] [--reshard-after-forward 0|1] [--checkpoint]
       one JSON line per point (setup, then forward, backward, step,
       zero_grad per step): torch.cuda.memory_allocated() at the point, the
       peak since the previous point, and memory_reserved().
@@ -78,18 +78,31 @@ def wrap(model, strategy, world, reshard):
     if strategy == "ddp":
         model = model.cuda()
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=[0])
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh("cuda", (world,))
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    off = CPUOffloadPolicy(pin_memory=True) if strategy == "fsdp-offload" else OffloadPolicy()
     for b in blocks(model):
-        fully_shard(b, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+        fully_shard(b, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard, offload_policy=off)
     # the root without reshard_after_forward: PyTorch 2.4-2.7 keep the root
     # unsharded after its forward whatever it is given, 2.8+ only when it
     # is not given (memsh models the former)
-    fully_shard(model, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=off)
     return model
+
+
+def materialize(model, strategy):
+    """to_empty on the GPU, or with CPU offload on the CPU with the
+    buffers made on the GPU (torchtitan's enable_cpu_offload)."""
+    if strategy != "fsdp-offload":
+        model.to_empty(device="cuda")
+        return
+    model.to_empty(device="cpu")
+    for m in model.modules():
+        for name, b in list(m.named_buffers(recurse=False)):
+            m.register_buffer(name, torch.empty_like(b, device="cuda"), persistent=name not in m._non_persistent_buffers_set)
 
 
 def tensor_parallel(model, tp_mesh):
@@ -145,8 +158,10 @@ def cmd_phases(a, out):
     else:
         model = wrap(model, a.strategy, a.world, bool(a.reshard_after_forward))
     if a.strategy != "ddp":
-        model.to_empty(device="cuda")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        materialize(model, a.strategy)
+    # CPU offload's parameters are on the CPU: foreach=None is the
+    # per-parameter loop there, as memsh fit's default optimizer
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=None if a.strategy == "fsdp-offload" else True)
     x = torch.randint(0, spec["vocab"], (a.batch, seq), device="cuda")
     y = torch.randint(0, spec["vocab"], (a.batch, seq), device="cuda")
     torch.cuda.synchronize()
@@ -188,7 +203,7 @@ def main():
     ph.add_argument("--world", type=int, default=4)
     ph.add_argument("--batch", type=int, default=4)
     ph.add_argument("--seq", type=int, default=0)
-    ph.add_argument("--strategy", default="fsdp", choices=["fsdp", "ddp", "tp", "tp-fsdp"])
+    ph.add_argument("--strategy", default="fsdp", choices=["fsdp", "fsdp-offload", "ddp", "tp", "tp-fsdp"])
     ph.add_argument("--tp", type=int, default=0, help="the tensor-parallel degree (tp: the world)")
     ph.add_argument("--reshard-after-forward", type=int, default=1)
     ph.add_argument("--checkpoint", action="store_true")
@@ -207,7 +222,7 @@ def main():
 
     for model in MODELS:
         for world in (2, 4, 8):
-            for strategy in ("fsdp", "ddp"):
+            for strategy in ("fsdp", "fsdp-offload", "ddp"):
                 subprocess.run([sys.executable, __file__, "phases", "--model", model, "--world", str(world),
                                 "--strategy", strategy], check=False)
     for world in (2, 4, 8):

@@ -50,7 +50,7 @@ step "trace --batch 1 --checkpoint --cpp" 90 "$OUTDIR/trace.jsonl" "$PY" bench/g
 for args in "--batch 4" "--batch 41" "--batch 122 --checkpoint" "--batch 4 --attention sdpa"; do
   step "phases $args" 60 "$OUTDIR/phases.jsonl" "$PY" bench/gpu/torch_fit.py phases $args
 done
-for strategy in fsdp ddp; do
+for strategy in fsdp fsdp-offload ddp; do
   step "fsdp_rank $strategy" 120 "$OUTDIR/fsdp.jsonl" "$PY" bench/gpu/fsdp_rank.py phases --model gpt2-small --world 4 --strategy $strategy
   step "memsh fsdp_phases $strategy" 60 "$OUTDIR/fsdp_memsh.jsonl" "$MEMSH" --device "sim:$PRESET,meta" scripts/fsdp_phases.star gpt2-small --world 4 --strategy $strategy
 done

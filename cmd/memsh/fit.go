@@ -17,7 +17,7 @@ import (
 func init() { subcommands["fit"] = fitCommand }
 
 // fitUsage is memsh fit's usage line.
-const fitUsage = "usage: memsh fit SOURCE [--gpu H100] [--seq N | --batch N] [--precision fp32|bf16|fp16|bf16-true] [--optimizer adamw_torch|adamw_torch_fused|adamw_bnb_8bit|paged_adamw_8bit|adafactor|sgd|adam] [--checkpoint] [--grad-accum N] [--gpus N [--parallel ddp|fsdp|zero1|zero2|zero3|tp=T[,fsdp]]] [--finetune full|lora|qlora [--lora-r R] [--lora-alpha A] [--lora-dropout P] [--lora-targets q_proj,v_proj,...]] [--attention eager|sdpa|flash] [--inference [--max-new-tokens N] [--kv-cache dynamic|static]] [--json] [--out FILE.jsonl]"
+const fitUsage = "usage: memsh fit SOURCE [--gpu H100] [--seq N | --batch N] [--precision fp32|bf16|fp16|bf16-true] [--optimizer adamw_torch|adamw_torch_fused|adamw_bnb_8bit|paged_adamw_8bit|adafactor|sgd|adam] [--checkpoint] [--grad-accum N] [--gpus N [--parallel ddp|fsdp|fsdp,offload|zero1|zero2|zero3|tp=T[,fsdp]]] [--finetune full|lora|qlora [--lora-r R] [--lora-alpha A] [--lora-dropout P] [--lora-targets q_proj,v_proj,...]] [--attention eager|sdpa|flash] [--inference [--max-new-tokens N] [--kv-cache dynamic|static]] [--json] [--out FILE.jsonl]"
 
 // fitCommand is `memsh fit SOURCE ...` (package fit): the largest batch
 // that trains SOURCE — a library model, a Hugging Face config.json (or

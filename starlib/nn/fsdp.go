@@ -26,16 +26,57 @@ import (
 //	    whose calls then all-gather them around its forward and backward
 //	    and reduce-scatter their gradients (PyTorch 2.6's allocations)
 //	MixedPrecisionPolicy(param_dtype=None, reduce_dtype=None, output_dtype=None, cast_forward_inputs=True)
+//	CPUOffloadPolicy(pin_memory=True)
+//	    offload_policy's CPU offload: the shards, their gradients and the
+//	    optimizer states in host memory, the optimizer step on the CPU
+//	    (a model built on the meta device is materialized with
+//	    to_empty(device="cpu"); its buffers stay on the GPU)
+//	OffloadPolicy()
+//	    no offload (the default)
 //
 // As torchtitan applies it: fully_shard each transformer block, then the
 // root model. The first sharded module called is the root: it keeps its
 // parameters unsharded after its forward (PyTorch 2.4-2.7) and frees the
 // last reduce-scatter input at the end of the backward. Refused:
-// offload_policy (CPU offload is not modelled), output_dtype.
+// output_dtype.
 var FSDP = &starlarkstruct.Module{Name: "dist.fsdp", Members: starlark.StringDict{
 	"fully_shard":          starlark.NewBuiltin("dist.fsdp.fully_shard", fullyShard),
 	"MixedPrecisionPolicy": starlark.NewBuiltin("dist.fsdp.MixedPrecisionPolicy", mixedPrecisionPolicy),
+	"CPUOffloadPolicy":     starlark.NewBuiltin("dist.fsdp.CPUOffloadPolicy", cpuOffloadPolicy),
+	"OffloadPolicy":        starlark.NewBuiltin("dist.fsdp.OffloadPolicy", offloadPolicy),
 }}
+
+func cpuOffloadPolicy(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	pin := true
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "pin_memory?", &pin); err != nil {
+		return nil, err
+	}
+	return starlarkstruct.FromStringDict(starlark.String("CPUOffloadPolicy"), starlark.StringDict{"pin_memory": starlark.Bool(pin)}), nil
+}
+
+func offloadPolicy(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs); err != nil {
+		return nil, err
+	}
+	return starlarkstruct.FromStringDict(starlark.String("OffloadPolicy"), starlark.StringDict{}), nil
+}
+
+// offloadArg is fully_shard's offload_policy: None or OffloadPolicy() (no
+// offload) or CPUOffloadPolicy.
+func offloadArg(fname string, v starlark.Value) (tdist.CPUOffload, error) {
+	if v == starlark.None {
+		return tdist.CPUOffload{}, nil
+	}
+	st, ok := v.(*starlarkstruct.Struct)
+	if ok && st.Constructor() == starlark.String("OffloadPolicy") {
+		return tdist.CPUOffload{}, nil
+	}
+	if !ok || st.Constructor() != starlark.String("CPUOffloadPolicy") {
+		return tdist.CPUOffload{}, fmt.Errorf("%s: offload_policy: got %s, want dist.fsdp.CPUOffloadPolicy or OffloadPolicy", fname, v.Type())
+	}
+	pin, _ := st.Attr("pin_memory")
+	return tdist.CPUOffload{Enabled: true, PinMemory: pin == starlark.True}, nil
+}
 
 // fsdpState is what fully_shard keeps on a module (FSDPState).
 type fsdpState struct {
@@ -87,8 +128,9 @@ func fullyShard(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "module", &mod, "mesh?", &mesh, "reshard_after_forward?", &raf, "mp_policy?", &mpV, "offload_policy?", &offload); err != nil {
 		return nil, err
 	}
-	if offload != starlark.None {
-		return nil, fmt.Errorf("%s: offload_policy: CPU offload is not modelled", b.Name())
+	off, err := offloadArg(b.Name(), offload)
+	if err != nil {
+		return nil, err
 	}
 	mp := tdist.NoMixedPrecision
 	cast := tensor.Undefined
@@ -130,7 +172,7 @@ func fullyShard(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 		// them)
 		ctx := params[0].Context()
 		release := ctx.Hold(params...)
-		st.group, err = g.NewFSDPGroup(params, sets, mp, raf)
+		st.group, err = g.NewFSDPGroup(params, sets, mp, raf, off)
 		release()
 		if err != nil {
 			for i, p := range params { // the module as it was
@@ -213,7 +255,9 @@ func (m *Layer) fsdpCall(thread *starlark.Thread, args starlark.Tuple, kwargs []
 	st := m.fsdp
 	fg := st.group
 	if st.comm == nil {
-		m.fsdpLazyInit()
+		if err := m.fsdpLazyInit(); err != nil {
+			return nil, err
+		}
 	}
 	if fg != nil && fg.InBackward() {
 		// activation checkpointing's recomputation: the pre-backward
@@ -278,10 +322,17 @@ func (m *Layer) fsdpCall(thread *starlark.Thread, args starlark.Tuple, kwargs []
 // fsdpLazyInit is the root's FSDPState._lazy_init: m is the root; the
 // sharded modules below it share its comm context (root first, then in
 // named_modules order), and the root keeps its parameters unsharded
-// after the forward.
-func (m *Layer) fsdpLazyInit() {
-	comm := tdist.NewFSDPComm()
+// after the forward. With CPU offload every shard must be on the CPU.
+func (m *Layer) fsdpLazyInit() error {
 	_, mods := m.modulesPreorder("")
+	for _, x := range mods {
+		if x.fsdp != nil && x.fsdp.comm == nil && x.fsdp.group != nil {
+			if err := x.fsdp.group.CheckOffload(); err != nil {
+				return fmt.Errorf("fully_shard: %w", err)
+			}
+		}
+	}
+	comm := tdist.NewFSDPComm()
 	for _, x := range mods {
 		if x.fsdp == nil || x.fsdp.comm != nil {
 			continue
@@ -296,9 +347,10 @@ func (m *Layer) fsdpLazyInit() {
 	if g := m.fsdp.group; g != nil {
 		g.ReshardAfterForward = false
 	}
-	if len(comm.Groups) > 0 { // on the device of a group's parameters
-		comm.LazyInit(m.fsdp.ctx, comm.Groups[0].Params[0].Sharded.Device())
+	if len(comm.Groups) > 0 { // on the device a group computes on
+		comm.LazyInit(m.fsdp.ctx, comm.Groups[0].Device())
 	}
+	return nil
 }
 
 // castInputs casts the floating-point tensor arguments to dt

@@ -204,8 +204,9 @@ func convertInPlace(t *tensor.Tensor, device string, dt tensor.DType) error {
 // parameters and buffers made on the meta device (tensor.meta_device) get
 // memory on their device, uninitialized — children first, then each
 // module's parameters and buffers, as nn.Module._apply goes; a module
-// fully_shard sharded materializes its shards. Moving to another device
-// is not modelled (the tensors stay where they were asked for).
+// fully_shard sharded materializes its shards. A meta tensor gets its
+// memory on device (the one it was made for when None); moving a tensor
+// that has memory to another device is not modelled.
 func methodToEmpty(thread *starlark.Thread, f string, m *Layer, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var devV starlark.Value = starlark.None
 	recurse := true
@@ -237,11 +238,11 @@ func methodToEmpty(thread *starlark.Thread, f string, m *Layer, args starlark.Tu
 				continue
 			}
 			e := t.Engine()
-			if want != "" && !strings.HasPrefix(e.Device(), strings.TrimSuffix(want, ":0")) {
+			if want != "" && !tensor.Deferred(e) && !strings.HasPrefix(e.Device(), strings.TrimSuffix(want, ":0")) {
 				err = fmt.Errorf("%s: moving %s from %s to %s is not modelled (make it on that device under tensor.meta_device)", f, n, e.Device(), want)
 				return
 			}
-			if err = tensor.Materialize(e); err != nil {
+			if err = tensor.MaterializeOn(e, want); err != nil {
 				err = fmt.Errorf("%s: %w", f, err)
 			}
 		}

@@ -4,8 +4,9 @@
 // sub-modules named after their library. Module lists the members.
 //
 // params is an iterable of tensors (model.parameters()). foreach=None
-// means the multi-tensor implementation (PyTorch 2.x's default on CUDA;
-// Adafactor's None is its loop), foreach=False the per-parameter loop;
+// means the multi-tensor implementation when every parameter is on a CUDA
+// device and the per-parameter loop otherwise, as PyTorch 2.x's default
+// (Adafactor's None is its loop), foreach=False the per-parameter loop;
 // they differ in their temporaries. An optimizer has step(),
 // zero_grad(set_to_none=True), state (a dict from parameter to its state:
 // tensors on the parameter's device, "step", a host number — a 0-dim
@@ -16,6 +17,7 @@ package optim
 
 import (
 	"fmt"
+	"strings"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
@@ -206,10 +208,18 @@ func paramsArg(fname string, v starlark.Value) ([]*startensor.Tensor, []*tensor.
 	return vals, ts, nil
 }
 
-// foreachArg: None (PyTorch 2.x's default on CUDA: foreach) or a bool.
-func foreachArg(fname string, v starlark.Value) (bool, error) {
+// foreachArg: a bool, or None: PyTorch 2.x's default
+// (_default_to_fused_or_foreach), foreach when every parameter is on a
+// CUDA device, the per-parameter loop otherwise (CPU parameters: FSDP2's
+// CPU offload).
+func foreachArg(fname string, v starlark.Value, ps []*tensor.Tensor) (bool, error) {
 	switch v := v.(type) {
 	case starlark.NoneType:
+		for _, p := range ps {
+			if !strings.HasPrefix(p.Device(), "cuda") {
+				return false, nil
+			}
+		}
 		return true, nil
 	case starlark.Bool:
 		return bool(v), nil
@@ -243,7 +253,7 @@ func newSGD(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	if err != nil {
 		return nil, err
 	}
-	foreach, err := foreachArg(b.Name(), foreachV)
+	foreach, err := foreachArg(b.Name(), foreachV, ps)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +306,7 @@ func newAdam(decoupled bool) func(*starlark.Thread, *starlark.Builtin, starlark.
 		if err != nil {
 			return nil, err
 		}
-		foreach, err := foreachArg(b.Name(), foreachV)
+		foreach, err := foreachArg(b.Name(), foreachV, ps)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,8 @@
 package dist
 
 import (
+	"fmt"
+
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/tensor"
 	"github.com/memsh/memsh/tensor/autograd"
@@ -77,6 +79,10 @@ type FSDPGroup struct {
 	g      *Group
 	Params []*FSDPParam
 	mp     MixedPrecision
+	// dev is the device the group computes on (its parameters' when
+	// fully_shard ran); off its offload policy
+	dev string
+	off CPUOffload
 	// ReshardAfterForward: the group frees its unsharded parameters
 	// after its forward (the root's lazy init turns it off for the root).
 	ReshardAfterForward bool
@@ -91,14 +97,15 @@ type FSDPGroup struct {
 }
 
 // NewFSDPGroup shards params (fully_shard's managed parameters, in
-// order); set[i] puts a parameter where params[i] is held (on an error
-// the caller puts params back with it).
-func (g *Group) NewFSDPGroup(params []*tensor.Tensor, set []func(*tensor.Tensor) error, mp MixedPrecision, reshardAfterForward bool) (*FSDPGroup, error) {
-	fg := &FSDPGroup{g: g, mp: mp, ReshardAfterForward: reshardAfterForward}
+// order, on one device); set[i] puts a parameter where params[i] is held
+// (on an error the caller puts params back with it); off is the offload
+// policy.
+func (g *Group) NewFSDPGroup(params []*tensor.Tensor, set []func(*tensor.Tensor) error, mp MixedPrecision, reshardAfterForward bool, off CPUOffload) (*FSDPGroup, error) {
+	fg := &FSDPGroup{g: g, mp: mp, ReshardAfterForward: reshardAfterForward, dev: params[0].Device(), off: off}
 	var made []*tensor.Tensor
 	for i, p := range params {
 		release := p.Context().Hold(made...)
-		fp, err := newFSDPParam(p, g.Rank, g.Size, set[i])
+		fp, err := newFSDPParam(p, g.Rank, g.Size, set[i], off)
 		release()
 		if err != nil {
 			// the caller puts the parameters back
@@ -117,7 +124,32 @@ func (g *Group) NewFSDPGroup(params []*tensor.Tensor, set []func(*tensor.Tensor)
 func (fg *FSDPGroup) InBackward() bool { return fg.state == statePreBackward }
 
 func (fg *FSDPGroup) ctx() *tensor.Context { return fg.Params[0].padded.Context() }
-func (fg *FSDPGroup) device() string       { return fg.Params[0].padded.Device() }
+
+// Device is the device the group computes on: its all-gathers and
+// reduce-scatters run there (the shards are on the host with offload).
+func (fg *FSDPGroup) Device() string { return fg.dev }
+
+// Offload is the group's offload policy.
+func (fg *FSDPGroup) Offload() CPUOffload { return fg.off }
+
+// CheckOffload is lazy init's _validate_cpu_offload_params: with offload,
+// every shard must be in host memory (a model built on the meta device
+// materialized with to_empty(device="cpu")).
+func (fg *FSDPGroup) CheckOffload() error {
+	if !fg.off.Enabled {
+		return nil
+	}
+	var bad []string
+	for _, p := range fg.Params {
+		if d := p.padded.Device(); d != "cpu" {
+			bad = append(bad, d)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("FSDP parameters should be materialized on CPU when enabling CPU offloading. For example, load a CPU state dict or call module.to_empty(device=\"cpu\"). Found %d parameters on non-CPU device %s", len(bad), bad[0])
+	}
+	return nil
+}
 
 // onStream runs f with s the current stream of the group's device (the
 // current one when the device has no streams).
@@ -127,14 +159,14 @@ func (fg *FSDPGroup) onStream(s backend.Stream, f func() error) error {
 	}
 	mgr := fg.ctx().Manager
 	var prev backend.Stream
-	if err := mgr.Streams(fg.device(), func(sa backend.StreamAllocator) error {
+	if err := mgr.Streams(fg.Device(), func(sa backend.StreamAllocator) error {
 		var err error
 		prev, err = sa.SetCurrentStream(s)
 		return err
 	}); err != nil {
 		return err
 	}
-	defer mgr.Streams(fg.device(), func(sa backend.StreamAllocator) error { //nolint:errcheck // restoring the stream it was
+	defer mgr.Streams(fg.Device(), func(sa backend.StreamAllocator) error { //nolint:errcheck // restoring the stream it was
 		_, err := sa.SetCurrentStream(prev)
 		return err
 	})
@@ -171,30 +203,24 @@ func (fg *FSDPGroup) Unshard() error {
 	if fg.unsharded || fg.agResult != nil {
 		return nil
 	}
-	ctx, dev := fg.ctx(), fg.device()
+	ctx, dev := fg.ctx(), fg.Device()
 	n, S := fg.g.Size, fg.totalShard()
 	stream := fg.Comm.copyIn
 	return fg.onStream(stream, func() error {
-		var cast *tensor.Tensor
-		if fg.Params[0].castsForAllGather(fg.mp) {
-			// one flat buffer, the shards cast into it by one foreach copy
-			c, err := tensor.Empty(ctx, []int{S}, fg.mp.ParamDType, dev)
-			if err != nil {
-				return err
-			}
-			cast = c
+		ins, srcs, err := fg.allGatherInputs()
+		release := ctx.Hold(ins...)
+		var out *tensor.Tensor
+		if err == nil {
+			out, err = tensor.Empty(ctx, []int{n * S}, fg.agDType(), dev)
 		}
-		release := ctx.Hold(cast)
-		out, err := tensor.Empty(ctx, []int{n * S}, fg.agDType(), dev)
 		release()
-		tensor.Dropped(cast) // freed when foreach_all_gather returns
-		if err != nil {
-			return err
+		if err == nil && out.HasData() {
+			err = fg.fillAllGather(out, S, srcs)
 		}
-		if out.HasData() {
-			if err := fg.fillAllGather(out, S); err != nil {
-				return err
-			}
+		tensor.Dropped(ins...) // freed when foreach_all_gather returns
+		if err != nil {
+			tensor.Dropped(out)
+			return err
 		}
 		fg.agResult = out
 		fg.Comm.changed(ctx)
@@ -202,16 +228,60 @@ func (fg *FSDPGroup) Unshard() error {
 	})
 }
 
-// fillAllGather writes every rank's chunk: this rank's shards (each rank
-// holding the same values, as the dist package assumes).
-func (fg *FSDPGroup) fillAllGather(out *tensor.Tensor, S int) error {
+// allGatherInputs is _get_param_all_gather_inputs: the tensors it
+// allocates on the copy-in stream (ins) and each parameter's all-gather
+// input (srcs). Without offload: with a param_dtype cast, one flat buffer
+// of S elements that a foreach copy casts the shards into (the fast
+// path); otherwise the shards themselves. With offload (no fast path):
+// per parameter its shard copied to the device, then cast, the copy
+// freed once the cast exists.
+func (fg *FSDPGroup) allGatherInputs() (ins, srcs []*tensor.Tensor, err error) {
+	ctx, dev := fg.ctx(), fg.Device()
+	casts := fg.Params[0].castsForAllGather(fg.mp)
+	if !fg.off.Enabled {
+		for _, p := range fg.Params {
+			srcs = append(srcs, p.padded)
+		}
+		if casts {
+			c, err := tensor.Empty(ctx, []int{fg.totalShard()}, fg.mp.ParamDType, dev)
+			if err != nil {
+				return nil, nil, err
+			}
+			ins = append(ins, c)
+		}
+		return ins, srcs, nil
+	}
+	release := ctx.Hold()
+	defer release()
+	for _, p := range fg.Params {
+		d, err := tensor.To(p.padded, dev, tensor.Undefined, false)
+		if err == nil && casts {
+			ctx.Hold(d)
+			var c *tensor.Tensor
+			c, err = tensor.To(d, "", fg.mp.ParamDType, false)
+			tensor.Dropped(d)
+			d = c
+		}
+		if err != nil {
+			tensor.Dropped(ins...)
+			return nil, nil, err
+		}
+		ctx.Hold(d)
+		ins = append(ins, d)
+	}
+	return ins, ins, nil
+}
+
+// fillAllGather writes every rank's chunk: this rank's all-gather inputs
+// srcs (each rank holding the same values, as the dist package assumes).
+func (fg *FSDPGroup) fillAllGather(out *tensor.Tensor, S int, srcs []*tensor.Tensor) error {
 	rows, err := tensor.View(out, []int{fg.g.Size, S})
 	if err != nil {
 		return err
 	}
 	off := 0
-	for _, p := range fg.Params {
-		src, err := tensor.View(p.padded, []int{1, p.s})
+	for i, p := range fg.Params {
+		src, err := tensor.View(srcs[i], []int{1, p.s})
 		if err != nil {
 			return err
 		}

@@ -43,7 +43,7 @@ func (fg *FSDPGroup) PostBackward() error {
 		return nil
 	}
 	fg.state = statePostBackward
-	ctx, dev := fg.ctx(), fg.device()
+	ctx, dev := fg.ctx(), fg.Device()
 	c := fg.Comm
 	var withGrad []*FSDPParam
 	var grads []*tensor.Tensor
@@ -152,6 +152,8 @@ func (fg *FSDPGroup) PostBackward() error {
 		return err
 	}
 	used := false
+	releaseOut := ctx.Hold(out)
+	defer releaseOut()
 	off := 0
 	for _, p := range withGrad {
 		v, err := tensor.Narrow(out, 0, off, p.localNumel())
@@ -162,8 +164,21 @@ func (fg *FSDPGroup) PostBackward() error {
 			return err
 		}
 		off += p.s
-		if old := autograd.Grad(p.Sharded); old != nil {
-			if _, err := old.Add_(v); err != nil {
+		old := autograd.Grad(p.Sharded)
+		if fg.off.Enabled {
+			// the view copied to the host (non-blocking into pinned
+			// memory unless it is added to a gradient); no view of the
+			// reduce-scatter output survives
+			if v, err = tensor.To(v, "cpu", tensor.Undefined, false); err != nil {
+				return err
+			}
+		}
+		if old != nil {
+			_, err := old.Add_(v)
+			if fg.off.Enabled {
+				tensor.Dropped(v)
+			}
+			if err != nil {
 				return err
 			}
 			continue
@@ -172,8 +187,11 @@ func (fg *FSDPGroup) PostBackward() error {
 			return err
 		}
 		p.Sharded.ReachChanged()
-		used = true
+		if !fg.off.Enabled {
+			used = true // a view of out is the gradient
+		}
 	}
+	releaseOut()
 	if !used {
 		tensor.Dropped(out)
 	}

@@ -18,6 +18,18 @@ type MixedPrecision struct {
 // NoMixedPrecision is a MixedPrecisionPolicy that sets nothing.
 var NoMixedPrecision = MixedPrecision{ParamDType: tensor.Undefined, ReduceDType: tensor.Undefined}
 
+// CPUOffload is FSDP2's offload policy. Enabled is CPUOffloadPolicy: the
+// padded shards, the sharded gradients and (the optimizer making them
+// like the parameters) the optimizer states live in host memory and the
+// optimizer steps on the CPU; each unshard copies the shards to the
+// device first and each reduce-scatter's gradients are copied back.
+// PinMemory is its pin_memory: the shards pinned (a host-to-host copy)
+// and the gradients' copies non-blocking into pinned memory. Pinned
+// memory is counted by the host allocator as any "cpu" tensor
+// (PyTorch's CachingHostAllocator, which rounds and caches it, is not
+// modelled).
+type CPUOffload struct{ Enabled, PinMemory bool }
+
 // FSDPParam is one parameter fully_shard manages (FSDPParam): a padded
 // dim-0 shard of it kept between iterations, and between an unshard and
 // a reshard the full parameter, a view of this rank's all-gather output.
@@ -37,14 +49,20 @@ type FSDPParam struct {
 	buf, Unsharded *tensor.Tensor
 	// set puts a parameter on the modules that hold this one.
 	set func(*tensor.Tensor) error
+	// offload: padded (and Sharded) is in host memory
+	offload bool
 }
 
 // newFSDPParam shards p for rank of n ranks (FSDPParam._init_sharded_param):
 // chunk rows = ceil(d0 / n); the padded shard, rows × the rest, in p's
 // dtype on every rank; this rank's rows [rank·rows, …) copied into its
 // start. The original is freed once nothing holds it (fully_shard's
-// caller lets go of it when fully_shard returns).
-func newFSDPParam(p *tensor.Tensor, rank, n int, set func(*tensor.Tensor) error) (*FSDPParam, error) {
+// caller lets go of it when fully_shard returns). With off, the padded
+// shard is copied to the host (.cpu()) and the device one freed, then,
+// with PinMemory, copied again into pinned memory and the first host copy
+// freed; a shard made on the meta device stays there until to_empty
+// (which must put it on the CPU).
+func newFSDPParam(p *tensor.Tensor, rank, n int, set func(*tensor.Tensor) error, off CPUOffload) (*FSDPParam, error) {
 	shape := p.Shape()
 	if len(shape) == 0 {
 		return nil, errors.New("fully_shard: a 0-dim parameter cannot be sharded on dim 0")
@@ -80,6 +98,11 @@ func newFSDPParam(p *tensor.Tensor, rank, n int, set func(*tensor.Tensor) error)
 			return nil, err
 		}
 	}
+	if off.Enabled && !tensor.Deferred(padded) {
+		if padded, err = moveToHost(padded, off.PinMemory); err != nil {
+			return nil, err
+		}
+	}
 	sh, err := tensor.Narrow(padded, 0, 0, local)
 	if err != nil {
 		return nil, err
@@ -88,8 +111,22 @@ func newFSDPParam(p *tensor.Tensor, rank, n int, set func(*tensor.Tensor) error)
 	if err := asParameter(sh, autograd.RequiresGrad(p)); err != nil {
 		return nil, err
 	}
-	fp := &FSDPParam{shape: shape, dtype: p.DType(), s: padded.Numel(), padded: padded, Sharded: sh, set: set}
+	fp := &FSDPParam{shape: shape, dtype: p.DType(), s: padded.Numel(), padded: padded, Sharded: sh, set: set, offload: off.Enabled}
 	return fp, fp.set(sh)
+}
+
+// moveToHost is _init_sharded_param's offload: t.cpu(), then with pin
+// .pin_memory(), each rebinding the name (the device shard, then the
+// pageable copy, freed once the next exists).
+func moveToHost(t *tensor.Tensor, pin bool) (*tensor.Tensor, error) {
+	h, err := tensor.To(t, "cpu", tensor.Undefined, false)
+	tensor.Dropped(t)
+	if err != nil || !pin {
+		return h, err
+	}
+	pinned, err := tensor.Clone(h)
+	tensor.Dropped(h)
+	return pinned, err
 }
 
 // asParameter makes t a leaf nn.Parameter.
@@ -121,11 +158,11 @@ func (p *FSDPParam) castsForAllGather(mp MixedPrecision) bool {
 // first unshard, its storage resized back after) and copies its part of
 // the all-gather output out of out (viewed [n, S]) at column off
 // (split_with_sizes_copy), then makes the unsharded parameter (once) and
-// puts it on the modules.
+// puts it on the modules. out is on the device the group computes on.
 func (p *FSDPParam) copyOut(out *tensor.Tensor, n, off int, dt tensor.DType, requiresGrad bool) error {
 	ctx := p.padded.Context()
 	if p.buf == nil {
-		b, err := tensor.Empty(ctx, []int{n * p.s}, dt, p.padded.Device())
+		b, err := tensor.Empty(ctx, []int{n * p.s}, dt, out.Device())
 		if err != nil {
 			return err
 		}
