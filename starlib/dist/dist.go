@@ -17,7 +17,12 @@ import (
 
 // Module is the "dist" Starlark module (torch.distributed's names):
 //
-//	init_process_group(world_size, rank=0, backend="nccl")  this Session is rank of a group of world_size
+//	init_process_group(world_size=None, rank=0, backend="nccl")
+//	                           this Session is rank of a group of world_size
+//	                           (None: one rank per GPU of the Session, as
+//	                           torchrun --nproc-per-node on a machine with
+//	                           --device sim:8xH100's eight GPUs; rank r
+//	                           computes on cuda:0 as its process would)
 //	is_initialized()           whether a group was initialised
 //	get_world_size()           the group's size (1 without one)
 //	get_rank()                 this rank (0 without a group)
@@ -85,14 +90,23 @@ func GroupOf(thread *starlark.Thread, b *starlark.Builtin, param string, mesh st
 }
 
 func initGroup(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	var size, r int
+	var r int
+	var sizeV starlark.Value = starlark.None
 	backend := "nccl"
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "world_size", &size, "rank?", &r, "backend?", &backend); err != nil {
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "world_size?", &sizeV, "rank?", &r, "backend?", &backend); err != nil {
 		return nil, err
 	}
 	e, err := env.Of(thread, b.Name())
 	if err != nil {
 		return nil, err
+	}
+	size := 0
+	if sizeV == starlark.None {
+		if size = e.Manager.NumGPUs(); size == 0 {
+			return nil, fmt.Errorf("%s: world_size: the Session has no GPU to give one rank each; give world_size", b.Name())
+		}
+	} else if err := starlark.AsInt(sizeV, &size); err != nil {
+		return nil, fmt.Errorf("%s: for parameter world_size: got %s, want int or None", b.Name(), sizeV.Type())
 	}
 	if Group(e) != nil {
 		return nil, fmt.Errorf("%s: trying to initialize the default process group twice!", b.Name())
