@@ -746,45 +746,45 @@ func TestFSDP(t *testing.T) {
 }
 
 // --parallel fsdp,offload: FSDP2 with CPUOffloadPolicy keeps no model
-// state on the GPU. Llama 3.1 8B's dims all divide by 8 and 2, so rank
-// 0's shards hold P/N of its P parameters; in host memory they are
-// float32, as their gradients and AdamW's two moments: 16·P/N bytes. The
-// host's peak adds the optimizer's per-parameter loop at lm_head (the
-// last parameter): its sqrt(exp_avg_sq) and denominator, [V/N, h]
-// float32 each, and the final norm's denominator before it ([h/N]).
-// On 16 GiB cards nothing fits and the floor is that host state alone.
+// state on the GPU. Llama 3.1 8B's dims all divide by 8, so rank 0's
+// shards hold P/8 of its P parameters; in host memory they are float32,
+// as their gradients and AdamW's two moments: 16·P/8 bytes. The host's
+// peak adds the optimizer's per-parameter loop at lm_head (the last
+// parameter): its sqrt(exp_avg_sq) and denominator, [V/8, h] float32
+// each, and the final norm's denominator before it ([h/8]). On a 2 GiB
+// card nothing of Llama 3.2 1B fits (dims even, embeddings tied) and the
+// floor is its host state alone, 16·P/2.
 func TestFSDPOffload(t *testing.T) {
 	const params, h, vocab = 8030261248, 4096, 128256
-	for _, n := range []int64{8, 2} {
-		set := map[string]any{"gpus": int(n), "parallel": "fsdp,offload", "json": true}
-		if n == 2 {
-			set["gpu"] = "16GiB"
-		}
-		rc, out, errs := runMain(t, options("llama-3.1-8b", set))
-		if rc != 0 {
-			t.Fatalf("N=%d: exit %d: %s", n, rc, errs)
-		}
-		var r fit.Report
-		if err := json.Unmarshal([]byte(out), &r); err != nil {
-			t.Fatal(err)
-		}
-		state := 16 * params / n
-		if n == 2 {
-			if r.LargestBatch != nil || r.Floor == nil || r.Floor.Total != 0 || r.Floor.Offloaded != state {
-				t.Errorf("N=2 on 16 GiB: largest %v, floor %+v; want none and offloaded %d", r.LargestBatch, r.Floor, state)
-			}
-			continue
-		}
-		if r.LargestBatch == nil || *r.LargestBatch < 1 || r.Parallel != "fsdp,offload" {
-			t.Fatalf("largest %v, parallel %q", r.LargestBatch, r.Parallel)
-		}
-		step := 2*vocab/n*h*4 + h/n*4
-		if r.Peak.Host != state+step {
-			t.Errorf("host peak %d, want %d (state) + %d (the step's loop)", r.Peak.Host, state, step)
-		}
-		if b := r.Breakdown; b.Gradients != 0 || b.OptimizerState != 0 || b.Communication == 0 {
-			t.Errorf("breakdown %+v: want no gradients and no optimizer state on the GPU", b)
-		}
+	rc, out, errs := runMain(t, options("llama-3.1-8b", map[string]any{"gpus": 8, "parallel": "fsdp,offload", "json": true}))
+	if rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errs)
+	}
+	var r fit.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.LargestBatch == nil || *r.LargestBatch < 1 || r.Parallel != "fsdp,offload" {
+		t.Fatalf("largest %v, parallel %q", r.LargestBatch, r.Parallel)
+	}
+	state, step := int64(16*params/8), int64(2*vocab/8*h*4+h/8*4)
+	if r.Peak.Host != state+step {
+		t.Errorf("host peak %d, want %d (state) + %d (the step's loop)", r.Peak.Host, state, step)
+	}
+	if b := r.Breakdown; b.Gradients != 0 || b.OptimizerState != 0 || b.Communication == 0 {
+		t.Errorf("breakdown %+v: want no gradients and no optimizer state on the GPU", b)
+	}
+	rc, out, errs = runMain(t, options("llama-3.2-1b", map[string]any{"gpus": 2, "parallel": "fsdp,offload", "gpu": "2GiB", "json": true}))
+	if rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errs)
+	}
+	var small fit.Report
+	if err := json.Unmarshal([]byte(out), &small); err != nil {
+		t.Fatal(err)
+	}
+	const params1b = 1235814400
+	if small.LargestBatch != nil || small.Floor == nil || small.Floor.Total != 0 || small.Floor.Offloaded != 16*params1b/2 {
+		t.Errorf("1B on 2 GiB: largest %v, floor %+v; want none and offloaded %d", small.LargestBatch, small.Floor, 16*params1b/2)
 	}
 	// the bad ones
 	for _, c := range []struct {

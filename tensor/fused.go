@@ -18,10 +18,21 @@ import (
 // does only its allocations on a meta device, and stages through host
 // shadows on a real GPU.
 
+// f32Loop computes o[lo:hi] from srcs[k][lo:hi] exactly as the f it
+// stands for would (in float64, rounded to float32), without a call per
+// element: the fast path of mapFloatK for the optimizers' in-place ops.
+type f32Loop func(o []float32, srcs [][]float32, lo, hi int)
+
 // mapFloat sets out[i] = f(ins[0][i], ...) over out's shape (ins broadcast
 // to it), computing in float64 and rounding to out's dtype. Contiguous
 // float32 operands of out's shape take a direct loop.
 func mapFloat(out *Tensor, ins []*Tensor, f func(x []float64) float64) {
+	mapFloatK(out, ins, f, nil)
+}
+
+// mapFloatK is mapFloat with loop, when not nil, as the direct loop over
+// contiguous float32 operands.
+func mapFloatK(out *Tensor, ins []*Tensor, f func(x []float64) float64, loop f32Loop) {
 	if !out.hasData() || out.Numel() == 0 {
 		return
 	}
@@ -30,6 +41,10 @@ func mapFloat(out *Tensor, ins []*Tensor, f func(x []float64) float64) {
 		srcs := make([][]float32, len(ins))
 		for k, in := range ins {
 			srcs[k] = unsafe.Slice((*float32)(unsafe.Add(in.mem.Pointer(), in.offset*4)), in.Numel())
+		}
+		if loop != nil {
+			parallelForStop(out.ctx.stopFlag(), len(o), parallelThreshold, interruptGrain/4, func(lo, hi int) { loop(o, srcs, lo, hi) })
+			return
 		}
 		parallelForStop(out.ctx.stopFlag(), len(o), parallelThreshold, interruptGrain/4, func(lo, hi int) {
 			xs := make([]float64, len(ins))
@@ -92,6 +107,12 @@ func checkSameDevice(fname string, dst *Tensor, ts ...*Tensor) error {
 // inPlace runs f elementwise into dst (reading dst and others broadcast to
 // dst's shape), bumping dst's version; staged on a real GPU.
 func inPlace(fname string, dst *Tensor, others []*Tensor, f func(x []float64) float64) error {
+	return inPlaceK(fname, dst, others, f, nil)
+}
+
+// inPlaceK is inPlace with loop the direct loop for contiguous float32
+// operands (mapFloatK).
+func inPlaceK(fname string, dst *Tensor, others []*Tensor, f func(x []float64) float64, loop f32Loop) error {
 	if err := dst.checkLive(fname); err != nil {
 		return err
 	}
@@ -110,14 +131,14 @@ func inPlace(fname string, dst *Tensor, others []*Tensor, f func(x []float64) fl
 			for k, t := range ins {
 				sh[k] = s.shadowOf(t)
 			}
-			mapFloat(sh[0], sh, f)
+			mapFloatK(sh[0], sh, f, loop)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
 	} else {
-		mapFloat(dst, ins, f)
+		mapFloatK(dst, ins, f, loop)
 	}
 	dst.st.BumpVersion()
 	return nil
@@ -170,17 +191,36 @@ func mapNew(fname string, like *Tensor, dt DType, ins []*Tensor, f func(x []floa
 
 // Lerp_ is a.lerp_(b, w): a += w·(b − a), in place.
 func Lerp_(a, b *Tensor, w float64) error {
-	return inPlace("tensor.lerp_", a, []*Tensor{b}, func(x []float64) float64 { return x[0] + w*(x[1]-x[0]) })
+	return inPlaceK("tensor.lerp_", a, []*Tensor{b}, func(x []float64) float64 { return x[0] + w*(x[1]-x[0]) },
+		func(o []float32, s [][]float32, lo, hi int) {
+			a, b := s[0][lo:hi], s[1][lo:hi]
+			for i, x := range a {
+				y := float64(x)
+				o[lo+i] = float32(y + w*(float64(b[i])-y))
+			}
+		})
 }
 
 // Addcmul_ is a.addcmul_(b, c, value=v): a += v·b·c, in place.
 func Addcmul_(a, b, c *Tensor, v float64) error {
-	return inPlace("tensor.addcmul_", a, []*Tensor{b, c}, func(x []float64) float64 { return x[0] + v*x[1]*x[2] })
+	return inPlaceK("tensor.addcmul_", a, []*Tensor{b, c}, func(x []float64) float64 { return x[0] + v*x[1]*x[2] },
+		func(o []float32, s [][]float32, lo, hi int) {
+			a, b, c := s[0][lo:hi], s[1][lo:hi], s[2][lo:hi]
+			for i, x := range a {
+				o[lo+i] = float32(float64(x) + v*float64(b[i])*float64(c[i]))
+			}
+		})
 }
 
 // Addcdiv_ is a.addcdiv_(b, c, value=v): a += v·b/c, in place.
 func Addcdiv_(a, b, c *Tensor, v float64) error {
-	return inPlace("tensor.addcdiv_", a, []*Tensor{b, c}, func(x []float64) float64 { return x[0] + v*x[1]/x[2] })
+	return inPlaceK("tensor.addcdiv_", a, []*Tensor{b, c}, func(x []float64) float64 { return x[0] + v*x[1]/x[2] },
+		func(o []float32, s [][]float32, lo, hi int) {
+			a, b, c := s[0][lo:hi], s[1][lo:hi], s[2][lo:hi]
+			for i, x := range a {
+				o[lo+i] = float32(float64(x) + v*float64(b[i])/float64(c[i]))
+			}
+		})
 }
 
 // Maximum_ is torch.maximum(a, b, out=a): elementwise max, in place.
@@ -195,22 +235,43 @@ func Maximum_(a, b *Tensor) error {
 
 // Add_ is a.add_(b, alpha=s): a += s·b, in place.
 func Add_(a, b *Tensor, s float64) error {
-	return inPlace("tensor.add_", a, []*Tensor{b}, func(x []float64) float64 { return x[0] + s*x[1] })
+	return inPlaceK("tensor.add_", a, []*Tensor{b}, func(x []float64) float64 { return x[0] + s*x[1] },
+		func(o []float32, src [][]float32, lo, hi int) {
+			a, b := src[0][lo:hi], src[1][lo:hi]
+			for i, x := range a {
+				o[lo+i] = float32(float64(x) + s*float64(b[i]))
+			}
+		})
 }
 
 // MulScalar_ is a.mul_(s).
 func MulScalar_(a *Tensor, s float64) error {
-	return inPlace("tensor.mul_", a, nil, func(x []float64) float64 { return x[0] * s })
+	return inPlaceK("tensor.mul_", a, nil, func(x []float64) float64 { return x[0] * s },
+		func(o []float32, src [][]float32, lo, hi int) {
+			for i, x := range src[0][lo:hi] {
+				o[lo+i] = float32(float64(x) * s)
+			}
+		})
 }
 
 // AddScalar_ is a.add_(s).
 func AddScalar_(a *Tensor, s float64) error {
-	return inPlace("tensor.add_", a, nil, func(x []float64) float64 { return x[0] + s })
+	return inPlaceK("tensor.add_", a, nil, func(x []float64) float64 { return x[0] + s },
+		func(o []float32, src [][]float32, lo, hi int) {
+			for i, x := range src[0][lo:hi] {
+				o[lo+i] = float32(float64(x) + s)
+			}
+		})
 }
 
 // DivScalar_ is a.div_(s).
 func DivScalar_(a *Tensor, s float64) error {
-	return inPlace("tensor.div_", a, nil, func(x []float64) float64 { return x[0] / s })
+	return inPlaceK("tensor.div_", a, nil, func(x []float64) float64 { return x[0] / s },
+		func(o []float32, src [][]float32, lo, hi int) {
+			for i, x := range src[0][lo:hi] {
+				o[lo+i] = float32(float64(x) / s)
+			}
+		})
 }
 
 // DivScalar is a / s, a new tensor of a's dtype.

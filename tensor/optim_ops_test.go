@@ -95,3 +95,61 @@ func TestOptimOps(t *testing.T) {
 		t.Error("vector_norm of int64: no error")
 	}
 }
+
+// TestInPlaceFastLoops: the optimizers' in-place ops on contiguous
+// float32 tensors (their direct loops, f32Loop) give the same bits as on
+// a transposed view of the same values (the generic elementwise path),
+// which computes each element through the op's float64 function.
+func TestInPlaceFastLoops(t *testing.T) {
+	c := newContext(t)
+	const r, k = 67, 129 // odd sizes: partial chunks
+	rnd := func() *tensor.Tensor {
+		x, err := tensor.Randn(c, []int{r, k}, tensor.Float32, "cuda")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	// pair returns a contiguous copy of x and a transposed view of a
+	// transposed copy: equal values, one contiguous and one not
+	pair := func(x *tensor.Tensor) (*tensor.Tensor, *tensor.Tensor) {
+		a, _ := tensor.Clone(x)
+		tt, _ := tensor.T(x)
+		tc, _ := tensor.Contiguous(tt)
+		b, _ := tensor.T(tc)
+		if b.IsContiguous() {
+			t.Fatal("the transposed view is contiguous")
+		}
+		return a, b
+	}
+	b0, c0 := rnd(), rnd()
+	pos, _ := tensor.Abs(c0)
+	_ = tensor.AddScalar_(pos, 0.5) // a divisor away from 0
+	for _, tc := range []struct {
+		name string
+		op   func(dst, b, c *tensor.Tensor) error
+	}{
+		{"lerp_", func(d, b, _ *tensor.Tensor) error { return tensor.Lerp_(d, b, 0.1) }},
+		{"addcmul_", func(d, b, c *tensor.Tensor) error { return tensor.Addcmul_(d, b, c, 0.001) }},
+		{"addcdiv_", func(d, b, c *tensor.Tensor) error { return tensor.Addcdiv_(d, b, c, -0.3) }},
+		{"add_", func(d, b, _ *tensor.Tensor) error { return tensor.Add_(d, b, 0.7) }},
+		{"mul_", func(d, _, _ *tensor.Tensor) error { return tensor.MulScalar_(d, 0.999) }},
+		{"add_ scalar", func(d, _, _ *tensor.Tensor) error { return tensor.AddScalar_(d, 1e-8) }},
+		{"div_", func(d, _, _ *tensor.Tensor) error { return tensor.DivScalar_(d, 0.3) }},
+	} {
+		fast, slow := pair(rnd())
+		bf, bs := pair(b0)
+		cf, cs := pair(pos)
+		if err := tc.op(fast, bf, cf); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if err := tc.op(slow, bs, cs); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got, _ := fast.ToFloat64s()
+		want, _ := slow.ToFloat64s()
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: the direct loop differs from the elementwise path", tc.name)
+		}
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strings"
 
@@ -62,9 +63,35 @@ func main() {
 	// the collector works harder near a host memory limit (ulimit -v, a
 	// memory cgroup) rather than the runtime failing at it
 	host.SetGoMemoryLimit()
+	if f := os.Getenv("MEMSH_CPUPROFILE"); f != "" {
+		// a developer's aid: the process's CPU profile, written at exit
+		stop, err := startCPUProfile(f)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "memsh: MEMSH_CPUPROFILE:", err)
+			os.Exit(2)
+		}
+		defer stop()
+	}
 	stdout := newStdout(os.Stdout)
 	code := run(os.Args[1:], os.Stdin, stdout, os.Stderr)
-	os.Exit(stdout.exit(code, os.Stderr))
+	code = stdout.exit(code, os.Stderr)
+	if code != 0 {
+		os.Exit(code)
+	}
+}
+
+// startCPUProfile writes the process's CPU profile to path until the
+// returned stop is called (go tool pprof reads it).
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (rc int) {
