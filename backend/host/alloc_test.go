@@ -209,3 +209,36 @@ func TestAllocatorReturnsSmallMemory(t *testing.T) {
 	}
 	near(t, "RSS after freeing every block", after, before)
 }
+
+// TestMetaAllocator: a meta host's blocks have distinct aligned
+// addresses and no memory, and are counted as the real host's are.
+func TestMetaAllocator(t *testing.T) {
+	a := NewMetaAllocator()
+	if m, ok := a.Device().(interface{ Meta() bool }); !ok || !m.Meta() {
+		t.Fatal("the meta allocator's device is not meta")
+	}
+	if NewDevice().Meta() {
+		t.Fatal("the host device is meta")
+	}
+	const huge = 1 << 40 // more than any host has: nothing is allocated
+	b1, err := a.Malloc(huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, err := a.Malloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b1.Host != nil || b2.Host != nil || b1.Ptr == 0 || b2.Ptr == b1.Ptr || b2.Ptr%Alignment != 0 {
+		t.Errorf("blocks %#x (%d host bytes), %#x (%d): want distinct aligned addresses and no memory", b1.Ptr, len(b1.Host), b2.Ptr, len(b2.Host))
+	}
+	if got := a.Allocated(); got != huge+100 {
+		t.Errorf("allocated %d, want %d", got, uint64(huge+100))
+	}
+	a.Free(b1)
+	a.Free(b2)
+	st := a.Stats()
+	if a.Allocated() != 0 || st["allocated_bytes.all.peak"] != huge+100 || st["num_device_free"] != 2 {
+		t.Errorf("after the frees: allocated %d, stats %v", a.Allocated(), st)
+	}
+}

@@ -129,9 +129,6 @@ func (fg *FSDPGroup) ctx() *tensor.Context { return fg.Params[0].padded.Context(
 // reduce-scatters run there (the shards are on the host with offload).
 func (fg *FSDPGroup) Device() string { return fg.dev }
 
-// Offload is the group's offload policy.
-func (fg *FSDPGroup) Offload() CPUOffload { return fg.off }
-
 // CheckOffload is lazy init's _validate_cpu_offload_params: with offload,
 // every shard must be in host memory (a model built on the meta device
 // materialized with to_empty(device="cpu")).

@@ -49,8 +49,6 @@ type FSDPParam struct {
 	buf, Unsharded *tensor.Tensor
 	// set puts a parameter on the modules that hold this one.
 	set func(*tensor.Tensor) error
-	// offload: padded (and Sharded) is in host memory
-	offload bool
 }
 
 // newFSDPParam shards p for rank of n ranks (FSDPParam._init_sharded_param):
@@ -111,7 +109,7 @@ func newFSDPParam(p *tensor.Tensor, rank, n int, set func(*tensor.Tensor) error,
 	if err := asParameter(sh, autograd.RequiresGrad(p)); err != nil {
 		return nil, err
 	}
-	fp := &FSDPParam{shape: shape, dtype: p.DType(), s: padded.Numel(), padded: padded, Sharded: sh, set: set, offload: off.Enabled}
+	fp := &FSDPParam{shape: shape, dtype: p.DType(), s: padded.Numel(), padded: padded, Sharded: sh, set: set}
 	return fp, fp.set(sh)
 }
 
