@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.starlark.net/starlark"
@@ -77,6 +78,21 @@ func runMain(t *testing.T, o fit.Options) (int, string, string) {
 	var out, errb bytes.Buffer
 	rc := fit.Main(o, scripts.Library, &out, &errb)
 	return rc, out.String(), errb.String()
+}
+
+// eightB is `memsh fit llama-3.1-8b --json` (nothing fits: the floor and
+// the advice), run once for the tests that read it.
+var eightB struct {
+	once      sync.Once
+	rc        int
+	out, errs string
+}
+
+func runEightB(t *testing.T) (int, string, string) {
+	eightB.once.Do(func() {
+		eightB.rc, eightB.out, eightB.errs = runMain(t, options("llama-3.1-8b", map[string]any{"json": true}))
+	})
+	return eightB.rc, eightB.out, eightB.errs
 }
 
 // Every usage error is one line on stderr and exit status 2, found before
@@ -451,7 +467,7 @@ func TestJSONReport(t *testing.T) {
 // When nothing fits: the model-state floor against what the card can
 // hold, and the changes that would fit, each found by trials.
 func TestAdviceWhenNothingFits(t *testing.T) {
-	rc, out, errs := runMain(t, options("llama-3.1-8b", map[string]any{"json": true}))
+	rc, out, errs := runEightB(t)
 	if rc != 0 {
 		t.Fatalf("exit %d: %s", rc, errs)
 	}
@@ -726,7 +742,7 @@ func TestFSDP(t *testing.T) {
 		t.Errorf("at the peak: optimizer state %d (closed form %d), communication %d", b.OptimizerState, state, b.Communication)
 	}
 	// one GPU does not train it; the advice names FSDP2 on the fewest GPUs
-	rc, out, errs = runMain(t, options("llama-3.1-8b", map[string]any{"json": true}))
+	rc, out, errs = runEightB(t)
 	if rc != 0 {
 		t.Fatalf("exit %d: %s", rc, errs)
 	}
