@@ -26,7 +26,7 @@ import (
 // each rounded up to the allocator's 512-byte blocks.
 func TestDeepRecursionKeepsFrames(t *testing.T) {
 	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
-	for _, depth := range []int{500, 2000} {
+	for _, depth := range []int{300, 1000} {
 		s, _ := newSession(t, "sim:1GiB")
 		err := s.Exec("deep.star", fmt.Sprintf(`
 def f(n):
