@@ -18,7 +18,7 @@ import (
 // FSDP is dist.fsdp (torch.distributed.fsdp), FSDP2 for one rank of the
 // Session's process group (the engine: tensor/dist's FSDPGroup):
 //
-//	fully_shard(module, mesh=None, reshard_after_forward=True, mp_policy=None)
+//	fully_shard(module, mesh=None, reshard_after_forward=True, mp_policy=None, offload_policy=None)
 //	    shards the parameters module manages (its own and its submodules'
 //	    not managed by an inner fully_shard) on dim 0 over mesh (a 1-D
 //	    DeviceMesh, the data-parallel dim of a 2-D one; None: the whole
