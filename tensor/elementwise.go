@@ -141,6 +141,12 @@ func sameDevice(fname string, ops []operand) (string, error) {
 	for i, o := range ops {
 		if o.t != nil && o.t.mem.Device() != device {
 			s, err := scalarOf(fname, o.t)
+			if err != nil && !o.t.hasData() && deviceIsMeta(o.t.ctx, device) {
+				// a meta session's host holds no values either: the result,
+				// on the meta device, computes none, so the number's value
+				// is never read (1: no division by zero)
+				s, err = operand{dt: o.t.dtype, f: 1, i: 1, zeroDim: true}, nil
+			}
 			if err != nil {
 				return "", err
 			}
