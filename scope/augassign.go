@@ -46,6 +46,9 @@ func augName(op syntax.Token) string { return "·" + op.String() + "=" }
 func augBuiltins() starlark.StringDict {
 	d := starlark.StringDict{inPlaceName: inPlaceSet{}}
 	for _, op := range augOps {
+		// pure (starlark.Builtin.DeclarePure): an in-place operand notes
+		// its own change (a tensor: ReachChanged), Starlark's meaning
+		// makes a new value
 		d[augName(op)] = starlark.NewBuiltin(op.String()+"=", func(_ *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
 			x, y := args[0], args[1]
 			if ip, ok := x.(env.InPlaceOperand); ok {
@@ -55,7 +58,7 @@ func augBuiltins() starlark.StringDict {
 				}
 			}
 			return starlark.Binary(op, x, y)
-		})
+		}).DeclarePure()
 	}
 	return d
 }

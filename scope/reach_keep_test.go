@@ -401,3 +401,45 @@ func newLayoutSession(t *testing.T, device string) *scope.Session {
 	t.Cleanup(s.Close)
 	return s
 }
+
+// TestInPlaceOpsKeepFrames: an in-place op (index_add_, +=) notes the
+// change of its receiver alone (ReachChanged), so in a loop at the top of
+// a deep recursion, rewriting a tensor local to the top frame, a reclaim
+// walks again only the frames from the one that met the receiver up, not
+// every frame (as when an in-place op moved starlark.Mutations: a Mixture
+// of Experts' index_add_ loop walked its whole forward graph at each
+// allocation); every proof is checked by a collection.
+func TestInPlaceOpsKeepFrames(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	const depth, n = 200, 40
+	s, _ := newSession(t, "sim:1GiB")
+	err := s.Exec("inplace.star", fmt.Sprintf(`
+def inner(n):
+    acc = tensor.zeros([64], device="cuda")
+    idx = tensor.arange(64, device="cuda")
+    for i in range(n):
+        x = tensor.ones([64], device="cuda")
+        acc.index_add_(0, idx, x)
+        acc += x
+        x = None
+    return acc.sum().item()
+def f(d):
+    if d == 0:
+        return inner(%d)
+    return f(d - 1)
+total = f(%d)
+`, n, depth))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Globals()["total"].String(); got != fmt.Sprintf("%d.0", 64*2*n) {
+		t.Errorf("total %s, want %d", got, 64*2*n)
+	}
+	st := s.Manager().Stats()
+	// the first reclaim in inner walks the stack once; the loop's walk
+	// only inner's frame and the built-in's
+	if limit := 2*depth + 20*n; st.FramesWalked > limit {
+		t.Errorf("%d frames walked, %d kept over %d reclaims: want at most %d", st.FramesWalked, st.FramesKept, st.Reclaims, limit)
+	}
+	t.Logf("%d reclaims, %d frames walked, %d kept", st.Reclaims, st.FramesWalked, st.FramesKept)
+}

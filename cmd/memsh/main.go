@@ -63,21 +63,20 @@ func main() {
 	// the collector works harder near a host memory limit (ulimit -v, a
 	// memory cgroup) rather than the runtime failing at it
 	host.SetGoMemoryLimit()
+	stop := func() {}
 	if f := os.Getenv("MEMSH_CPUPROFILE"); f != "" {
 		// a developer's aid: the process's CPU profile, written at exit
-		stop, err := startCPUProfile(f)
-		if err != nil {
+		var err error
+		if stop, err = startCPUProfile(f); err != nil {
 			fmt.Fprintln(os.Stderr, "memsh: MEMSH_CPUPROFILE:", err)
 			os.Exit(2)
 		}
-		defer stop()
 	}
 	stdout := newStdout(os.Stdout)
 	code := run(os.Args[1:], os.Stdin, stdout, os.Stderr)
 	code = stdout.exit(code, os.Stderr)
-	if code != 0 {
-		os.Exit(code)
-	}
+	stop()
+	os.Exit(code)
 }
 
 // startCPUProfile writes the process's CPU profile to path until the

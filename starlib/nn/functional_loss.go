@@ -24,8 +24,8 @@ import (
 func init() {
 	registerF("cross_entropy", crossEntropyBuiltin)
 	registerF("mse_loss", mseLossBuiltin)
-	register("CrossEntropyLoss", newCrossEntropyLoss)
-	register("MSELoss", newMSELoss)
+	registerPure("CrossEntropyLoss", newCrossEntropyLoss)
+	registerPure("MSELoss", newMSELoss)
 }
 
 func reductionArg(fname string, s string) (tensor.Reduction, error) {

@@ -25,7 +25,7 @@ import (
 // _softmax_backward_data, _log_softmax_backward_data) allocate one
 // tensor of the input's size.
 func init() {
-	register("GELU", newGELU)
+	registerPure("GELU", newGELU)
 	registerF("gelu", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var x starlark.Value
 		approximate := "none"

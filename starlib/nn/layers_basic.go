@@ -15,12 +15,12 @@ import (
 )
 
 func init() {
-	register("Linear", newLinear)
-	register("Sequential", newSequential)
-	register("ModuleList", newModuleList)
+	registerPure("Linear", newLinear)
+	registerPure("Sequential", newSequential)
+	registerPure("ModuleList", newModuleList)
 	register("Parameter", newParameterBuiltin)
-	register("Module", newUserModule)
-	register("Flatten", newFlatten)
+	registerPure("Module", newUserModule)
+	registerPure("Flatten", newFlatten)
 	register("Identity", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		return identityLayer(), nil
 	})

@@ -22,9 +22,9 @@ import (
 // nn_batchnorm.go.
 
 func init() {
-	register("Conv2d", newConv2d)
-	register("MaxPool2d", newMaxPool2d)
-	register("BatchNorm2d", newBatchNorm2d)
+	registerPure("Conv2d", newConv2d)
+	registerPure("MaxPool2d", newMaxPool2d)
+	registerPure("BatchNorm2d", newBatchNorm2d)
 	registerF("conv2d", fnConv2d)
 	registerF("max_pool2d", fnMaxPool2d)
 	registerF("batch_norm", fnBatchNorm)

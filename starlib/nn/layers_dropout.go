@@ -20,7 +20,7 @@ import (
 // p == 1: zeros (input * a 0-dim zero tensor). p outside [0, 1] is an
 // error. inplace=True is not supported.
 func init() {
-	register("Dropout", newDropout)
+	registerPure("Dropout", newDropout)
 	registerF("dropout", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var x starlark.Value
 		var pV starlark.Value = starlark.Float(0.5)

@@ -20,7 +20,7 @@ import (
 //	    weight ~ N(0, 1), the padding_idx row zeroed (PyTorch's reset_parameters).
 func init() {
 	registerF("embedding", embeddingBuiltin)
-	register("Embedding", newEmbedding)
+	registerPure("Embedding", newEmbedding)
 }
 
 // paddingIdx resolves padding_idx as F.embedding does (negative counts

@@ -28,8 +28,8 @@ import (
 //
 // normalized_shape is an int or a list/tuple of ints.
 func init() {
-	register("LayerNorm", newLayerNorm)
-	register("RMSNorm", newRMSNorm)
+	registerPure("LayerNorm", newLayerNorm)
+	registerPure("RMSNorm", newRMSNorm)
 	registerF("layer_norm", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 		var x, ns starlark.Value
 		var wV, bV starlark.Value = starlark.None, starlark.None

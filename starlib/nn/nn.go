@@ -71,10 +71,13 @@ type builtinFn = func(thread *starlark.Thread, b *starlark.Builtin, args starlar
 func register(name string, fn builtinFn) { Module.Members[name] = starlark.NewBuiltin("nn."+name, fn) }
 
 // registerPure adds nn.<name>, declared pure (starlark.Builtin.DeclarePure):
-// for the built-ins that call the function they are given under a mode
-// of the tensor Context (checkpoint, autocast, sdpa_kernel) and change no
-// existing value themselves; what the function changes moves
-// starlark.Mutations itself.
+// for the layers' constructors, which make new values (a module holding
+// the ones it is given changes none of them), and the built-ins that call
+// the function they are given under a mode of the tensor Context
+// (checkpoint, autocast, sdpa_kernel) and change no existing value
+// themselves; what the function changes moves starlark.Mutations itself.
+// A reclaim inside one then keeps the frames below it (scope/reach.go):
+// building a model allocates its parameters inside constructors.
 func registerPure(name string, fn builtinFn) {
 	Module.Members[name] = starlark.NewBuiltin("nn."+name, fn).DeclarePure()
 }

@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"sort"
+	"sync"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
@@ -59,12 +60,18 @@ func init() {
 		"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like"} {
 		Module.Members[name] = withRequiresGrad(Module.Members[name].(*starlark.Builtin))
 	}
+}
+
+// declarePure declares the module's pure functions (pureOps) pure, once
+// every file's init has added its members and its pure names (the inits
+// run in file order, so one of them cannot do it for the others).
+var declarePure = sync.OnceFunc(func() {
 	for name, v := range Module.Members {
 		if b, ok := v.(*starlark.Builtin); ok && pureOps[name] {
 			b.DeclarePure()
 		}
 	}
-}
+})
 
 // pureOps are the module functions and Tensor methods that change no
 // value that existed before the call — they make new tensors, views or
@@ -89,6 +96,28 @@ var pureOps = map[string]bool{
 	"log_softmax": true, "split": true, "chunk": true, "masked_fill": true, "triu": true,
 	"tril": true, "where": true, "index_select": true, "randint": true, "is_tensor": true,
 	"get_default_device": true, "initial_seed": true, "is_grad_enabled": true,
+}
+
+// inPlaceOps are the Tensor methods that rewrite their receiver in place.
+// What changes is the receiver alone: its values, and its grad_fn
+// (autograd's rebase) and requires_grad, which may make it reach other
+// memory. So they are declared pure, which keeps starlark.Mutations
+// still (moving it would make the next reclaim walk every frame again: a
+// loop of index_add_ over a Mixture of Experts' experts walked the whole
+// forward's graph at each allocation), and note the change of the
+// receiver alone (noteInPlace), as setting a gradient does.
+var inPlaceOps = map[string]bool{
+	"add_": true, "sub_": true, "mul_": true, "div_": true, "copy_": true, "fill_": true, "zero_": true,
+	"index_add_": true, "masked_fill_": true, "relu_": true, "requires_grad_": true,
+}
+
+// noteInPlace tells the Manager that t may reach other memory, before an
+// in-place op rewrites it and again after (its Go code allocates, so a
+// reclaim may run between): the reach walks' kept frames that met t are
+// walked again (tensor.Tensor.ReachChanged).
+func noteInPlace(t *Tensor) (after func()) {
+	t.t.ReachChanged()
+	return t.t.ReachChanged
 }
 
 // autogradAttr returns the autograd attributes.
@@ -287,6 +316,7 @@ func withRequiresGrad(b *starlark.Builtin) *starlark.Builtin {
 // A result dtype the tensor cannot hold (an int tensor /= 2) declines, so
 // Starlark's out-of-place meaning applies, as Python's a = a / 2 would.
 func (t *Tensor) InPlaceBinary(op syntax.Token, y starlark.Value) (starlark.Value, error) {
+	defer noteInPlace(t)() // the augmented assignment's built-in is pure (scope)
 	bop, ok := binaryOpOf(op)
 	if !ok || bop == tensor.OpFloorDivide || bop == tensor.OpRemainder {
 		return nil, nil
@@ -357,6 +387,7 @@ func randint(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 // Context, and env.Env.Seed so that log.start(seed=N) reseeds the
 // session's generator before each input (CellLogger's cl_set_seed).
 func Install(e *env.Env) {
+	declarePure()
 	c := Context(e)
 	e.Seed = func(seed int64) { c.ManualSeed(uint64(seed)) }
 }

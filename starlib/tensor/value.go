@@ -314,6 +314,12 @@ func (t *Tensor) Attr(name string) (starlark.Value, error) {
 		})
 		if pureOps[name] {
 			b.DeclarePure()
+		} else if inPlaceOps[name] {
+			b = starlark.NewBuiltin("tensor."+name, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+				r := b.Receiver().(*Tensor)
+				defer noteInPlace(r)()
+				return m(thread, b.Name(), r, args, kwargs)
+			}).DeclarePure()
 		}
 		return b.BindReceiver(t), nil
 	}
