@@ -2,6 +2,9 @@ package scope_test
 
 import (
 	"io"
+	"os"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,16 +27,21 @@ func FuzzExec(f *testing.F) {
 	// device is the CPU): a sweep that doubles one until it runs out of
 	// memory would fill the machine, and the kernel kills the worker,
 	// which the fuzzer reports as a crash (testdata/fuzz/FuzzExec/
-	// 27040247e17775d0). Past 2 GiB of private mappings (RLIMIT_DATA,
-	// which counts the mappings host tensors live in) an allocation fails
-	// and memsh reports it as host memory exhausted, as it does on a full
+	// 27040247e17775d0). Past 2 GiB of private mappings more than the
+	// process has when the fuzzing starts (RLIMIT_DATA, which counts the
+	// mappings host tensors live in, and the Go heap: the tests run before
+	// in this process may have left it large) an allocation fails and
+	// memsh reports it as host memory exhausted, as it does on a full
 	// machine.
 	var old syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_DATA, &old); err == nil && old.Cur > 2<<30 {
+	debug.FreeOSMemory()
+	if err := syscall.Getrlimit(syscall.RLIMIT_DATA, &old); err == nil {
 		lim := old
-		lim.Cur = 2 << 30
-		if err := syscall.Setrlimit(syscall.RLIMIT_DATA, &lim); err == nil {
-			defer syscall.Setrlimit(syscall.RLIMIT_DATA, &old)
+		lim.Cur = vmData() + 2<<30
+		if lim.Cur < old.Cur {
+			if err := syscall.Setrlimit(syscall.RLIMIT_DATA, &lim); err == nil {
+				defer syscall.Setrlimit(syscall.RLIMIT_DATA, &old)
+			}
 		}
 	}
 	f.Fuzz(func(t *testing.T, src string) {
@@ -74,4 +82,22 @@ func FuzzExec(f *testing.F) {
 			}
 		}
 	})
+}
+
+// vmData is the process's private data mappings now (VmData, the size
+// RLIMIT_DATA bounds), in bytes; 0 when /proc says nothing.
+func vmData() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmData:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }
