@@ -12,6 +12,7 @@ import (
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
 
+	"github.com/memsh/memsh/backend"
 	bhost "github.com/memsh/memsh/backend/host"
 	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/starlib/numarg"
@@ -55,9 +56,9 @@ var Module = &starlarkstruct.Module{
 		"total":                   starlark.NewBuiltin("host.total", total),
 		"available":               starlark.NewBuiltin("host.available", available),
 		"heap_live":               starlark.NewBuiltin("host.heap_live", heapLive),
-		"memory_allocated":        starlark.NewBuiltin("host.memory_allocated", allocated("allocated_bytes.all.current")),
-		"max_memory_allocated":    starlark.NewBuiltin("host.max_memory_allocated", allocated("allocated_bytes.all.peak")),
-		"reset_peak_memory_stats": starlark.NewBuiltin("host.reset_peak_memory_stats", allocated("")),
+		"memory_allocated":        starlark.NewBuiltin("host.memory_allocated", allocatorStat("allocated_bytes.all.current")),
+		"max_memory_allocated":    starlark.NewBuiltin("host.max_memory_allocated", allocatorStat("allocated_bytes.all.peak")),
+		"reset_peak_memory_stats": starlark.NewBuiltin("host.reset_peak_memory_stats", resetPeakMemoryStats),
 		"cpu_percent":             starlark.NewBuiltin("host.cpu_percent", cpuPercent),
 	},
 }
@@ -123,25 +124,41 @@ func available(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 	return starlark.MakeUint64(bhost.Available()), nil
 }
 
-// allocated returns a builtin giving the host allocator's statistic key
-// after a reclaim ("": resetting its peaks).
-func allocated(key string) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+// hostAllocator is the Session's "cpu" allocator after a reclaim, for the
+// allocator figures (env.NoArgs: they need no RSS counter, which noArgs
+// starts).
+func hostAllocator(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (*env.Env, backend.Allocator, error) {
+	e, err := env.NoArgs(thread, b, args, kwargs)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := e.Manager.Allocator("cpu")
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", b.Name(), err)
+	}
+	e.Manager.Reclaim()
+	return e, a, nil
+}
+
+// allocatorStat returns a builtin giving the host allocator's statistic
+// key (memory_stats' names).
+func allocatorStat(key string) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
 	return func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-		e, err := noArgs(thread, b, args, kwargs)
+		_, a, err := hostAllocator(thread, b, args, kwargs)
 		if err != nil {
 			return nil, err
 		}
-		a, err := e.Manager.Allocator("cpu")
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", b.Name(), err)
-		}
-		e.Manager.Reclaim()
-		if key == "" {
-			e.Manager.ResetPeakStats(a)
-			return starlark.None, nil
-		}
 		return starlark.MakeInt64(a.Stats()[key]), nil
 	}
+}
+
+func resetPeakMemoryStats(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	e, a, err := hostAllocator(thread, b, args, kwargs)
+	if err != nil {
+		return nil, err
+	}
+	e.Manager.ResetPeakStats(a)
+	return starlark.None, nil
 }
 
 func heapLive(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {

@@ -1,6 +1,7 @@
 package dist
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/memsh/memsh/backend"
@@ -136,14 +137,14 @@ func (fg *FSDPGroup) CheckOffload() error {
 	if !fg.off.Enabled {
 		return nil
 	}
-	var bad []string
+	n, first := 0, ""
 	for _, p := range fg.Params {
 		if d := p.padded.Device(); d != "cpu" {
-			bad = append(bad, d)
+			n, first = n+1, cmp.Or(first, d)
 		}
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("FSDP parameters should be materialized on CPU when enabling CPU offloading. For example, load a CPU state dict or call module.to_empty(device=\"cpu\"). Found %d parameters on non-CPU device %s", len(bad), bad[0])
+	if n > 0 {
+		return fmt.Errorf("FSDP parameters should be materialized on CPU when enabling CPU offloading. For example, load a CPU state dict or call module.to_empty(device=\"cpu\"). Found %d parameters on non-CPU device %s", n, first)
 	}
 	return nil
 }
