@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 	"strings"
+	"weak"
 
 	"go.starlark.net/starlark"
 
@@ -60,21 +61,23 @@ func init() {
 
 const trackKey = "memsh.nn.track"
 
+// trackState is what nn.track keeps while fn runs: the tracker, the
+// modules' names and their memtrack modules.
+//
+// The modules are keys held weakly (names, mods), as MemTracker's
+// WeakIdKeyDictionary holds them: tracking keeps no module alive, and a
+// reclaim walk need not look into the model at every reclaim.
 type trackState struct {
 	tr    *memtrack.Tracker
-	names map[*Layer]string
-	mods  map[*Layer]*memtrack.Module
+	names map[weak.Pointer[Layer]]string
+	mods  map[weak.Pointer[Layer]]*memtrack.Module
 	depth map[*memtrack.Module]int
 }
 
-// Reach walks what nn.track holds while its function runs (env.Reacher):
-// the tracker's tensors and the modules it named (every module of mods
-// is named first: enter roots it).
+// Reach walks what nn.track holds strongly while its function runs
+// (env.Reacher): what the tracker holds strongly (memtrack.Tracker.Reach).
 func (ts *trackState) Reach(w *env.Walker) {
 	w.Engine(ts.tr.Reach)
-	for l := range ts.names {
-		w.Value(l)
-	}
 }
 
 func trackOf(thread *starlark.Thread) *trackState {
@@ -84,18 +87,19 @@ func trackOf(thread *starlark.Thread) *trackState {
 
 // root names m's tree: m by its class, descendants by their path.
 func (ts *trackState) root(m *Layer) {
-	if _, ok := ts.names[m]; ok {
+	if _, ok := ts.names[weak.Make(m)]; ok {
 		return
 	}
 	paths, mods := m.modulesPreorder("")
 	for i, sub := range mods {
-		if _, ok := ts.names[sub]; ok {
+		ws := weak.Make(sub)
+		if _, ok := ts.names[ws]; ok {
 			continue
 		}
 		if paths[i] == "" {
-			ts.names[sub] = m.typ
+			ts.names[ws] = m.typ
 		} else {
-			ts.names[sub] = paths[i]
+			ts.names[ws] = paths[i]
 		}
 		_, ps := sub.namedTensors(kindParam, "", false)
 		for _, p := range ps {
@@ -132,11 +136,12 @@ func (ts *trackState) enter(m *Layer) {
 	for _, b := range bs {
 		ts.tr.AddBuffers(b.Engine())
 	}
-	mod := ts.mods[m]
+	wm := weak.Make(m)
+	mod := ts.mods[wm]
 	if mod == nil {
-		name := ts.names[m]
+		name := ts.names[wm]
 		mod = ts.tr.NewModule(name, m.typ)
-		ts.mods[m] = mod
+		ts.mods[wm] = mod
 		if name == m.typ {
 			ts.depth[mod] = 1
 		} else {
@@ -196,7 +201,7 @@ func nnTrack(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 	if peakOnly {
 		tr.PeakOnly()
 	}
-	ts := &trackState{tr: tr, names: map[*Layer]string{}, mods: map[*Layer]*memtrack.Module{}, depth: map[*memtrack.Module]int{}}
+	ts := &trackState{tr: tr, names: map[weak.Pointer[Layer]]string{}, mods: map[weak.Pointer[Layer]]*memtrack.Module{}, depth: map[*memtrack.Module]int{}}
 	for _, a := range args[1:] {
 		ts.walk(a, 0)
 	}

@@ -142,9 +142,14 @@ type Tracker struct {
 	total    uint64
 	preTotal uint64 // live bytes allocated before Start
 
-	params, buffers []*tensor.Tensor
-	known           map[*tensor.Tensor]bool
-	optims          []optim.Optimizer
+	// the registered roots, held weakly as PyTorch's MemTracker holds
+	// them (WeakIdKeyDictionary): tracking keeps nothing alive, and a
+	// reclaim walk need not look into them (a walk of every parameter,
+	// gradient and state at each reclaim cost a tracked trial two to four
+	// times an untracked one)
+	params, buffers []weak.Pointer[tensor.Tensor]
+	known           map[weak.Pointer[tensor.Tensor]]bool
+	optims          []optimRef
 	comms           []CommHolder
 	saved           []savedRef
 
@@ -213,7 +218,7 @@ func New(ctx *tensor.Context, device string) (*Tracker, error) {
 		return nil, err
 	}
 	return &Tracker{ctx: ctx, mgr: ctx.Manager, alloc: a, device: a.Device().Name(),
-		exact: ctx.Manager.PeakMode().Exact(), live: map[uint64]*liveEntry{}, known: map[*tensor.Tensor]bool{}}, nil
+		exact: ctx.Manager.PeakMode().Exact(), live: map[uint64]*liveEntry{}, known: map[weak.Pointer[tensor.Tensor]]bool{}}, nil
 }
 
 // PeakOnly makes the Tracker keep the peak and end breakdowns only, not
@@ -227,35 +232,63 @@ func (t *Tracker) PeakOnly() { t.peakOnly = true }
 // Device is the tracked device's name.
 func (t *Tracker) Device() string { return t.device }
 
-// AddParams registers parameters (their .grad counts as Gradient).
+// AddParams registers parameters (their .grad counts as Gradient),
+// weakly: a parameter no one else holds is freed as if it were not
+// registered.
 func (t *Tracker) AddParams(ps ...*tensor.Tensor) {
 	for _, p := range ps {
-		if p != nil && !t.known[p] {
-			t.known[p] = true
-			t.params = append(t.params, p)
+		if p == nil {
+			continue
+		}
+		if w := weak.Make(p); !t.known[w] {
+			t.known[w] = true
+			t.params = append(t.params, w)
 		}
 	}
 }
 
-// AddBuffers registers module buffers.
+// AddBuffers registers module buffers, weakly.
 func (t *Tracker) AddBuffers(bs ...*tensor.Tensor) {
 	for _, b := range bs {
-		if b != nil && !t.known[b] {
-			t.known[b] = true
-			t.buffers = append(t.buffers, b)
+		if b == nil {
+			continue
+		}
+		if w := weak.Make(b); !t.known[w] {
+			t.known[w] = true
+			t.buffers = append(t.buffers, w)
 		}
 	}
 }
 
 // AddOptimizer registers an optimizer: its parameters, their gradients
-// and its state.
+// and its state; weakly when it is one of package optim's (optim.Weak),
+// else strongly (a reclaim walk then walks it).
 func (t *Tracker) AddOptimizer(o optim.Optimizer) {
 	for _, x := range t.optims {
-		if x == o {
+		if x.get() == o {
 			return
 		}
 	}
-	t.optims = append(t.optims, o)
+	ref := optimRef{strong: o}
+	if get := optim.Weak(o); get != nil {
+		ref = optimRef{weak: get}
+	}
+	t.optims = append(t.optims, ref)
+}
+
+// optimRef is a registered optimizer: weak (optim.Weak's getter) or, for
+// an optimizer optim.Weak does not know, strong.
+type optimRef struct {
+	weak   func() optim.Optimizer
+	strong optim.Optimizer
+}
+
+// get returns the optimizer, or nil when it was collected.
+func (r optimRef) get() optim.Optimizer {
+	if r.weak != nil {
+		return r.weak()
+	}
+	return r.strong
 }
 
 // CommHolder is what keeps communication buffers between collectives (a
@@ -276,21 +309,16 @@ func (t *Tracker) AddComm(c CommHolder) {
 	t.comms = append(t.comms, c)
 }
 
-// Reach reports what the Tracker holds to a reclaim walk
-// (tensor.Reacher): the registered parameters and buffers (known is
-// their set), and the state of the optimizers it saw step (an engine
-// optimizer reports its own through a Reach(*tensor.Reacher) method).
-// A caller that runs code under the Tracker walks it as a root and may
-// then declare itself transparent to the walk.
+// Reach reports what the Tracker holds strongly to a reclaim walk
+// (tensor.Reacher): the optimizers optim.Weak does not know (an engine
+// optimizer reports its state through a Reach(*tensor.Reacher) method)
+// and the communication holders. The parameters, buffers and the
+// package's optimizers it holds weakly. A caller that runs code under
+// the Tracker walks it as a root and may then declare itself transparent
+// to the walk.
 func (t *Tracker) Reach(r *tensor.Reacher) {
-	for _, p := range t.params {
-		r.Tensor(p)
-	}
-	for _, b := range t.buffers {
-		r.Tensor(b)
-	}
 	for _, o := range t.optims {
-		if x, ok := o.(interface{ Reach(*tensor.Reacher) }); ok {
+		if x, ok := o.strong.(interface{ Reach(*tensor.Reacher) }); ok {
 			x.Reach(r)
 		}
 	}
@@ -595,19 +623,27 @@ func (t *Tracker) snapshot() Snapshot {
 	t.cur, t.curSum, t.curPre = Snapshot{}, 0, 0
 	t.paramMemo = grow(t.paramMemo, len(t.params))
 	t.gradMemo = grow(t.gradMemo, len(t.params))
-	for i, p := range t.params {
-		t.mark(p, Parameter, &t.paramMemo[i])
-		t.mark(autograd.Grad(p), Gradient, &t.gradMemo[i])
+	for i, w := range t.params {
+		if p := w.Value(); p != nil {
+			t.mark(p, Parameter, &t.paramMemo[i])
+			t.mark(autograd.Grad(p), Gradient, &t.gradMemo[i])
+		}
 	}
 	t.bufMemo = grow(t.bufMemo, len(t.buffers))
-	for i, b := range t.buffers {
-		t.mark(b, Buffer, &t.bufMemo[i])
+	for i, w := range t.buffers {
+		if b := w.Value(); b != nil {
+			t.mark(b, Buffer, &t.bufMemo[i])
+		}
 	}
 	t.stateAt = 0
 	if t.markState == nil {
 		t.markState = t.markOptstate // made once: a method value allocates
 	}
-	for _, o := range t.optims {
+	for _, ref := range t.optims {
+		o := ref.get()
+		if o == nil {
+			continue
+		}
 		for _, p := range o.Params() {
 			// an optimizer's parameter outside the modules: its memo
 			// is a state's (visited as often)

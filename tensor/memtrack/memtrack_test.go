@@ -141,8 +141,12 @@ func TestMLPAdamStep(t *testing.T) {
 		if len(rep.Modules) != 4 {
 			t.Errorf("modules: %d", len(rep.Modules))
 		}
+		// the tracker holds the optimizer and the parameters weakly: the
+		// test holds them until the end
 		runtime.KeepAlive(loss)
 		runtime.KeepAlive(x)
+		runtime.KeepAlive(opt)
+		runtime.KeepAlive(params)
 	}
 }
 
