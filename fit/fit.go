@@ -231,6 +231,12 @@ func Fit(o Options, m *Model, lib fs.FS, table, stderr io.Writer) (*Report, erro
 		return nil, err
 	}
 	rep.Trials = sr.Trials
+	for _, t := range sr.Trials {
+		if t.Status == "oom" && t.Value < sr.Largest {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("the sizes that train are not an interval: %d ran out of memory, %d trains (the caching allocator's blocks fall otherwise); another search may end at another boundary", t.Value, sr.Largest))
+			break
+		}
+	}
 	if sr.Largest > 0 {
 		v := sr.Largest
 		if sr.What == "seq" {

@@ -38,6 +38,8 @@ func options(src string, set map[string]any) fit.Options {
 			o.Precision = v.(string)
 		case "optimizer":
 			o.Optimizer = v.(string)
+		case "search-mode":
+			o.SearchMode = v.(string)
 		case "attention":
 			o.Attention = v.(string)
 		case "checkpoint":
@@ -132,6 +134,7 @@ func TestUsageErrors(t *testing.T) {
 		{"gpt2-small", map[string]any{"precision": "fp8"}, `--precision: want fp32, bf16, fp16 or bf16-true`},
 		{"gpt2-small", map[string]any{"optimizer": "lion"}, `--optimizer: want adamw_torch, adamw_torch_fused, adamw_bnb_8bit, paged_adamw_8bit, adafactor, sgd or adam (Hugging Face Trainer's optim names; adamw is adamw_torch), got "lion"`},
 		{"gpt2-small", map[string]any{"attention": "xformers"}, `--attention: want eager, sdpa or flash`},
+		{"gpt2-small", map[string]any{"search-mode": "power"}, `--search-mode: want interpolate or binsearch (PyTorch Lightning's batch-size finder), got "power"`},
 		{"llama-3.2-1b", map[string]any{"gpu": "T4", "attention": "flash"}, "--attention flash: FlashAttention-2 needs sm80 or newer; Tesla T4 is sm75"},
 		{bad, nil, `model_type "mamba" is not one memsh builds (gemma2, gemma3, gemma3_text, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe); write the model as a .star file`},
 		{filepath.Join(dir, "none.json"), nil, "none.json: no such file or directory"},
@@ -1250,5 +1253,34 @@ func TestAdviceConcurrent(t *testing.T) {
 	}
 	if len(four) < 8 {
 		t.Errorf("%d alternatives: %+v", len(four), four)
+	}
+}
+
+// --search-mode interpolate ends at binsearch's boundary, with the same
+// figures measured there, in fewer trials, on models whose sizes that
+// train are an interval; an unknown mode is a usage error (TestUsageErrors).
+func TestSearchModes(t *testing.T) {
+	for _, src := range []string{"gpt2-small", "llama-3.2-1b"} {
+		var reps [2]fit.Report
+		for i, mode := range []string{fit.SearchBinsearch, fit.SearchInterpolate} {
+			rc, out, errs := runMain(t, options(src, map[string]any{"json": true, "search-mode": mode}))
+			if rc != 0 {
+				t.Fatalf("%s --search-mode %s: exit %d: %s", src, mode, rc, errs)
+			}
+			if err := json.Unmarshal([]byte(out), &reps[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, ip := reps[0], reps[1]
+		if b.LargestBatch == nil || ip.LargestBatch == nil || *b.LargestBatch != *ip.LargestBatch || *b.FirstOOM != *ip.FirstOOM {
+			t.Errorf("%s: binsearch %v/%v, interpolate %v/%v", src, b.LargestBatch, b.FirstOOM, ip.LargestBatch, ip.FirstOOM)
+			continue
+		}
+		if *b.Peak != *ip.Peak || *b.Breakdown != *ip.Breakdown {
+			t.Errorf("%s: the boundary's figures differ: binsearch %+v %+v, interpolate %+v %+v", src, *b.Peak, *b.Breakdown, *ip.Peak, *ip.Breakdown)
+		}
+		if len(ip.Trials) >= len(b.Trials) {
+			t.Errorf("%s: interpolate %d trials %v, binsearch %d", src, len(ip.Trials), ip.Trials, len(b.Trials))
+		}
 	}
 }

@@ -80,8 +80,15 @@ type Options struct {
 	// loraTargets is LoRATargets resolved by Validate: the names, or
 	// ["all-linear"].
 	loraTargets []string
-	JSON        bool
-	Out         string // --out FILE.jsonl: the trials' records
+	// SearchMode is how the searches choose their trials (sweep.max_fit's
+	// mode): "binsearch" (the default: PyTorch Lightning's batch-size
+	// finder, doubling then bisection, the trials a card's search made)
+	// or "interpolate" (fewer trials, bounded by the trials' peaks: the
+	// same boundary where the sizes that train are an interval; where the
+	// caching allocator's blocks make them not one, possibly another).
+	SearchMode string
+	JSON       bool
+	Out        string // --out FILE.jsonl: the trials' records
 	// Set records which flags the user gave (so an error never mentions
 	// a flag they did not type).
 	Set map[string]bool
@@ -91,6 +98,13 @@ type Options struct {
 	// that Session closes.
 	Started func(*scope.Session) (closed func())
 }
+
+// Search modes (Options.SearchMode): sweep.max_fit's modes fit searches
+// with.
+const (
+	SearchInterpolate = "interpolate"
+	SearchBinsearch   = "binsearch"
+)
 
 // Precisions memsh fit trains in.
 const (
@@ -328,6 +342,13 @@ func (o *Options) Validate(m *Model) (warnings []string, err error) {
 		o.Attention = "flash"
 	default:
 		return nil, usageErr("--attention: want eager, sdpa or flash (Hugging Face's attn_implementation names), got %q", o.Attention)
+	}
+	switch o.SearchMode {
+	case "":
+		o.SearchMode = SearchBinsearch
+	case SearchInterpolate, SearchBinsearch:
+	default:
+		return nil, usageErr("--search-mode: want interpolate or binsearch (PyTorch Lightning's batch-size finder), got %q", o.SearchMode)
 	}
 	switch o.Routing {
 	case "":

@@ -1,6 +1,7 @@
 package fit
 
 import (
+	"cmp"
 	_ "embed"
 	"fmt"
 	"io"
@@ -212,7 +213,7 @@ func (r *run) search(what string, batch, seq, low, high int, name string) (*Sear
 	if high > 0 {
 		hi = strconv.Itoa(high)
 	}
-	code := fmt.Sprintf("R = sweep.max_fit(%s, low = %d, high = %s, mode = \"binsearch\", max_trials = 40, search = \"exact\", fresh = \"search\", replay = True, name = %q)\n", fn, low, hi, name)
+	code := fmt.Sprintf("R = sweep.max_fit(%s, low = %d, high = %s, mode = %q, max_trials = 40, search = \"exact\", fresh = \"search\", replay = True, name = %q)\n", fn, low, hi, cmp.Or(r.o.SearchMode, SearchBinsearch), name)
 	v, err := r.eval(code, "R")
 	if err != nil {
 		return nil, err

@@ -17,7 +17,7 @@ import (
 func init() { subcommands["fit"] = fitCommand }
 
 // fitUsage is memsh fit's usage line.
-const fitUsage = "usage: memsh fit SOURCE [--gpu H100] [--seq N | --batch N] [--precision fp32|bf16|fp16|bf16-true] [--optimizer adamw_torch|adamw_torch_fused|adamw_bnb_8bit|paged_adamw_8bit|adafactor|sgd|adam] [--checkpoint] [--grad-accum N] [--gpus N [--parallel ddp|fsdp|fsdp,offload|zero1|zero2|zero3|tp=T[,fsdp]]] [--finetune full|lora|qlora [--lora-r R] [--lora-alpha A] [--lora-dropout P] [--lora-targets q_proj,v_proj,...]] [--attention eager|sdpa|flash] [--inference [--max-new-tokens N] [--kv-cache dynamic|static]] [--json] [--out FILE.jsonl]"
+const fitUsage = "usage: memsh fit SOURCE [--gpu H100] [--seq N | --batch N] [--precision fp32|bf16|fp16|bf16-true] [--optimizer adamw_torch|adamw_torch_fused|adamw_bnb_8bit|paged_adamw_8bit|adafactor|sgd|adam] [--checkpoint] [--grad-accum N] [--gpus N [--parallel ddp|fsdp|fsdp,offload|zero1|zero2|zero3|tp=T[,fsdp]]] [--finetune full|lora|qlora [--lora-r R] [--lora-alpha A] [--lora-dropout P] [--lora-targets q_proj,v_proj,...]] [--attention eager|sdpa|flash] [--inference [--max-new-tokens N] [--kv-cache dynamic|static]] [--search-mode interpolate|binsearch] [--json] [--out FILE.jsonl]"
 
 // fitCommand is `memsh fit SOURCE ...` (package fit): the largest batch
 // that trains SOURCE — a library model, a Hugging Face config.json (or
@@ -47,6 +47,7 @@ func fitCommand(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Inference, "inference", false, "generation instead of training: greedy decoding of --max-new-tokens after a prompt of --seq tokens, with a KV cache, under no_grad (bfloat16 weights unless --precision says otherwise)")
 	fs.IntVar(&o.MaxNewTokens, "max-new-tokens", 128, "with --inference: the tokens to generate")
 	fs.StringVar(&o.KVCache, "kv-cache", "dynamic", "with --inference: dynamic (transformers' DynamicCache) or static (StaticCache)")
+	fs.StringVar(&o.SearchMode, "search-mode", fit.SearchBinsearch, "how the searches choose their trials: binsearch (PyTorch Lightning's batch-size finder: doubling, then bisection) or interpolate (bounded by the peaks of the trials that ran: fewer trials, the same boundary unless the sizes that train are not an interval)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object (docs/fit.md) instead of the report")
 	fs.StringVar(&o.Out, "out", "", "append the trials' records to `FILE.jsonl` (memsh plot FILE.jsonl)")
 	fs.Usage = func() {

@@ -3,6 +3,7 @@ package sweep
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/memsh/memsh/backend"
 
@@ -61,8 +62,8 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	if low > high {
 		return nil, fmt.Errorf("%s: low (%d) > high (%d)", b.Name(), low, high)
 	}
-	if mode != "power" && mode != "binsearch" {
-		return nil, fmt.Errorf("%s: for parameter mode: unknown mode %q (want \"power\" or \"binsearch\")", b.Name(), mode)
+	if mode != "power" && mode != "binsearch" && mode != "interpolate" {
+		return nil, fmt.Errorf("%s: for parameter mode: unknown mode %q (want \"power\", \"binsearch\" or \"interpolate\")", b.Name(), mode)
 	}
 	margin, ok := starlark.AsFloat(marginV)
 	if !ok {
@@ -89,6 +90,7 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	defer r.close()
 	r.fresh, r.freshSearch = fresh, freshSearch
 	r.replayFields = replayOn || showReplayFields
+	r.measurePeaks = mode == "interpolate"
 	header := fmt.Sprintf("%s %q (%s, low=%d", b.Name(), name, mode, low)
 	if high != maxSize {
 		header += fmt.Sprintf(", high=%d", high)
@@ -102,9 +104,11 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	}
 	r.bar = newProgress(r.env.Err, -1)
 
-	fit, oom := -1, -1 // largest n that ran, smallest n that ran out of memory
+	fit, oom := -1, -1 // largest n that ran, smallest n above it that ran out of memory
+	var ooms []int     // the sizes that ran out of memory
 	step := 0
 	var rp *replayer // replay=True
+	ip := &interpolator{low: low, high: high}
 	try := func(n int) (string, error) {
 		var p *point
 		var err error
@@ -117,7 +121,11 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		if err != nil {
 			return "", err
 		}
-		narrow(&fit, &oom, n, p.status)
+		if p.status == "oom" {
+			ooms = append(ooms, n)
+		}
+		narrow(&fit, &oom, n, p.status, ooms)
+		ip.add(n, p)
 		return p.status, nil
 	}
 	fail := func(err error) (starlark.Value, error) {
@@ -158,6 +166,21 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		}
 	}
 	bisect := func() error {
+		if mode == "interpolate" {
+			for step < maxTrials {
+				n, more := ip.next(fit, oom)
+				if !more {
+					break
+				}
+				if rp != nil {
+					rp.predicted = ip.estimated()
+				}
+				if _, err := try(n); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 		for oom >= 0 && oom-fit > 1 && step < maxTrials {
 			if _, err := try(fit + (oom-fit)/2); err != nil {
 				return err
@@ -165,19 +188,25 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		}
 		return nil
 	}
-	// Power: double from low until the first OOM (or high).
-	for n := low; step < maxTrials; {
-		status, err := try(n)
-		if err != nil {
+	if mode == "interpolate" {
+		if err := bisect(); err != nil {
 			return fail(err)
 		}
-		if status != "ok" || n >= high {
-			break
-		}
-		if n > high/2 {
-			n = high
-		} else {
-			n *= 2
+	} else {
+		// Power: double from low until the first OOM (or high).
+		for n := low; step < maxTrials; {
+			status, err := try(n)
+			if err != nil {
+				return fail(err)
+			}
+			if status != "ok" || n >= high {
+				break
+			}
+			if n > high/2 {
+				n = high
+			} else {
+				n *= 2
+			}
 		}
 	}
 	// Binsearch: bisect between the last fit and the first OOM.
@@ -193,7 +222,7 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		if fit, oom, err = rp.confirm(fit, oom); err != nil {
 			return fail(err)
 		}
-		if mode == "binsearch" && fit >= 0 {
+		if mode != "power" && fit >= 0 {
 			if err := bisect(); err != nil {
 				return fail(err)
 			}
@@ -231,6 +260,9 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	}
 	if !converged {
 		footer = append(footer, fmt.Sprintf("stopped after max_trials=%d trials before finding the boundary", maxTrials))
+	}
+	if hole := slices.Min(append([]int{math.MaxInt}, ooms...)); fit >= 0 && hole < fit {
+		footer = append(footer, fmt.Sprintf("the sizes that train are not an interval: %s=%d ran out of memory, %d trains (the caching allocator's blocks fall otherwise)", param, hole, fit))
 	}
 	r.finish(header, footer...)
 	return res, nil
@@ -358,12 +390,25 @@ func parseFresh(fname string, v starlark.Value) (fresh, search bool, err error) 
 // narrow moves a search's bounds by a trial at n of status: fit is the
 // largest size that ran ("ok"), oom the smallest that ran out of memory
 // ("oom"); -1 while there is none.
-func narrow(fit, oom *int, n int, status string) {
+//
+// A size that trains above the smallest that ran out of memory (the sizes
+// that train are not an interval: max_fit(mode="interpolate") tries the
+// size above a boundary it did not expect) moves oom to the smallest out-
+// of-memory size above it in ooms, the out-of-memory sizes so far, or -1.
+func narrow(fit, oom *int, n int, status string, ooms []int) {
 	switch status {
 	case "ok":
 		*fit = max(*fit, n)
+		if *oom >= 0 && *oom < *fit {
+			*oom = -1
+			for _, m := range ooms {
+				if m > *fit && (*oom < 0 || m < *oom) {
+					*oom = m
+				}
+			}
+		}
 	case "oom":
-		if *oom < 0 || n < *oom {
+		if n > *fit && (*oom < 0 || n < *oom) {
 			*oom = n
 		}
 	}

@@ -49,6 +49,10 @@ type replayer struct {
 	// denseRuns counts the trials run with a reclaim before every
 	// allocation (dense)
 	denseRuns int
+	// predicted: the next trial is an interpolation search's prediction
+	// of the boundary (max_fit(mode="interpolate")), which full trials
+	// confirm anyway: not worth verifying a model for
+	predicted bool
 }
 
 // try answers the trial at n: replayed when a model can, else in full
@@ -230,7 +234,7 @@ func (rp *replayer) learn(p *point) error {
 // still wide.
 func (rp *replayer) activate(n, fit, oom int) error {
 	m := rp.pending
-	if m == nil || rp.off != "" || rp.denseRuns >= maxDense || (oom >= 0 && oom-fit <= 64) {
+	if m == nil || rp.off != "" || rp.denseRuns >= maxDense || (oom >= 0 && oom-fit <= 64) || rp.predicted {
 		return nil
 	}
 	plan, _ := m.PredictUnverified(n)
@@ -363,10 +367,17 @@ func (rp *replayer) confirm(fit, oom int) (int, int, error) {
 		}
 	}
 	fit, oom = -1, -1
+	var ooms []int
+	for i := 0; i < rp.r.points.len(); i++ {
+		q := rp.r.points.at(i)
+		if n, _ := starlark.AsInt32(q.params[rp.param]); q.status == "oom" {
+			ooms = append(ooms, n)
+		}
+	}
 	for i := 0; i < rp.r.points.len(); i++ {
 		q := rp.r.points.at(i)
 		n, _ := starlark.AsInt32(q.params[rp.param])
-		narrow(&fit, &oom, n, q.status)
+		narrow(&fit, &oom, n, q.status, ooms)
 	}
 	return fit, oom, nil
 }

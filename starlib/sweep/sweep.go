@@ -26,9 +26,16 @@ import (
 //	    the largest int n in [low, high] for which fn(n) does not run out of
 //	    memory, PyTorch Lightning's batch-size finder: "power" doubles n from
 //	    low until the first OOM; "binsearch" then bisects between the last
-//	    fit and the first OOM down to the exact boundary; at most max_trials
-//	    calls. Returns struct(best, fit, oom, trials, skipped): fit is the
-//	    largest n that ran, oom the smallest that ran out of memory (None if
+//	    fit and the first OOM down to the exact boundary; "interpolate"
+//	    bounds the boundary by the line through two trials' peaks on each
+//	    GPU (above: where the allocated bytes pass what the allocator
+//	    could hold, reserved plus free; below: where the reserved bytes
+//	    reach it), doubles while the bound above is past the next
+//	    doubling and then bisects between the bounds (interpolate.go):
+//	    binsearch's boundary wherever the sizes that train are an
+//	    interval, in fewer trials; at most max_trials calls. Returns
+//	    struct(best, fit, oom, trials, skipped): fit is the largest n
+//	    that ran, oom the smallest above it that ran out of memory (None if
 //	    none did), best is floor(fit × (1 − margin)) but not below low (None
 //	    when nothing fits), trials the points in the order run, skipped
 //	    True when another shard runs this search. fn's first parameter
@@ -123,6 +130,11 @@ type point struct {
 	replayed bool
 	reserved []uint64
 	stream   *replay.Stream
+	// peakReserved, peakAllocated and budget: the GPUs' peak reserved
+	// and allocated bytes in the trial and what their allocators could hold (reserved + free after
+	// it), when the runner measures them (runner.measurePeaks), for
+	// max_fit(mode="interpolate")
+	peakReserved, peakAllocated, budget []uint64
 	// unrecorded: its record could not be written to --out (the table
 	// says so; the sweep fails)
 	unrecorded bool
@@ -187,6 +199,9 @@ type runner struct {
 	// reserved): max_fit(replay=True), or every sweep under a test's
 	// ShowReplayFields
 	replayFields bool
+	// measurePeaks: each point's peakReserved and budget are measured
+	// (max_fit(mode="interpolate") predicts from them)
+	measurePeaks bool
 }
 
 // showReplayFields makes every sweep's points show their replay fields
@@ -355,7 +370,7 @@ func (r *runner) runPoint(keys []string, params starlark.StringDict, pidx []int3
 		}
 	})
 	var peaks []*backend.Peak
-	if r.replayFields {
+	if r.replayFields || r.measurePeaks {
 		m := r.env.Manager
 		for i := 0; i < m.NumGPUs(); i++ {
 			a := m.GPU(i)
@@ -375,9 +390,21 @@ func (r *runner) runPoint(keys []string, params starlark.StringDict, pidx []int3
 			p.stream.Why = "the trial runs experiments or trials of its own"
 		}
 	}
-	for _, pk := range peaks {
-		p.reserved = append(p.reserved, pk.MaxReserved)
+	for i, pk := range peaks {
+		p.peakReserved = append(p.peakReserved, pk.MaxReserved)
+		p.peakAllocated = append(p.peakAllocated, pk.MaxAllocated)
 		pk.Close()
+		if r.measurePeaks {
+			a := r.env.Manager.GPU(i)
+			free, _, err := a.Device().MemGetInfo()
+			if err != nil {
+				free = 0
+			}
+			p.budget = append(p.budget, a.Reserved()+free)
+		}
+	}
+	if r.replayFields {
+		p.reserved = p.peakReserved
 	}
 	remove()
 	got := ev
