@@ -20,6 +20,32 @@ func (m *Manager) mayHaveGarbage() bool {
 	return m.layout.clock == nil || m.layout.notes != m.layout.seenNotes || m.layout.clock() != m.layout.seen
 }
 
+// Quiet declares a region of Go code (an optimizer's step) that runs no
+// Starlark and lets go of no memory without saying so (NoteGarbage,
+// NoteHeldGarbage, Dropped and the like), until the returned function is
+// called: in it exact mode's reclaim before an allocation that raises a
+// peak runs only when something may have become garbage since the last
+// reclaim (mayHaveGarbage), whatever the allocation's size or allocator
+// — outside, small allocations reclaim for a peak whatever the clock
+// says, because Go code may drop a small temporary without a note. A
+// peak reclaim in the region counts as the last reclaim. Regions nest.
+func (m *Manager) Quiet() (end func()) {
+	m.mu.Lock()
+	m.quiet++
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		m.quiet--
+		m.mu.Unlock()
+	}
+}
+
+// quietNow reports that a Quiet region runs and nothing may have become
+// garbage since the last reclaim: a reclaim for a peak would find nothing.
+func (m *Manager) quietNow() bool {
+	return m.quiet > 0 && m.layout.clock != nil && !m.mayHaveGarbage()
+}
+
 // SetLayoutClock installs the clock exact mode consults (see
 // mayHaveGarbage): a counter that moves whenever values the Manager's
 // allocations hang off may have been dropped (scope: the Starlark

@@ -57,6 +57,8 @@ type Manager struct {
 
 	// dense: reclaim before every allocation (SetDense)
 	dense bool
+	// quiet counts the open Quiet regions
+	quiet int
 
 	// global holds one peak counter per allocator, open for the Manager's
 	// life, mirroring PyTorch's ".peak" statistics (max_memory_allocated)
@@ -129,6 +131,9 @@ type Event struct {
 	// always reclaims first).
 	Clock, Notes uint64
 	Clocked      bool
+	// Quiet (alloc): made in a Quiet region, where exact mode's reclaim
+	// for a peak waits for something to have become garbage
+	Quiet bool
 }
 
 // A SizeLaw gives an allocation's requested bytes from integer arguments
@@ -545,9 +550,12 @@ func (m *Manager) allocOn(a Allocator, nbytes uint64, law SizeLaw, args []int64)
 		if m.layout.clock != nil {
 			m.layout.seen, m.layout.seenNotes = m.layout.clock(), m.layout.notes
 		}
-	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && !m.layoutQuiet(a, nbytes) {
+	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && !m.layoutQuiet(a, nbytes) && !m.quietNow() {
 		m.stats.PeakReclaims++
 		m.reclaimFor(TriggerAlloc)
+		if m.quiet > 0 && m.layout.clock != nil {
+			m.layout.seen, m.layout.seenNotes = m.layout.clock(), m.layout.notes
+		}
 	}
 	b, err := a.TryMalloc(nbytes)
 	if err != nil && IsOOM(err) {
@@ -568,7 +576,7 @@ func (m *Manager) allocOn(a Allocator, nbytes uint64, law SizeLaw, args []int64)
 	}
 	// an empty tensor: PyTorch's allocator records nothing (a detail
 	// event, for ObserveAll)
-	m.emit(a, Event{Kind: EventAlloc, Addr: b.Ptr, Size: b.Size, Requested: nbytes, Seq: rec.seq, Floor: floor, Law: law, Args: args, Clock: clock, Notes: notes, Clocked: clocked})
+	m.emit(a, Event{Kind: EventAlloc, Addr: b.Ptr, Size: b.Size, Requested: nbytes, Seq: rec.seq, Floor: floor, Law: law, Args: args, Clock: clock, Notes: notes, Clocked: clocked, Quiet: m.quiet > 0})
 	return h, nil
 }
 

@@ -358,6 +358,41 @@ rise = cuda.max_memory_allocated() - start
 	}
 }
 
+// TestQuietOptimizerStep: an optimizer's step is a Quiet region
+// (backend.Manager.Quiet): it runs no Starlark and notes what it lets
+// go of, so exact mode reclaims before a peak only once something may
+// have become garbage. A foreach AdamW step over 200 small parameters
+// (each below the 1 MiB from which exact mode decides by the layout
+// clock) raises the peak at each moment and each square root it makes,
+// a reclaim walking every frame each before; the figures are the same.
+func TestQuietOptimizerStep(t *testing.T) {
+	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
+	s := newLayoutSession(t, "sim:4GiB")
+	err := s.Exec("setup.star", `
+ps = [tensor.randn([64], device = "cuda", requires_grad = True) for _ in range(200)]   # 256 B each
+opt = optim.AdamW(ps)
+for p in ps:
+    p.grad = tensor.ones([64], device = "cuda")
+cuda.reset_peak_memory_stats()
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.Manager().Stats()
+	if err := s.Exec("step.star", "opt.step()\npeak = cuda.max_memory_allocated()"); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Manager().Stats().Since(before)
+	if st.PeakReclaims > 4 {
+		t.Errorf("%d reclaims for a peak in the first step (%+v): want at most 4", st.PeakReclaims, st)
+	}
+	// parameters, gradients, both moments and the list of the second
+	// moments' roots: 5 × 200 blocks of 512 bytes
+	if got, want := s.Globals()["peak"].String(), fmt.Sprint(5*200*512); got != want {
+		t.Errorf("peak %s, want %s", got, want)
+	}
+}
+
 // runLayout runs prelude, then src, in a Session on sim:4GiB in layout
 // mode with the environment variable env set to value, and returns the
 // Manager's statistics of src's run and the GPU's allocator statistics

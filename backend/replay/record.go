@@ -78,7 +78,7 @@ func (r *Recorder) observe(e backend.Event) {
 			r.refuse("the trial moves memory between devices")
 			return
 		}
-		op := Op{Kind: Alloc, Dev: dev, ID: id, Size: e.Requested, Moved: !e.Clocked || e.Clock != r.clock || e.Notes != r.notes}
+		op := Op{Kind: Alloc, Dev: dev, ID: id, Size: e.Requested, Moved: !e.Clocked || e.Clock != r.clock || e.Notes != r.notes, Quiet: e.Quiet}
 		r.clock, r.notes = e.Clock, e.Notes
 		if e.Law != nil {
 			s.Laws = append(s.Laws, LawCall{Law: e.Law, Args: append([]int64(nil), e.Args...)})

@@ -216,8 +216,16 @@ func Replay(st *Start, p *Plan, mode backend.PeakMode) (*Outcome, error) {
 				dirty = false
 			} else {
 				// AllocOn's peak test: the trial's peak counter, a new
-				// segment
+				// segment; in a Quiet region only when something may
+				// have become garbage, and then a reclaim like a
+				// layout one
 				decide = size > 0 && (a.Allocated()+a.RoundSize(size) > high[op.Dev] || a.NeedsSegment(size))
+				if op.Quiet {
+					decide = decide && dirty
+					if decide {
+						dirty = false
+					}
+				}
 			}
 			if p.expect != nil && decide != p.expect[i] {
 				return nil, fmt.Errorf("replay: before allocation #%d the recording reclaimed: %v, the replay: %v", op.ID, p.expect[i], decide)

@@ -60,6 +60,10 @@ type Op struct {
 	// reclaim): something may have become garbage (backend's
 	// mayHaveGarbage)
 	Moved bool
+	// Quiet (Alloc): made in a backend.Manager.Quiet region, where exact
+	// mode reclaims for a peak only when something may have become
+	// garbage since its last reclaim
+	Quiet bool
 	Size  uint64 // Alloc: requested bytes; Driver: bytes
 }
 
@@ -72,7 +76,7 @@ type LawCall struct {
 
 // same reports whether o and p are the same event but for the sizes.
 func (o Op) same(p Op) bool {
-	return o.Kind == p.Kind && o.Trigger == p.Trigger && o.Dev == p.Dev && o.ID == p.ID && o.Count == p.Count && o.Law == p.Law && o.Moved == p.Moved
+	return o.Kind == p.Kind && o.Trigger == p.Trigger && o.Dev == p.Dev && o.ID == p.ID && o.Count == p.Count && o.Law == p.Law && o.Moved == p.Moved && o.Quiet == p.Quiet
 }
 
 func (o Op) String() string {

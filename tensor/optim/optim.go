@@ -129,9 +129,19 @@ func withGrads(params []*tensor.Tensor) []int {
 
 var errSparse = errors.New("sparse gradients are not supported")
 
-// noGrad runs f with grad mode off in the params' context.
+// noGrad runs f, a step, with grad mode off in the params' context, in
+// a Quiet region of their Manager (backend.Manager.Quiet): the steps run
+// no Starlark and say when they let go of temporaries (dropped,
+// tensor.Dropped, the frame of locals.go), so exact peak mode reclaims
+// before a peak only once something may have become garbage (a foreach
+// step's list of square roots, each a new peak, was a reclaim walking
+// the whole list per root).
 func noGrad(params []*tensor.Tensor, f func() error) error {
-	return autograd.NoGrad(params[0].Context(), f)
+	ctx := params[0].Context()
+	if ctx != nil && ctx.Manager != nil {
+		defer ctx.Manager.Quiet()()
+	}
+	return autograd.NoGrad(ctx, f)
 }
 
 // dropped tells p's Manager that the step let go of temporaries (as
