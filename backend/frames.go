@@ -136,7 +136,7 @@ func (f *Frames) truncate(n int) {
 }
 
 // Drop forgets the credits of frames i and up: a walk cut short in frame
-// i (past its deadline) calls it, and the next walk may keep the frames
+// i (stopped: an interrupt) calls it, and the next walk may keep the frames
 // below.
 func (f *Frames) Drop(i int) { f.cur, f.n, f.extending = -1, 0, false; f.truncate(i) }
 

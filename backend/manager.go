@@ -676,7 +676,6 @@ func (m *Manager) reclaimLocked() ReclaimResult {
 }
 
 func (m *Manager) collectLocked(start time.Time) ReclaimResult {
-	gcStart := time.Now()
 	m.settle()
 	runtime.GC()
 	var res ReclaimResult
@@ -697,7 +696,6 @@ func (m *Manager) collectLocked(start time.Time) ReclaimResult {
 	m.entries = kept
 	m.sinceReclaim = 0
 	res.Time = time.Since(start)
-	m.reach.lastCollect = time.Since(gcStart)
 	m.stats.Reclaims++
 	m.stats.ReclaimedBytes += res.Freed
 	m.stats.ReclaimTime += res.Time

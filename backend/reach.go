@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"time"
 )
 
 // A reclaim frees what nothing reaches any more. The Go collector can
@@ -32,22 +31,25 @@ import (
 // reclaim.
 
 // ReachFunc walks the roots of a Session and calls visit for every
-// allocation handle it reaches (repeats are fine). It gives up (Done
-// false) once deadline has passed (twice what the last collection took);
-// the reclaim then runs the collector. It runs while the Manager is
+// allocation handle it reaches (repeats are fine). It has no deadline:
+// a walk that gave up for time would leave the reclaim to the collector,
+// whose verdict differs where Go code still holds what Python's reference
+// counts let go (52 of the golden phases of starlib/nn when every walk
+// gives up), so figures would depend on the machine's load; it gives up
+// (Done false, Stopped) only when told to stop (an interrupt). It runs while the Manager is
 // locked: it must not call the Manager's methods. Through frames it may
 // keep what earlier walks found reachable from the frames of running
 // functions that have not run since (Frames); a walk that does not use
 // it calls frames.Keep(0) and never Enter, and every allocation is then
 // credited to no frame.
-type ReachFunc func(epoch uint64, deadline time.Time, visit func(*Memory), frames *Frames) Walk
+type ReachFunc func(epoch uint64, visit func(*Memory), frames *Frames) Walk
 
 // Walk is what a reach walk found out besides the allocations it reached.
 type Walk struct {
-	// Done: the walk visited every root before its deadline.
+	// Done: the walk visited every root.
 	Done bool
 	// Stopped: the walk was not Done because it was told to stop (an
-	// interrupt), not for lack of time.
+	// interrupt).
 	Stopped bool
 	// Complete: the walk also looked into every value on its way that
 	// can hold memory (it met no value of a type it does not know), and
@@ -102,26 +104,14 @@ func (w *Walk) protects(s uint64) bool {
 }
 
 type reachState struct {
-	f           ReachFunc
-	forget      func()        // SetForget
-	stamp       func() uint64 // the clock allocations are stamped with
-	epoch       uint64
-	verify      bool          // MEMSH_VERIFY_RECLAIM: check each proof with a collection
-	off         bool          // MEMSH_RECLAIM=gc: never free without a collection
-	lastCollect time.Duration // how long the last collection took
-	frames      Frames
-	// skip is the number of reclaims that go straight to the collector
-	// after walks that ran out of time (doubling, up to maxSkip); a
-	// walk that completes sets it back to 0.
-	skip, backoff int
+	f      ReachFunc
+	forget func()        // SetForget
+	stamp  func() uint64 // the clock allocations are stamped with
+	epoch  uint64
+	verify bool // MEMSH_VERIFY_RECLAIM: check each proof with a collection
+	off    bool // MEMSH_RECLAIM=gc: never free without a collection
+	frames Frames
 }
-
-const maxSkip = 64
-
-// minWalk is the least time a walk is given (before the first collection,
-// and when collections are quicker than that); otherwise it gets twice
-// what the last collection took.
-const minWalk = time.Millisecond
 
 // SetReach installs the reach walk (nil removes it).
 func (m *Manager) SetReach(f ReachFunc) {
@@ -164,33 +154,21 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done, stopped bool) {
 	if m.reach.f == nil {
 		return res, false, false
 	}
-	if m.reach.skip > 0 {
-		m.reach.skip--
-		return res, false, false
-	}
 	fr := &m.reach.frames
-	deadline := time.Now().Add(max(2*m.reach.lastCollect, minWalk))
-	w, epoch, reached := m.walk(deadline)
+	w, epoch, reached := m.walk()
 	if w.Retry {
 		// a frame it counted stood for a value no longer reachable:
 		// once more, keeping nothing
 		m.stats.RetriedWalks++
 		fr.Reset()
-		if w, epoch, reached = m.walk(deadline); w.Retry {
+		if w, epoch, reached = m.walk(); w.Retry {
 			return res, false, false
 		}
 	}
 	if !w.Done {
-		// out of time: the roots hold more than a walk can cover in a
-		// collection's time; try again later, less often each time (an
-		// interrupted walk says nothing about that)
-		if !w.Stopped {
-			m.reach.backoff = min(2*m.reach.backoff+1, maxSkip)
-			m.reach.skip = m.reach.backoff
-		}
+		// told to stop (an interrupt)
 		return res, false, w.Stopped
 	}
-	m.reach.backoff = 0
 	m.stats.ValuesWalked += w.Visited
 	if w.Reused {
 		m.stats.ReusedWalks++
@@ -251,12 +229,12 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done, stopped bool) {
 // walk runs the reach walk numbered by the next epoch, crediting what it
 // reaches to Frames, and returns it with its epoch and the allocations it
 // reached that no kept frame held.
-func (m *Manager) walk(deadline time.Time) (w Walk, epoch uint64, reached int) {
+func (m *Manager) walk() (w Walk, epoch uint64, reached int) {
 	m.reach.epoch++
 	epoch = m.reach.epoch
 	fr := &m.reach.frames
 	fr.begin()
-	w = m.reach.f(epoch, deadline, func(h *Memory) {
+	w = m.reach.f(epoch, func(h *Memory) {
 		if r := h.rec; r.mark != epoch && r.owner == m && !r.freed && !fr.holds(r) {
 			r.mark = epoch
 			fr.credit(r)

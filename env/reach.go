@@ -2,7 +2,6 @@ package env
 
 import (
 	"reflect"
-	"time"
 	"unsafe"
 
 	"go.starlark.net/starlark"
@@ -22,20 +21,18 @@ import (
 // sound whatever it skips; a value it does not know (one of memsh's that
 // does not implement Reacher) is skipped.
 //
-// A walk has a deadline, which the Manager sets to twice what its last
-// collection took: past it the walk gives up (Exhausted) and the reclaim
-// runs the collector, so a session holding a million-element list pays a
-// bounded walk (and the Manager then tries less often), never a longer one.
+// A walk has no deadline (backend.ReachFunc says why): it ends early
+// only when Stop says so.
 type Walker struct {
-	r        tensor.Reacher
-	seen     map[unsafe.Pointer]struct{}
-	deadline time.Time
-	count    int  // values visited since the last look at the clock
-	visited  int  // values visited in this walk, by 256
-	late     bool // past the deadline (or stopped), after minWalkValues
-	// Stop, if set, is asked with the clock: true ends the walk as its
-	// deadline would (the Session's Ctrl-C, so that a reclaim in a
-	// session holding millions of values does not hold up an interrupt).
+	r       tensor.Reacher
+	seen    map[unsafe.Pointer]struct{}
+	count   int  // values visited since the last look at Stop
+	visited int  // values visited in this walk, by 256
+	late    bool // stopped (Exhausted)
+	// Stop, if set, is asked every 256 values once the walk has visited
+	// minWalkValues: true ends the walk (the Session's Ctrl-C, so that a
+	// reclaim in a session holding millions of values does not hold up
+	// an interrupt).
 	Stop    func() bool
 	stopped bool // Stop said so
 	// unknown names a value the walk met and could not look into (a type
@@ -93,18 +90,18 @@ type Reacher interface {
 }
 
 // NewWalker returns a walker for the walk numbered epoch that reports
-// every allocation it reaches to visit and gives up at deadline.
-func NewWalker(epoch uint64, deadline time.Time, visit func(*backend.Memory)) *Walker {
-	w := &Walker{seen: map[unsafe.Pointer]struct{}{}, deadline: deadline}
+// every allocation it reaches to visit.
+func NewWalker(epoch uint64, visit func(*backend.Memory)) *Walker {
+	w := &Walker{seen: map[unsafe.Pointer]struct{}{}}
 	w.r = tensor.Reacher{Epoch: epoch, Memory: visit, Other: w.other}
 	return w
 }
 
 // Restart makes w, after Done, a walker for another walk, as NewWalker
 // would, keeping the memory of its seen-set and its Stop.
-func (w *Walker) Restart(epoch uint64, deadline time.Time, visit func(*backend.Memory)) {
+func (w *Walker) Restart(epoch uint64, visit func(*backend.Memory)) {
 	seen, stop := w.seen, w.Stop
-	*w = Walker{seen: seen, deadline: deadline, Stop: stop}
+	*w = Walker{seen: seen, Stop: stop}
 	w.r = tensor.Reacher{Epoch: epoch, Memory: visit, Other: w.other}
 }
 
@@ -166,25 +163,21 @@ func (w *Walker) SetFrames(f *backend.Frames) { w.r.Frames = f }
 // paths lead to, instead of Seen.
 func (w *Walker) Visit(m *backend.Mark) bool { return w.r.Visit(m) }
 
-// minWalkValues: a walk that has visited fewer values than this is never
-// past its deadline. Its own work is a fraction of a millisecond; when
-// the clock says more, the time went elsewhere — the Go collector
-// stopping the goroutine to scan a deep recursion's stack — and giving up
-// would only send the reclaim to a collection, which scans it again.
+// minWalkValues: a walk that has visited fewer values than this does not
+// ask Stop: its own work is a fraction of a millisecond.
 const minWalkValues = 4096
 
-// Exhausted reports that the walk is past its deadline.
+// Exhausted reports that the walk was stopped.
 func (w *Walker) Exhausted() bool { return w.late }
 
-// tick counts one value and looks at the clock every 256.
+// tick counts one value and asks Stop every 256.
 func (w *Walker) tick() {
 	w.count++
 	if w.count >= 256 {
 		w.count = 0
 		w.visited += 256
-		if w.visited >= minWalkValues {
-			w.stopped = w.Stop != nil && w.Stop()
-			w.late = w.stopped || time.Now().After(w.deadline)
+		if w.visited >= minWalkValues && w.Stop != nil && w.Stop() {
+			w.stopped, w.late = true, true
 		}
 	}
 }
@@ -207,12 +200,12 @@ func (w *Walker) Settle() {
 }
 
 // Finish walks what the walk queued (autograd graphs) and reports whether
-// it completed before its deadline.
+// it completed (was not stopped).
 func (w *Walker) Finish() bool {
 	if !w.late {
 		w.r.Drain()
 	}
-	return !w.late && (w.visited < minWalkValues || !time.Now().After(w.deadline))
+	return !w.late
 }
 
 // Memory reports an allocation.

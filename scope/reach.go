@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"slices"
 	"sync"
-	"time"
 	"unsafe"
 
 	"go.starlark.net/starlark"
@@ -25,14 +24,14 @@ import (
 // and the autograd graph. See backend/reach.go for why this decides
 // whether a reclaim needs the Go collector, and why it is sound whatever
 // it fails to reach.
-func (s *Session) reach(epoch uint64, deadline time.Time, visit func(*backend.Memory), frames *backend.Frames) backend.Walk {
+func (s *Session) reach(epoch uint64, visit func(*backend.Memory), frames *backend.Frames) backend.Walk {
 	w := s.walker
 	if w == nil {
-		w = env.NewWalker(epoch, deadline, visit)
+		w = env.NewWalker(epoch, visit)
 		w.Stop = s.tctx.Interrupted // Ctrl-C: the collector decides at once
 		s.walker = w
 	} else {
-		w.Restart(epoch, deadline, visit)
+		w.Restart(epoch, visit)
 	}
 	defer w.Done()
 	w.SetFrames(frames)
@@ -186,7 +185,7 @@ type frameCache struct {
 // stack: the autograd engine's while backward() runs (engineFrames). n
 // is how many; keepable, whether their credits may be kept (then the
 // ones above may be too); walk walks those from kept up, and reports
-// false when the walk ran out of time.
+// false when the walk was stopped (an interrupt).
 type belowFrames struct {
 	n        int
 	keepable bool

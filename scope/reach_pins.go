@@ -370,7 +370,7 @@ func (p *pinSet) meet(v starlark.Value) bool {
 // only for the elements appended since the last walk, the others whole.
 // kept is how many frames the walk keeps; it returns how many it keeps
 // after (fewer when an extension took values over from a frame above),
-// and false when the walk ran out of time.
+// and false when the walk was stopped (an interrupt).
 func (p *pinSet) walk(w *env.Walker, frames *backend.Frames, kept int) (int, bool) {
 	if kept == 0 {
 		p.epoch++ // every pin is walked whole: the shared marks are stale
