@@ -8,6 +8,7 @@ import (
 	starlarkjson "go.starlark.net/lib/json"
 	starlarkmath "go.starlark.net/lib/math"
 	"go.starlark.net/starlark"
+	"go.starlark.net/starlarkstruct"
 
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/env"
@@ -52,6 +53,17 @@ import (
 // wrap nn.Module values, and nn already imports dist for the process
 // group).
 func init() {
+	// math's and json's functions make new values and change none: a
+	// call moves no starlark.Mutations, so that reclaim walks keep the
+	// frames and globals they walked (a model's math.sqrt(head_dim) at
+	// each attention made every later reclaim walk the globals again)
+	for _, m := range []*starlarkstruct.Module{starlarkmath.Module, starlarkjson.Module} {
+		for _, v := range m.Members {
+			if b, ok := v.(*starlark.Builtin); ok {
+				b.DeclarePure()
+			}
+		}
+	}
 	dist.Module.Members["fsdp"] = nn.FSDP
 	dist.Module.Members["deepspeed"] = nn.DeepSpeed
 	dist.Module.Members["tensor"] = nn.TensorParallel

@@ -44,7 +44,8 @@ func TestFitScriptAgreesWithFit(t *testing.T) {
 			continue
 		}
 		var out, errb bytes.Buffer
-		if rc := run(append([]string{"fit", "qwen2.5-0.5b"}, c.args...), nil, &out, &errb); rc != 0 {
+		// fit.star searches by interpolation by default: so does fit here
+		if rc := run(append([]string{"fit", "qwen2.5-0.5b", "--search-mode", "interpolate"}, c.args...), nil, &out, &errb); rc != 0 {
 			t.Fatalf("fit %s: rc %d\n%s", strings.Join(c.args, " "), rc, errb.String())
 		}
 		m := fitRE.FindStringSubmatch(out.String())

@@ -18,7 +18,7 @@ func init() {
 	registerPure("Linear", newLinear)
 	registerPure("Sequential", newSequential)
 	registerPure("ModuleList", newModuleList)
-	register("Parameter", newParameterBuiltin)
+	registerPure("Parameter", newParameterBuiltin) // a new tensor (autograd.Detach's) over data's storage
 	registerPure("Module", newUserModule)
 	registerPure("Flatten", newFlatten)
 	register("Identity", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {

@@ -114,7 +114,7 @@ func shapeRepr(xs []int) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
-func init() { register("Linear4bit", newLinear4bit) }
+func init() { registerPure("Linear4bit", newLinear4bit) }
 
 // optDType reads a dtype argument (a name, "torch." allowed, or None:
 // Undefined).

@@ -96,6 +96,9 @@ var pureOps = map[string]bool{
 	"log_softmax": true, "split": true, "chunk": true, "masked_fill": true, "triu": true,
 	"tril": true, "where": true, "index_select": true, "randint": true, "is_tensor": true,
 	"get_default_device": true, "initial_seed": true, "is_grad_enabled": true,
+	// calls under a mode (no_grad, meta_device): what fn changes, its own
+	// code says (as nn.autocast and nn.checkpoint)
+	"no_grad": true, "meta_device": true,
 }
 
 // inPlaceOps are the Tensor methods that rewrite their receiver in place.
