@@ -178,6 +178,11 @@ type Tracker struct {
 	// peakOnly: no per-module figures (PeakOnly); the phases are kept
 	peakOnly bool
 
+	// oom is the breakdown at the last out-of-memory error, after the
+	// device's allocs-th allocation (StopFailed)
+	oom               *Snapshot
+	allocs, oomAllocs uint64
+
 	guard     *backend.Peak
 	stopObs   func()
 	restoreAG func()
@@ -368,14 +373,23 @@ func (t *Tracker) StepEnd() {
 
 // StopFailed ends tracking after the tracked call failed: the report's
 // Failed is the breakdown of what is still allocated now, taken before
-// the reclaim of Stop.
+// the reclaim of Stop — at the out-of-memory error itself when that was
+// the failure (no allocation since): what is allocated is the same then,
+// but the call's frames still hold what they held, so each allocation's
+// role (a saved tensor, a gradient) is known; after the frames let go,
+// a role's weak reference (savedRef, the registered parameters) may or
+// may not have been cleared by a collection in between.
 func (t *Tracker) StopFailed() *Report {
 	if !t.started {
 		return nil
 	}
-	f := t.snapshot()
+	f := t.oom
+	if f == nil || t.allocs != t.oomAllocs {
+		s := t.snapshot()
+		f = &s
+	}
 	r := t.Stop()
-	r.Failed = &f
+	r.Failed = f
 	return r
 }
 
@@ -475,6 +489,7 @@ func (t *Tracker) event(e backend.Event) {
 	}
 	switch e.Kind {
 	case backend.EventAlloc:
+		t.allocs++
 		t.live[e.Seq] = &liveEntry{seq: e.Seq, size: e.Size}
 		t.total += e.Size
 		if t.needSnapshot() {
@@ -505,6 +520,9 @@ func (t *Tracker) event(e backend.Event) {
 		if e.Seq <= t.startSeq {
 			t.preTotal -= le.size
 		}
+	case backend.EventOOM:
+		s := t.snapshot()
+		t.oom, t.oomAllocs = &s, t.allocs
 	}
 }
 

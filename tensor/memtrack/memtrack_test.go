@@ -204,3 +204,45 @@ func TestSnapshotFollowsReplacedRoles(t *testing.T) {
 	tr.Stop()
 	runtime.KeepAlive(x)
 }
+
+// TestFailedAtTheOOM: the breakdown of a failed call is taken at its
+// out-of-memory error, while the call's values still hold what they held:
+// a collection between the failure and StopFailed, after they let go,
+// does not turn the saved activations (tracked weakly) into temporaries.
+func TestFailedAtTheOOM(t *testing.T) {
+	dev := sim.New(sim.Spec{Count: 1, Total: 64 << 20, Meta: true})[0]
+	gpu := backend.NewCachingAllocator(dev, 0)
+	mgr := backend.NewManager(backend.Config{GPUs: []backend.Allocator{gpu}, Host: host.NewAllocator()})
+	defer mgr.Close()
+	c := tensor.NewContext(mgr)
+	const B, In, Out = 64, 1024, 1024
+	w, b, err := tnn.NewLinearParams(c, In, Out, true, "cuda:0", tensor.Float32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := memtrack.New(c, "cuda:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.AddParams(w, b)
+	tr.Start()
+	func() {
+		x, err := tensor.Randn(c, []int{B, In}, tensor.Float32, "cuda:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := autograd.Linear(x, w, b) // saves x for w's gradient
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tensor.Empty(c, []int{1 << 30}, tensor.Float32, "cuda:0"); !backend.IsOOM(err) {
+			t.Fatalf("a 4 GiB tensor on a 64 MiB card: %v", err)
+		}
+		runtime.KeepAlive(y)
+	}()
+	runtime.GC() // the call's values are gone: the saved x's weak reference is cleared
+	rep := tr.StopFailed()
+	X, Y := r512(B*In*4), r512(B*Out*4)
+	check(t, "failed", *rep.Failed, map[memtrack.Category]uint64{
+		memtrack.Parameter: r512(Out*In*4) + r512(Out*4), memtrack.Activation: X, memtrack.Temp: Y})
+}
