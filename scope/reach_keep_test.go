@@ -313,32 +313,16 @@ def forward(ckpt):
 // one's allocation frees the first, as PyTorch has (the golden
 // op_where's peak).
 func TestLayoutSkipsFruitlessPeakReclaims(t *testing.T) {
-	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
-	s := newLayoutSession(t, "sim:4GiB")
-	err := s.Exec("setup.star", `
-ps = [tensor.randn([512, 1024], device = "cuda", requires_grad = True) for _ in range(16)]   # 2 MiB each
-opt = optim.AdamW(ps)
-for p in ps:
-    p.grad = tensor.ones([512, 1024], device = "cuda")
-cuda.reset_peak_memory_stats()
-`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := s.Manager().Stats()
-	if err := s.Exec("step.star", "opt.step()\npeak = cuda.max_memory_allocated()"); err != nil {
-		t.Fatal(err)
-	}
-	st := s.Manager().Stats().Since(before)
+	s, st, peak := firstAdamWStep(t, 16, "[512, 1024]") // 2 MiB each
 	if st.PeakReclaims > 2 {
 		t.Errorf("%d reclaims for a peak in the first step (%+v): want at most 2", st.PeakReclaims, st)
 	}
 	// parameters, gradients, both moments and the foreach step's list of
 	// the second moments' roots (torch._foreach_sqrt): 5 × 16 × 2 MiB
-	if got, want := s.Globals()["peak"].String(), fmt.Sprint(5*16*2<<20); got != want {
-		t.Errorf("peak %s, want %s", got, want)
+	if want := fmt.Sprint(5 * 16 * 2 << 20); peak != want {
+		t.Errorf("peak %s, want %s", peak, want)
 	}
-	err = s.Exec("where.star", `
+	err := s.Exec("where.star", `
 c = tensor.randn(64, 1024, device="cuda").gt(0)
 x = tensor.randn(64, 1024, device="cuda", requires_grad=True)
 y = tensor.randn(64, 1024, device="cuda", requires_grad=True)
@@ -366,15 +350,32 @@ rise = cuda.max_memory_allocated() - start
 // clock) raises the peak at each moment and each square root it makes,
 // a reclaim walking every frame each before; the figures are the same.
 func TestQuietOptimizerStep(t *testing.T) {
+	_, st, peak := firstAdamWStep(t, 200, "[64]") // 256 B each
+	if st.PeakReclaims > 4 {
+		t.Errorf("%d reclaims for a peak in the first step (%+v): want at most 4", st.PeakReclaims, st)
+	}
+	// parameters, gradients, both moments and the list of the second
+	// moments' roots: 5 × 200 blocks of 512 bytes
+	if want := fmt.Sprint(5 * 200 * 512); peak != want {
+		t.Errorf("peak %s, want %s", peak, want)
+	}
+}
+
+// firstAdamWStep runs the first step of a foreach AdamW over n parameters
+// of shape (a Starlark list) on sim:4GiB in exact mode, each with a
+// gradient of ones, under MEMSH_VERIFY_RECLAIM, and returns the Session,
+// the step's reclaim counts and its peak allocated bytes.
+func firstAdamWStep(t *testing.T, n int, shape string) (*scope.Session, backend.ManagerStats, string) {
+	t.Helper()
 	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
 	s := newLayoutSession(t, "sim:4GiB")
-	err := s.Exec("setup.star", `
-ps = [tensor.randn([64], device = "cuda", requires_grad = True) for _ in range(200)]   # 256 B each
+	err := s.Exec("setup.star", fmt.Sprintf(`
+ps = [tensor.randn(%[2]s, device = "cuda", requires_grad = True) for _ in range(%[1]d)]
 opt = optim.AdamW(ps)
 for p in ps:
-    p.grad = tensor.ones([64], device = "cuda")
+    p.grad = tensor.ones(%[2]s, device = "cuda")
 cuda.reset_peak_memory_stats()
-`)
+`, n, shape))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,15 +383,7 @@ cuda.reset_peak_memory_stats()
 	if err := s.Exec("step.star", "opt.step()\npeak = cuda.max_memory_allocated()"); err != nil {
 		t.Fatal(err)
 	}
-	st := s.Manager().Stats().Since(before)
-	if st.PeakReclaims > 4 {
-		t.Errorf("%d reclaims for a peak in the first step (%+v): want at most 4", st.PeakReclaims, st)
-	}
-	// parameters, gradients, both moments and the list of the second
-	// moments' roots: 5 × 200 blocks of 512 bytes
-	if got, want := s.Globals()["peak"].String(), fmt.Sprint(5*200*512); got != want {
-		t.Errorf("peak %s, want %s", got, want)
-	}
+	return s, s.Manager().Stats().Since(before), s.Globals()["peak"].String()
 }
 
 // runLayout runs prelude, then src, in a Session on sim:4GiB in layout

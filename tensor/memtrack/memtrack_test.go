@@ -155,11 +155,7 @@ func TestMLPAdamStep(t *testing.T) {
 // state made at the first step, must count in their new memory, and the
 // freed memory not at all.
 func TestSnapshotFollowsReplacedRoles(t *testing.T) {
-	dev := sim.New(sim.Spec{Count: 1, Total: 1 << 30, Meta: true})[0]
-	gpu := backend.NewCachingAllocator(dev, 0)
-	mgr := backend.NewManager(backend.Config{GPUs: []backend.Allocator{gpu}, Host: host.NewAllocator()})
-	defer mgr.Close()
-	c := tensor.NewContext(mgr)
+	c := metaContext(t, 1<<30)
 	const B, In, Out = 32, 256, 128
 	w, b, err := tnn.NewLinearParams(c, In, Out, true, "cuda:0", tensor.Float32)
 	if err != nil {
@@ -210,11 +206,7 @@ func TestSnapshotFollowsReplacedRoles(t *testing.T) {
 // a collection between the failure and StopFailed, after they let go,
 // does not turn the saved activations (tracked weakly) into temporaries.
 func TestFailedAtTheOOM(t *testing.T) {
-	dev := sim.New(sim.Spec{Count: 1, Total: 64 << 20, Meta: true})[0]
-	gpu := backend.NewCachingAllocator(dev, 0)
-	mgr := backend.NewManager(backend.Config{GPUs: []backend.Allocator{gpu}, Host: host.NewAllocator()})
-	defer mgr.Close()
-	c := tensor.NewContext(mgr)
+	c := metaContext(t, 64<<20)
 	const B, In, Out = 64, 1024, 1024
 	w, b, err := tnn.NewLinearParams(c, In, Out, true, "cuda:0", tensor.Float32)
 	if err != nil {
@@ -245,4 +237,14 @@ func TestFailedAtTheOOM(t *testing.T) {
 	X, Y := r512(B*In*4), r512(B*Out*4)
 	check(t, "failed", *rep.Failed, map[memtrack.Category]uint64{
 		memtrack.Parameter: r512(Out*In*4) + r512(Out*4), memtrack.Activation: X, memtrack.Temp: Y})
+}
+
+// metaContext returns a tensor Context over one simulated meta GPU of
+// total bytes (a caching allocator, the Manager's default peak mode), closed when
+// the test ends.
+func metaContext(t *testing.T, total uint64) *tensor.Context {
+	dev := sim.New(sim.Spec{Count: 1, Total: total, Meta: true})[0]
+	mgr := backend.NewManager(backend.Config{GPUs: []backend.Allocator{backend.NewCachingAllocator(dev, 0)}, Host: host.NewAllocator()})
+	t.Cleanup(mgr.Close)
+	return tensor.NewContext(mgr)
 }
