@@ -36,12 +36,12 @@ import (
 // whose verdict differs where Go code still holds what Python's reference
 // counts let go (52 of the golden phases of starlib/nn when every walk
 // gives up), so figures would depend on the machine's load; it gives up
-// (Done false, Stopped) only when told to stop (an interrupt). It runs while the Manager is
-// locked: it must not call the Manager's methods. Through frames it may
-// keep what earlier walks found reachable from the frames of running
-// functions that have not run since (Frames); a walk that does not use
-// it calls frames.Keep(0) and never Enter, and every allocation is then
-// credited to no frame.
+// (Done false, Stopped) only when told to stop (an interrupt). It runs
+// while the Manager is locked: it must not call the Manager's methods.
+// Through frames it may keep what earlier walks found reachable from the
+// frames of running functions that have not run since (Frames); a walk
+// that does not use it calls frames.Keep(0) and never Enter, and every
+// allocation is then credited to no frame.
 type ReachFunc func(epoch uint64, visit func(*Memory), frames *Frames) Walk
 
 // Walk is what a reach walk found out besides the allocations it reached.
