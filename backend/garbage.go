@@ -43,7 +43,15 @@ func (m *Manager) Quiet() (end func()) {
 // quietNow reports that a Quiet region runs and nothing may have become
 // garbage since the last reclaim: a reclaim for a peak would find nothing.
 func (m *Manager) quietNow() bool {
-	return m.quiet > 0 && m.layout.clock != nil && !m.mayHaveGarbage()
+	return m.quiet > 0 && !m.mayHaveGarbage()
+}
+
+// layoutReclaimed records a reclaim that freed whatever was garbage: the
+// clock and the notes mayHaveGarbage compares with from now on.
+func (m *Manager) layoutReclaimed() {
+	if m.layout.clock != nil {
+		m.layout.seen, m.layout.seenNotes = m.layout.clock(), m.layout.notes
+	}
 }
 
 // SetLayoutClock installs the clock exact mode consults (see

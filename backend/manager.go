@@ -417,9 +417,7 @@ func (m *Manager) Guard(a Allocator, law SizeLaw, args ...int64) {
 func (m *Manager) denseReclaim() {
 	if m.mayHaveGarbage() {
 		m.reclaimFor(TriggerAlloc)
-		if m.layout.clock != nil {
-			m.layout.seen, m.layout.seenNotes = m.layout.clock(), m.layout.notes
-		}
+		m.layoutReclaimed()
 		return
 	}
 	res, ok, _ := m.walkReclaim()
@@ -547,14 +545,12 @@ func (m *Manager) allocOn(a Allocator, nbytes uint64, law SizeLaw, args []int64)
 		m.reclaimFor(TriggerAlloc)
 	} else if m.peak == PeakExact && nbytes > layoutMin && caching(a) && m.mayHaveGarbage() {
 		m.reclaimFor(TriggerAlloc)
-		if m.layout.clock != nil {
-			m.layout.seen, m.layout.seenNotes = m.layout.clock(), m.layout.notes
-		}
+		m.layoutReclaimed()
 	} else if m.peak.Exact() && nbytes > 0 && m.wouldRaise(a, nbytes) && !m.layoutQuiet(a, nbytes) && !m.quietNow() {
 		m.stats.PeakReclaims++
 		m.reclaimFor(TriggerAlloc)
-		if m.quiet > 0 && m.layout.clock != nil {
-			m.layout.seen, m.layout.seenNotes = m.layout.clock(), m.layout.notes
+		if m.quiet > 0 {
+			m.layoutReclaimed()
 		}
 	}
 	b, err := a.TryMalloc(nbytes)

@@ -26,9 +26,8 @@ import (
 type Walker struct {
 	r       tensor.Reacher
 	seen    map[unsafe.Pointer]struct{}
-	count   int  // values visited since the last look at Stop
-	visited int  // values visited in this walk, by 256
-	late    bool // stopped (Exhausted)
+	count   int // values visited since the last look at Stop
+	visited int // values visited in this walk, by 256
 	// Stop, if set, is asked every 256 values once the walk has visited
 	// minWalkValues: true ends the walk (the Session's Ctrl-C, so that a
 	// reclaim in a session holding millions of values does not hold up
@@ -167,9 +166,6 @@ func (w *Walker) Visit(m *backend.Mark) bool { return w.r.Visit(m) }
 // ask Stop: its own work is a fraction of a millisecond.
 const minWalkValues = 4096
 
-// Exhausted reports that the walk was stopped.
-func (w *Walker) Exhausted() bool { return w.late }
-
 // tick counts one value and asks Stop every 256.
 func (w *Walker) tick() {
 	w.count++
@@ -177,7 +173,7 @@ func (w *Walker) tick() {
 		w.count = 0
 		w.visited += 256
 		if w.visited >= minWalkValues && w.Stop != nil && w.Stop() {
-			w.stopped, w.late = true, true
+			w.stopped = true
 		}
 	}
 }
@@ -194,7 +190,7 @@ func (w *Walker) Stopped() bool { return w.stopped }
 // they reach is reported now (before the walk of the next frame begins:
 // backend.Frames credits it to the frame that reached it).
 func (w *Walker) Settle() {
-	if !w.late {
+	if !w.stopped {
 		w.r.Drain()
 	}
 }
@@ -202,10 +198,10 @@ func (w *Walker) Settle() {
 // Finish walks what the walk queued (autograd graphs) and reports whether
 // it completed (was not stopped).
 func (w *Walker) Finish() bool {
-	if !w.late {
+	if !w.stopped {
 		w.r.Drain()
 	}
-	return !w.late
+	return !w.stopped
 }
 
 // Memory reports an allocation.
@@ -269,7 +265,7 @@ func UnwrapCell(v starlark.Value) (starlark.Value, bool) {
 
 // Value walks a Starlark value.
 func (w *Walker) Value(v starlark.Value) {
-	if v == nil || w.late {
+	if v == nil || w.stopped {
 		return
 	}
 	w.tick()

@@ -53,8 +53,8 @@ func TestWalkerHasNoDeadline(t *testing.T) {
 	asked := 0
 	w.Stop = func() bool { asked++; time.Sleep(time.Millisecond); return false }
 	w.Value(starlark.NewList(elems))
-	if !w.Finish() || w.Stopped() || asked < 10 {
-		t.Errorf("a slow walk: Finish %v, Stopped %v, Stop asked %d times; want it to finish", !w.Exhausted(), w.Stopped(), asked)
+	if done := w.Finish(); !done || w.Stopped() || asked < 10 {
+		t.Errorf("a slow walk: Finish %v, Stopped %v, Stop asked %d times; want it to finish", done, w.Stopped(), asked)
 	}
 	w.Done()
 }

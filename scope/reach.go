@@ -262,7 +262,7 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 			globals(w)
 			w.Settle()
 			c.globalsPins = c.pins.outside &^ met
-			if w.Exhausted() {
+			if w.Stopped() {
 				if frames != nil {
 					frames.Drop(nb)
 				}
@@ -286,7 +286,7 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 			w.Incomplete(why)
 		}
 	}
-	for i := stackKept; i < depth && !w.Exhausted(); i++ {
+	for i := stackKept; i < depth && !w.Stopped(); i++ {
 		if frames != nil {
 			frames.Enter(base + i)
 		}
@@ -295,7 +295,7 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 		b, by := walkFrame(w, fr, i == depth-1)
 		horizon, who = lowerBound(horizon, who, b, by)
 		w.Settle()
-		if w.Exhausted() {
+		if w.Stopped() {
 			// cut short: the frame's credits are partial (the walk is not
 			// Done; the frames below it can be kept next time)
 			if frames != nil {

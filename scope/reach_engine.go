@@ -73,7 +73,7 @@ func (s *Session) walkEngineFrames(w *env.Walker, frames *backend.Frames, fr ten
 		frames.Enter(i)
 		w.Engine(func(r *tensor.Reacher) { fr.ReachFrame(r, i) })
 		w.Settle()
-		if w.Exhausted() {
+		if w.Stopped() {
 			frames.Drop(i)
 			s.engine = engineKey{}
 			return false

@@ -151,7 +151,7 @@ func (s *Session) reachMemoRoots(w *env.Walker, key memoKey, visit func(*backend
 	})
 	w.SetFrontier(false)
 	w.SetMemory(visit)
-	if !w.Exhausted() && len(nodes) == 0 {
+	if !w.Stopped() && len(nodes) == 0 {
 		s.memo = &walkMemo{key: key, mems: mems, tensors: ts, horizon: horizon, who: who, why: why}
 	}
 	for _, t := range ts {

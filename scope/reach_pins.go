@@ -396,7 +396,7 @@ func (p *pinSet) walk(w *env.Walker, frames *backend.Frames, kept int) (int, boo
 					w.Value(x)
 				}
 				w.Settle()
-				if w.Exhausted() {
+				if w.Stopped() {
 					frames.Drop(k)
 					p.cur = -1
 					return k, false
@@ -408,7 +408,7 @@ func (p *pinSet) walk(w *env.Walker, frames *backend.Frames, kept int) (int, boo
 			pn.meets, pn.id = 0, p.newID()
 			w.Value(l)
 			w.Settle()
-			if w.Exhausted() {
+			if w.Stopped() {
 				frames.Drop(k)
 				p.cur = -1
 				return k, false

@@ -10,7 +10,7 @@ import (
 // Children and tensors, most of what a model's modules hold, are walked
 // directly rather than through Walker.Value's dispatch.
 func (m *Layer) Reach(w *env.Walker) {
-	if w.Exhausted() || !w.Visit(&m.mark) {
+	if w.Stopped() || !w.Visit(&m.mark) {
 		return
 	}
 	for _, v := range m.vals {

@@ -1,6 +1,10 @@
 package sweep
 
-import "math"
+import (
+	"cmp"
+	"math"
+	"slices"
+)
 
 // interpolator chooses max_fit(mode="interpolate")'s trials: a bisection
 // on an interval that the trials' peaks narrow. A training step's peak
@@ -37,18 +41,19 @@ type interpolator struct {
 	low, high int
 	ok        []ipoint // the ok trials with their peaks, in increasing size
 	budget    []uint64 // the last budget a full trial measured, per GPU
-	// below: the bound below when the last size was chosen (0: the
-	// bounds did not choose it); guessed: the last size was the bound
-	// above, tried as an out-of-memory size; wrong counts such sizes that
-	// trained
+	// chose: the bounds chose the last size next returned, below then;
+	// guessed: that size was the bound above, tried as an out-of-memory
+	// size; wrong counts the sizes where the bounds were wrong (a guessed
+	// one trained, one at or below the bound below did not)
+	chose   bool
 	below   int
 	guessed bool
 	wrong   int
-	// surprise: the sizes at or below the bound below that ran out of
-	// memory; checked: the size above the boundary was tried after one
-	surprise map[int]bool
-	checked  bool
-	tried    map[int]bool
+	// surprised: a size at or below the bound below ran out of memory;
+	// checked: the size above the boundary was tried after it; tried:
+	// the sizes tried
+	surprised, checked bool
+	tried              map[int]bool
 }
 
 // ipoint is an ok trial's size and its GPUs' peak reserved and
@@ -68,37 +73,22 @@ func (ip *interpolator) add(n int, p *point) {
 		ip.budget = p.budget
 	}
 	switch {
-	case p.status == "oom" && n <= ip.below:
-		if ip.surprise == nil {
-			ip.surprise = map[int]bool{}
-		}
-		ip.surprise[n] = true
+	case p.status == "oom" && ip.chose && n <= ip.below:
+		ip.surprised = true
 		ip.wrong++
 	case p.status == "ok" && ip.guessed:
 		ip.wrong++
 	}
 	pt := ipoint{n: n, reserved: p.peakReserved, allocated: p.peakAllocated}
-	if pt.reserved == nil && p.replayed && p.data != nil {
-		// a replayed trial's
-		pt.reserved = p.reserved
-		for _, g := range p.data.GPUs {
-			pt.allocated = append(pt.allocated, uint64(g.Peak))
-		}
-	}
 	if p.status != "ok" || len(pt.reserved) == 0 || len(pt.allocated) != len(pt.reserved) {
 		return
 	}
-	i := 0
-	for i < len(ip.ok) && ip.ok[i].n < n {
-		i++
-	}
-	if i < len(ip.ok) && ip.ok[i].n == n {
+	i, found := slices.BinarySearchFunc(ip.ok, n, func(q ipoint, n int) int { return cmp.Compare(q.n, n) })
+	if found {
 		ip.ok[i] = pt
-		return
+	} else {
+		ip.ok = slices.Insert(ip.ok, i, pt)
 	}
-	ip.ok = append(ip.ok, ipoint{})
-	copy(ip.ok[i+1:], ip.ok[i:])
-	ip.ok[i] = pt
 }
 
 // bounds returns the bounds below and above (see interpolator) from two
@@ -139,20 +129,20 @@ func (ip *interpolator) bounds(fit int) (below, above int, ok bool) {
 
 // estimated reports whether the bounds chose the last size next returned:
 // a size near the boundary, which full trials confirm anyway.
-func (ip *interpolator) estimated() bool { return ip.below > 0 || ip.guessed }
+func (ip *interpolator) estimated() bool { return ip.chose }
 
 // next returns the size to try after the trials so far (fit the largest
 // that ran, oom the smallest above it that ran out of memory, -1 for
 // none), or false when the boundary is found.
 func (ip *interpolator) next(fit, oom int) (int, bool) {
-	ip.guessed, ip.below = false, 0
+	ip.chose, ip.guessed = false, false
 	switch {
 	case fit < 0 && oom < 0:
 		return ip.low, true
 	case fit < 0, fit >= ip.high:
 		return 0, false
 	case oom >= 0 && oom-fit <= 1:
-		if len(ip.surprise) > 0 && !ip.checked && oom < ip.high && !ip.tried[oom+1] {
+		if ip.surprised && !ip.checked && oom < ip.high && !ip.tried[oom+1] {
 			ip.checked = true
 			return oom + 1, true
 		}
@@ -181,7 +171,7 @@ func (ip *interpolator) next(fit, oom int) (int, bool) {
 	if oom >= 0 && below >= oom {
 		below = fit // contradicted by a size that ran out of memory
 	}
-	ip.below = max(below, 1)
+	ip.chose, ip.below = true, below
 	if upper-fit <= 1 {
 		// only the bound above is left: confirm it
 		ip.guessed = upper != oom

@@ -107,8 +107,11 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	fit, oom := -1, -1 // largest n that ran, smallest n above it that ran out of memory
 	var ooms []int     // the sizes that ran out of memory
 	step := 0
-	var rp *replayer // replay=True
-	ip := &interpolator{low: low, high: high}
+	var rp *replayer     // replay=True
+	var ip *interpolator // mode="interpolate"
+	if mode == "interpolate" {
+		ip = &interpolator{low: low, high: high}
+	}
 	try := func(n int) (string, error) {
 		var p *point
 		var err error
@@ -125,7 +128,9 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 			ooms = append(ooms, n)
 		}
 		narrow(&fit, &oom, n, p.status, ooms)
-		ip.add(n, p)
+		if ip != nil {
+			ip.add(n, p)
+		}
 		return p.status, nil
 	}
 	fail := func(err error) (starlark.Value, error) {
@@ -165,8 +170,10 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 			rp = &replayer{r: r, param: param, unit: unit, step: &step, mode: searchMode}
 		}
 	}
-	bisect := func() error {
-		if mode == "interpolate" {
+	// onward goes on from the trials so far to the boundary: the
+	// interpolator's sizes, or bisection between fit and oom
+	onward := func() error {
+		if ip != nil {
 			for step < maxTrials {
 				n, more := ip.next(fit, oom)
 				if !more {
@@ -188,30 +195,26 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		}
 		return nil
 	}
-	if mode == "interpolate" {
-		if err := bisect(); err != nil {
+	// Power (and binsearch's start): double from low until the first
+	// OOM (or high).
+	for n := low; ip == nil && step < maxTrials; {
+		status, err := try(n)
+		if err != nil {
 			return fail(err)
 		}
-	} else {
-		// Power: double from low until the first OOM (or high).
-		for n := low; step < maxTrials; {
-			status, err := try(n)
-			if err != nil {
-				return fail(err)
-			}
-			if status != "ok" || n >= high {
-				break
-			}
-			if n > high/2 {
-				n = high
-			} else {
-				n *= 2
-			}
+		if status != "ok" || n >= high {
+			break
+		}
+		if n > high/2 {
+			n = high
+		} else {
+			n *= 2
 		}
 	}
-	// Binsearch: bisect between the last fit and the first OOM.
-	if mode == "binsearch" && fit >= 0 {
-		if err := bisect(); err != nil {
+	// Binsearch: bisect between the last fit and the first OOM;
+	// interpolate: the whole search.
+	if ip != nil || (mode == "binsearch" && fit >= 0) {
+		if err := onward(); err != nil {
 			return fail(err)
 		}
 	}
@@ -223,7 +226,7 @@ func maxFit(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 			return fail(err)
 		}
 		if mode != "power" && fit >= 0 {
-			if err := bisect(); err != nil {
+			if err := onward(); err != nil {
 				return fail(err)
 			}
 		}

@@ -131,7 +131,9 @@ func (rp *replayer) replay(keys []string, params starlark.StringDict, n int, pla
 	p.reserved = make([]uint64, len(o.Peaks))
 	for i, pk := range o.Peaks {
 		p.reserved[i] = pk.Reserved
+		p.peakAllocated = append(p.peakAllocated, pk.Allocated)
 	}
+	p.peakReserved = p.reserved
 	r.points.add(p)
 	r.bar.add()
 	return p, true, nil

@@ -131,9 +131,10 @@ type point struct {
 	reserved []uint64
 	stream   *replay.Stream
 	// peakReserved, peakAllocated and budget: the GPUs' peak reserved
-	// and allocated bytes in the trial and what their allocators could
-	// hold (reserved + free after it), when the runner measures them
-	// (runner.measurePeaks), for max_fit(mode="interpolate")
+	// and allocated bytes in the trial (a replayed trial's too) and what
+	// their allocators could hold (reserved + free after it), when the
+	// runner measures them (runner.measurePeaks), for
+	// max_fit(mode="interpolate")
 	peakReserved, peakAllocated, budget []uint64
 	// unrecorded: its record could not be written to --out (the table
 	// says so; the sweep fails)
