@@ -1,5 +1,7 @@
 package backend
 
+import "slices"
+
 // Frames keeps, between reach walks, which allocations each frame of the
 // running call stack reached, so that a walk need not visit again the
 // frames that have not run since the last one (a deep recursion would
@@ -36,11 +38,78 @@ type Frames struct {
 	// took over (len(gens) when none).
 	extending       bool
 	extended, taken int
+	// growable: the bottom frames whose values may grow between walks
+	// (SetGrowable); grown, the values noted grown since (NoteGrew)
+	growable int
+	grown    []growth
 	// Walked counts the frames walked (Enter with i >= 0) over the
 	// Manager's life; Kept, the frames a walk did not walk because it
 	// kept their credits; Skipped, the values a walk did not look into
 	// because a kept frame's credits hold what they reach (Visit).
 	Walked, Kept, Skipped int
+}
+
+// growth is a value noted grown (Manager.NoteGrew), met by a walk in
+// frame (of generation gen) that may grow.
+type growth struct {
+	frame int32
+	gen   uint64
+	v     any
+}
+
+// SetGrowable says that the n bottom frames may grow: a value a walk met
+// in one of them that comes to reach more memory and none less (a leaf
+// given its first gradient: Manager.NoteGrew) is noted, and the next walk
+// that keeps the frame extends it by that value (Grown, Extend), instead
+// of walking the frames from there up again. The layer that walks sets
+// it at each walk (0 when its frames are numbered otherwise).
+func (f *Frames) SetGrowable(n int) {
+	f.growable = n
+	f.grown = slices.DeleteFunc(f.grown, func(g growth) bool { return int(g.frame) >= n })
+}
+
+// Grown returns the values noted grown in kept frame i since the last
+// walk that took them, and forgets them: the walk extends frame i by
+// them (Extend).
+func (f *Frames) Grown(i int) []any {
+	var out []any
+	f.grown = slices.DeleteFunc(f.grown, func(g growth) bool {
+		if int(g.frame) != i {
+			return false
+		}
+		if i < f.kept && f.gens[i] == g.gen {
+			out = append(out, g.v)
+		}
+		return true
+	})
+	return out
+}
+
+// letGo lets go of the values noted grown, for a collection that must
+// not see them: the frames they grew are forgotten instead of extended.
+func (f *Frames) letGo() {
+	if len(f.grown) == 0 {
+		return
+	}
+	n := len(f.gens)
+	for _, g := range f.grown {
+		n = min(n, int(g.frame))
+	}
+	f.truncate(n)
+	f.grown = nil
+}
+
+// grew notes v, whose mark is mk, grown: extended at the next walk if the
+// frame that met it may grow, else as changed.
+func (f *Frames) grew(mk *Mark, v any) {
+	if mk.gen == 0 || int(mk.frame) >= len(f.gens) || f.gens[mk.frame] != mk.gen {
+		return // no frame's credits stand for it
+	}
+	if int(mk.frame) < f.growable {
+		f.grown = append(f.grown, growth{mk.frame, mk.gen, v})
+		return
+	}
+	f.truncate(int(mk.frame))
 }
 
 // Keep keeps the credits of the n bottom frames (or of as many as Frames
@@ -133,6 +202,9 @@ func (f *Frames) truncate(n int) {
 		f.gens, f.cum = f.gens[:n], f.cum[:n]
 	}
 	f.kept = min(f.kept, n)
+	if len(f.grown) > 0 {
+		f.grown = slices.DeleteFunc(f.grown, func(g growth) bool { return int(g.frame) >= n })
+	}
 }
 
 // Drop forgets the credits of frames i and up: a walk cut short in frame

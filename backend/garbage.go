@@ -134,6 +134,18 @@ func (m *Manager) NoteChanged(mk *Mark) {
 	m.mu.Unlock()
 }
 
+// NoteGrew tells the Manager that the value mk marks, v, reaches more
+// memory than when a walk last met it, and none less, though no callable
+// that is not pure ran: a leaf given its first gradient. If the frame
+// that met it may grow (Frames.SetGrowable), the next walk that keeps
+// that frame walks v again to extend it (Frames.Grown); otherwise it is
+// NoteChanged.
+func (m *Manager) NoteGrew(mk *Mark, v any) {
+	m.mu.Lock()
+	m.reach.frames.grew(mk, v)
+	m.mu.Unlock()
+}
+
 // NoteGarbageAt is NoteGarbage for memory that the value mk marks let go
 // of (an autograd node that released its saved tensors): only the credits
 // of the frame a walk met it in and of those above are forgotten

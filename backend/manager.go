@@ -247,6 +247,7 @@ func (m *Manager) settle() {
 	if m.reach.forget != nil {
 		m.reach.forget()
 	}
+	m.reach.frames.letGo()
 	for i := range m.entries {
 		if e := &m.entries[i]; e.young != nil {
 			if !e.rec.freed {

@@ -288,3 +288,64 @@ func TestStoppedWalkCollectsNothing(t *testing.T) {
 		t.Errorf("the next reclaim freed %d allocations, %d bytes left; want 1, 0", r.Count, m.GPU(0).Allocated())
 	}
 }
+
+// A frame that may grow (Frames.SetGrowable) is extended by a value noted
+// grown (Manager.NoteGrew) at the next walk that keeps it, and its credits
+// then stand for what the value reaches too; noted grown in a frame that
+// may not grow, or before a collection, the value makes the frame
+// forgotten instead.
+func TestFramesGrow(t *testing.T) {
+	m := newManager(t, "1GiB", backend.PeakLazy)
+	held := mustAlloc(t, m, 4096)
+	var grad *backend.Memory
+	var mark backend.Mark
+	var keep, kept int
+	var grown []any
+	growable := 1
+	m.SetReach(func(epoch uint64, visit func(*backend.Memory), frames *backend.Frames) backend.Walk {
+		kept = frames.Keep(keep)
+		grown = nil
+		if kept > 0 {
+			if grown = frames.Grown(0); len(grown) > 0 {
+				frames.Extend(0)
+				visit(grad)
+				kept = frames.EndExtend()
+			}
+		} else {
+			frames.Enter(0)
+			frames.Visit(&mark, epoch)
+			visit(held)
+			if grad != nil {
+				visit(grad)
+			}
+		}
+		frames.SetGrowable(growable)
+		frames.Enter(-1)
+		return backend.Walk{Done: true}
+	})
+	reclaim := func(step string, wantKept int, wantGrown int) {
+		t.Helper()
+		r := m.Reclaim()
+		if !r.Proven || kept != wantKept || len(grown) != wantGrown {
+			t.Errorf("%s: reclaim %+v, %d frames kept, %d values grown; want proven, %d kept, %d grown", step, r, kept, len(grown), wantKept, wantGrown)
+		}
+	}
+	reclaim("first walk", 0, 0)
+	keep = 1
+	reclaim("nothing changed", 1, 0)
+	grad = mustAlloc(t, m, 512) // the value's new gradient
+	m.NoteGrew(&mark, "grad")
+	reclaim("grown", 1, 1)
+	reclaim("extended", 1, 0) // the kept frame's credits hold the gradient: proven without a visit
+	growable = 0
+	reclaim("not growable from now on", 1, 0)
+	m.NoteGrew(&mark, "grad")
+	reclaim("grown where it may not grow", 0, 0)
+	growable = 1
+	reclaim("growable again", 1, 0)
+	m.NoteGrew(&mark, "grad")
+	m.Collect() // lets go of what was noted grown: the frame is forgotten
+	reclaim("after a collection", 0, 0)
+	runtime.KeepAlive(held)
+	runtime.KeepAlive(grad)
+}

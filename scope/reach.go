@@ -42,12 +42,13 @@ func (s *Session) reach(epoch uint64, visit func(*backend.Memory), frames *backe
 		// what an earlier walk during it found (reach_memo.go)
 		horizon, reused = s.reachMemo(w, key, visit, frames)
 	} else {
-		s.memo = nil
+		s.memo, s.memoFramed = nil, false
+		frames.SetGrowable(0)
 		// The globals, then the main thread's frames bottom-up, each
 		// credited with what it reaches (backend.Frames); those that
 		// cannot have changed since the last walk are not walked again.
 		var who string
-		horizon, who = s.frames.walk(w, s.thread, s.stamp(), frames, len(s.loading) == 0 && !s.keepOff, s.engineFrames(w, frames), s.reachGlobals, s.globalsKey())
+		horizon, who = s.frames.walk(w, s.thread, s.stamp(), frames, len(s.loading) == 0 && !s.keepOff, s.engineFrames(w, frames, 0), s.reachGlobals, s.globalsKey())
 		w.Outermost = who
 		frames.Enter(-1)
 	}

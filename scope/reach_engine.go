@@ -25,14 +25,16 @@ import (
 type engineKey struct {
 	root                  tensor.FramedRoot
 	mutations, reachShape uint64
+	base                  int // the Frames number of its frame 0
 }
 
 // engineFrames returns the running autograd engine's frames
 // (tensor.FramedRoot: the nodes of its graph not run yet) as the frames
-// below a walk's (belowFrames), and tells the engine the walk walks them.
-// Their credits may be kept if the last walk walked them too and nothing
-// they reach moved (engineKey); none when no engine runs.
-func (s *Session) engineFrames(w *env.Walker, frames *backend.Frames) belowFrames {
+// below a walk's (belowFrames), numbered from base in frames, and tells
+// the engine the walk walks them. Their credits may be kept if the last
+// walk walked them too, numbered alike, and nothing they reach moved
+// (engineKey); none when no engine runs.
+func (s *Session) engineFrames(w *env.Walker, frames *backend.Frames, base int) belowFrames {
 	fr := s.tctx.Framed()
 	if fr == nil {
 		// after a backward, the last walk's frames were numbered above
@@ -41,8 +43,8 @@ func (s *Session) engineFrames(w *env.Walker, frames *backend.Frames) belowFrame
 		s.engine, s.engineN = engineKey{}, 0
 		return belowFrames{keepable: keepable}
 	}
-	fr.BeginFrames(w.Epoch())
-	key := engineKey{fr, starlark.Mutations(), tensor.ReachShape()}
+	fr.BeginFrames(w.Epoch(), base)
+	key := engineKey{fr, starlark.Mutations(), tensor.ReachShape(), base}
 	// the engine's frames only go, from the top (a node runs); more of
 	// them than at the last walk means that walk numbered others there
 	// (the engine had not counted its graph yet)
@@ -50,15 +52,15 @@ func (s *Session) engineFrames(w *env.Walker, frames *backend.Frames) belowFrame
 	keepable := key == s.engine && n <= s.engineN && !s.keepOff
 	s.engine, s.engineN = key, n
 	return belowFrames{n: n, keepable: keepable, walk: func(kept int) bool {
-		return s.walkEngineFrames(w, frames, fr, kept)
+		return s.walkEngineFrames(w, frames, fr, kept, base)
 	}}
 }
 
-// walkEngineFrames walks the engine's frames from kept up, each credited
-// to its frame of backend.Frames (what made the walk of the kept ones
-// incomplete applies again), and reports false if the walk ran out of
-// time.
-func (s *Session) walkEngineFrames(w *env.Walker, frames *backend.Frames, fr tensor.FramedRoot, kept int) bool {
+// walkEngineFrames walks the engine's frames from kept up, frame i
+// credited to frame base+i of backend.Frames (what made the walk of the
+// kept ones incomplete applies again), and reports false if the walk was
+// stopped.
+func (s *Session) walkEngineFrames(w *env.Walker, frames *backend.Frames, fr tensor.FramedRoot, kept, base int) bool {
 	s.engineWhy = s.engineWhy[:min(kept, len(s.engineWhy))]
 	// what made the walk incomplete before the frames (the memo's roots)
 	// is charged to them too: a kept frame must not hide an incomplete
@@ -70,11 +72,11 @@ func (s *Session) walkEngineFrames(w *env.Walker, frames *backend.Frames, fr ten
 		}
 	}
 	for i := kept; i < fr.Frames(); i++ {
-		frames.Enter(i)
+		frames.Enter(base + i)
 		w.Engine(func(r *tensor.Reacher) { fr.ReachFrame(r, i) })
 		w.Settle()
 		if w.Stopped() {
-			frames.Drop(i)
+			frames.Drop(base + i)
 			s.engine = engineKey{}
 			return false
 		}

@@ -3,6 +3,7 @@ package scope
 import (
 	"math"
 	"os"
+	"slices"
 	"weak"
 
 	"go.starlark.net/starlark"
@@ -45,7 +46,8 @@ import (
 type walkMemo struct {
 	key     memoKey
 	mems    []*backend.Memory
-	tensors []*tensor.Tensor
+	tensors []*tensor.Tensor // the leaves first (isLeaf)
+	leaves  int
 	// weak: after a collection (weaken), mems and tensors are here instead
 	weakMems    []weak.Pointer[backend.Memory]
 	weakTensors []weak.Pointer[tensor.Tensor]
@@ -88,44 +90,101 @@ func (s *Session) memoKey() (memoKey, bool) {
 }
 
 // reachMemo walks the frames and globals for a walk made during
-// backward(): from the memo when it holds (reused), else in frontier mode,
-// keeping a new memo. It returns the horizon the frames give.
+// backward(), as backend.Frames' frame 0, below the engine's frames
+// (numbered from 1 then): from the memo when it holds (reused), else in
+// frontier mode, keeping a new memo. Frame 0 holds the storages the memo
+// reached and the autograd state of the tensors it set aside that are
+// leaves (the parameters: their gradients); it is kept while the memo
+// holds and nothing noted a change to what it reaches. A leaf given its
+// first gradient is noted grown (tensor.Tensor.ReachGrew): the next walk
+// walks it again to extend frame 0 (backend.Frames.Grown), so that a
+// backward pass walks each parameter's gradient once, not at each of
+// its reclaims. The tensors set aside that are not leaves (the loss,
+// whose graph the engine consumes) are walked at each walk, after the
+// engine's frames, credited to no frame. It returns the horizon the
+// frames give.
 func (s *Session) reachMemo(w *env.Walker, key memoKey, visit func(*backend.Memory), frames *backend.Frames) (horizon uint64, reused bool) {
-	// the engine's frames first: a part of a walk that credits no frame
-	// comes after the frames (backend.Frames.Visit). The call stack's
-	// frames are not credited: the memo stands for them while backward
-	// runs.
-	s.frames.usable = false // Frames' numbers above the engine's are the memo's walk's
+	s.frames.usable = false // Frames' numbers are the memo's walk's
 	s.frames.pins.unpinAll()
-	below := s.engineFrames(w, frames)
+	below := s.engineFrames(w, frames, 1)
+	m := s.memo
+	if m != nil && (m.key != key || !m.strengthen()) {
+		s.memo, m = nil, nil
+	}
 	n := 0
-	if below.keepable {
-		n = below.n
+	if m != nil && s.memoFramed && !s.keepOff {
+		n = 1
+		if below.keepable {
+			n += below.n
+		}
 	}
 	kept := frames.Keep(n)
+	var rest []*tensor.Tensor
+	var nodes []tensor.GradNode
+	if kept > 0 {
+		if grown := frames.Grown(0); len(grown) > 0 {
+			frames.Extend(0)
+			for _, v := range grown {
+				w.Autograd(v.(*tensor.Tensor))
+			}
+			w.Settle()
+			kept = frames.EndExtend()
+		}
+		if m.why != "" {
+			w.Incomplete(m.why)
+		}
+		horizon, reused, rest = s.framesHorizon(w, m.horizon, m.who), true, m.tensors[m.leaves:]
+	} else {
+		frames.Enter(0)
+		horizon, reused, rest, nodes = s.memoFrame(w, key, visit)
+		w.Settle()
+		if w.Stopped() {
+			frames.Drop(0)
+			s.memoFramed = false
+			frames.SetGrowable(0)
+			return horizon, reused
+		}
+		s.memoFramed = s.memo != nil
+	}
+	if s.memoFramed {
+		frames.SetGrowable(1)
+	} else {
+		frames.SetGrowable(0)
+	}
 	if below.n > 0 {
-		below.walk(kept)
+		below.walk(max(0, kept-1))
 	}
 	frames.Enter(-1)
-	return s.reachMemoRoots(w, key, visit)
+	for _, t := range rest {
+		w.Autograd(t)
+	}
+	for _, n := range nodes {
+		w.Node(n)
+	}
+	return horizon, reused
 }
 
-// reachMemoRoots walks the frames and globals from the memo when it
-// holds (reused), else in frontier mode, keeping a new memo.
-func (s *Session) reachMemoRoots(w *env.Walker, key memoKey, visit func(*backend.Memory)) (horizon uint64, reused bool) {
-	if m := s.memo; m != nil && m.key == key && m.strengthen() {
+// memoFrame walks what frame 0 of a walk during backward() stands for:
+// the storages the frames and globals reach and the autograd state of
+// the leaves among the tensors they reach that have autograd state —
+// from the memo when it holds (reused), else by a frontier walk that
+// keeps a new memo. It returns the horizon the frames give, and what the
+// walk must walk outside any frame: the other tensors with autograd state
+// and the nodes the frontier walk set aside (with nodes, it keeps no
+// memo).
+func (s *Session) memoFrame(w *env.Walker, key memoKey, visit func(*backend.Memory)) (horizon uint64, reused bool, rest []*tensor.Tensor, nodes []tensor.GradNode) {
+	if m := s.memo; m != nil {
 		for _, h := range m.mems {
 			visit(h)
 		}
-		for _, t := range m.tensors {
+		for _, t := range m.tensors[:m.leaves] {
 			w.Autograd(t)
 		}
 		if m.why != "" {
 			w.Incomplete(m.why)
 		}
-		return s.framesHorizon(w, m.horizon, m.who), true
+		return s.framesHorizon(w, m.horizon, m.who), true, m.tensors[m.leaves:], nil
 	}
-	s.memo = nil
 	var mems []*backend.Memory
 	w.SetMemory(func(h *backend.Memory) {
 		mems = append(mems, h)
@@ -133,12 +192,10 @@ func (s *Session) reachMemoRoots(w *env.Walker, key memoKey, visit func(*backend
 	})
 	w.SetFrontier(true)
 	// the memo must hold every tensor the frames and globals reach: none
-	// is passed over because the engine's frames met it in this walk or
-	// a kept one stands for it
+	// is passed over because a kept frame stands for it
 	horizon, who := uint64(math.MaxUint64), ""
 	var why string
 	var ts []*tensor.Tensor
-	var nodes []tensor.GradNode
 	w.Apart(w.Epoch()|frontierEpoch, func() {
 		depth := s.thread.CallStackDepth()
 		for i := range depth {
@@ -151,16 +208,39 @@ func (s *Session) reachMemoRoots(w *env.Walker, key memoKey, visit func(*backend
 	})
 	w.SetFrontier(false)
 	w.SetMemory(visit)
-	if !w.Stopped() && len(nodes) == 0 {
-		s.memo = &walkMemo{key: key, mems: mems, tensors: ts, horizon: horizon, who: who, why: why}
+	// the leaves first: frame 0 walks them, the rest is walked at each walk
+	ts = slices.Clone(ts)
+	slices.SortStableFunc(ts, func(a, b *tensor.Tensor) int { return cmpBool(!isLeaf(a), !isLeaf(b)) })
+	leaves := 0
+	for leaves < len(ts) && isLeaf(ts[leaves]) {
+		leaves++
 	}
-	for _, t := range ts {
+	if !w.Stopped() && len(nodes) == 0 {
+		s.memo = &walkMemo{key: key, mems: mems, tensors: ts, leaves: leaves, horizon: horizon, who: who, why: why}
+	}
+	for _, t := range ts[:leaves] {
 		w.Autograd(t)
 	}
-	for _, n := range nodes {
-		w.Node(n)
+	return s.framesHorizon(w, horizon, who), false, ts[leaves:], nodes
+}
+
+// isLeaf reports whether t, which has autograd state, is a leaf (no
+// grad_fn): what it reaches changes during backward only as the engine
+// says (its gradient set, ReachGrew, or replaced, ReachChanged).
+func isLeaf(t *tensor.Tensor) bool {
+	ag := t.Autograd()
+	return ag != nil && ag.GradFn == nil
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
 	}
-	return s.framesHorizon(w, horizon, who), false
+	return 1
 }
 
 // frontierEpoch marks the epoch of a memo's frontier walk, a walk of its

@@ -84,6 +84,9 @@ type Session struct {
 	walker *env.Walker
 	frames frameCache // what the last walk found in the frames it walked (reach.go)
 	memo   *walkMemo  // what a walk during backward() found in the frames and globals (reach_memo.go)
+	// memoFramed: the last walk credited what memo stands for to
+	// backend.Frames' frame 0 (reach_memo.go)
+	memoFramed bool
 	// engine: the autograd engine whose frames the last walk walked, and
 	// why those frames' walks were incomplete (reach_engine.go)
 	engine    engineKey

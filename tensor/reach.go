@@ -258,13 +258,15 @@ type ReachRoot interface {
 // of their own (backend.Frames), each kept until what it reaches changes:
 // the autograd engine, whose frames are the nodes of its graph not run
 // yet, which change only when one runs. A walk that walks them calls
-// BeginFrames with its epoch, then ReachFrame for each frame not kept,
-// before any other root; Reach reports the rest, and the frames' values
-// met on other paths are not looked into again (the frame does it).
+// BeginFrames with its epoch and the number backend.Frames gives its
+// frame 0 (frame i is base+i there: what it tells the Manager names
+// those), then ReachFrame for each frame not kept, before any other
+// root; Reach reports the rest, and the frames' values met on other
+// paths are not looked into again (the frame does it).
 type FramedRoot interface {
 	ReachRoot
 	Frames() int
-	BeginFrames(epoch uint64)
+	BeginFrames(epoch uint64, base int)
 	ReachFrame(r *Reacher, i int)
 }
 
@@ -288,6 +290,15 @@ func (c *Context) Framed() FramedRoot {
 func (t *Tensor) ReachChanged() {
 	if t.ctx != nil && t.ctx.Manager != nil {
 		t.ctx.Manager.NoteChanged(&t.mark)
+	}
+}
+
+// ReachGrew tells t's Manager that t reaches more memory than when a walk
+// last met it, and none less: it was given its first gradient
+// (backend.Manager.NoteGrew).
+func (t *Tensor) ReachGrew() {
+	if t.ctx != nil && t.ctx.Manager != nil {
+		t.ctx.Manager.NoteGrew(&t.mark, t)
 	}
 }
 

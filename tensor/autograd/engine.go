@@ -197,6 +197,8 @@ type engine struct {
 	// run next is the last.
 	pending []*Node
 	framed  uint64 // the walk that walks the frames (BeginFrames)
+	// frameBase: backend.Frames' number of frame 0 in that walk
+	frameBase int
 }
 
 // graphRun is one backward pass without retain_graph, active while it
@@ -332,7 +334,7 @@ func (e *engine) leavePending(n *Node) {
 	}
 	n.pendingOf = nil
 	if m := ctxOf(n).Manager; m != nil {
-		m.NoteGarbageAt(&n.mark, i)
+		m.NoteGarbageAt(&n.mark, e.frameBase+i)
 	}
 }
 
@@ -356,7 +358,7 @@ func (e *engine) Frames() int { return len(e.pending) }
 
 // BeginFrames notes that the walk numbered epoch walks the frames: until
 // the next, a pending node met on another path is not walked (Node.Mark).
-func (e *engine) BeginFrames(epoch uint64) { e.framed = epoch }
+func (e *engine) BeginFrames(epoch uint64, base int) { e.framed, e.frameBase = epoch, base }
 
 // ReachFrame walks frame i.
 func (e *engine) ReachFrame(r *tensor.Reacher, i int) {
@@ -629,7 +631,7 @@ func accumulateGrad(n *Node, grads []*tensor.Tensor) ([]*tensor.Tensor, error) {
 			}
 			m.Grad = c
 		}
-		v.ReachChanged()
+		v.ReachGrew() // it had no gradient: it lets go of nothing
 		return nil, runPostAccumulateGradHooks(v, m)
 	}
 	if err := addInPlace(m.Grad, g); err != nil {
