@@ -65,6 +65,12 @@ type growth struct {
 // it at each walk (0 when its frames are numbered otherwise).
 func (f *Frames) SetGrowable(n int) {
 	f.growable = n
+	// growth noted in a frame that may no longer grow: forget the frame
+	for _, g := range f.grown {
+		if int(g.frame) >= n && int(g.frame) < len(f.gens) && f.gens[g.frame] == g.gen {
+			f.truncate(int(g.frame))
+		}
+	}
 	f.grown = slices.DeleteFunc(f.grown, func(g growth) bool { return int(g.frame) >= n })
 }
 

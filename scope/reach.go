@@ -37,7 +37,8 @@ func (s *Session) reach(epoch uint64, visit func(*backend.Memory), frames *backe
 	w.SetFrames(frames)
 	var horizon uint64
 	reused := false
-	if key, ok := s.memoKey(); ok {
+	key, memo := s.memoKey()
+	if memo {
 		// backward() is running: what the frames and globals reach is
 		// what an earlier walk during it found (reach_memo.go)
 		horizon, reused = s.reachMemo(w, key, visit, frames)
@@ -48,7 +49,7 @@ func (s *Session) reach(epoch uint64, visit func(*backend.Memory), frames *backe
 		// credited with what it reaches (backend.Frames); those that
 		// cannot have changed since the last walk are not walked again.
 		var who string
-		horizon, who = s.frames.walk(w, s.thread, s.stamp(), frames, len(s.loading) == 0 && !s.keepOff, s.engineFrames(w, frames, 0), s.reachGlobals, s.globalsKey())
+		horizon, who = s.frames.walk(w, s.thread, s.stamp(), frames, len(s.loading) == 0 && !s.keepOff, s.engineFrames(w, frames, 0), s.tctx, s.reachGlobals, s.globalsKey())
 		w.Outermost = who
 		frames.Enter(-1)
 	}
@@ -56,9 +57,14 @@ func (s *Session) reach(epoch uint64, visit func(*backend.Memory), frames *backe
 		(*r).Reach(w)
 	}
 	w.Engine(func(r *tensor.Reacher) { r.Context(s.tctx) })
+	if memo || !s.frames.castsDone {
+		// the autocast cache's casts, when the frame of the call that
+		// keeps them did not take them (frameCache.walkCasts)
+		w.Engine(func(r *tensor.Reacher) { r.CastsFrom(s.tctx, 0) })
+	}
 	for _, t := range s.loading {
 		var none frameCache
-		none.walk(w, t, 0, nil, false, belowFrames{}, nil, globalsKey{})
+		none.walk(w, t, 0, nil, false, belowFrames{}, nil, nil, globalsKey{})
 	}
 	if b, who, ok := w.Bound(); ok && b <= horizon {
 		// the autograd engine: its running node began at b
@@ -180,6 +186,16 @@ type frameCache struct {
 	pins        pinSet
 	globalsPins uint64
 	stackPins   []uint64
+	// the autocast cache's casts, credited to the frame of the
+	// nn.autocast call that keeps them (tensor.AutocastState.Owner):
+	// whether this walk did so (castsDone), and the last walk's owner,
+	// that frame's index in the stack, the casts it met and the cache's
+	// generation then (tensor.Casts)
+	castsDone  bool
+	castsOwner uint64
+	castsAt    int
+	castsN     int
+	castsGen   uint64
 }
 
 // belowFrames are frames a walk puts below the globals and the call
@@ -196,15 +212,21 @@ type belowFrames struct {
 // walk walks the pinned lists and dicts (reach_pins.go: when it keeps what it can
 // and there are no frames below), the frames below (below.walk), the
 // globals (the roots that are not frames; nil for none), then the call
-// stack of thread bottom-up, each frame as walkFrame does, keeping what
-// it can of the last walk when keep is set and frames is not nil, and
-// returns the horizon and the built-in that gave it. The pins are
+// stack of thread bottom-up, each frame as walkFrame does (and the frame
+// of the nn.autocast call that keeps ctx's autocast cache, if ctx is not
+// nil, its casts: walkCasts), keeping what it can of the last walk when
+// keep is set and frames is not nil, and returns the horizon and the
+// built-in that gave it. The pins are
 // backend.Frames' bottom frames, kept while starlark.Mutations stands;
 // the globals are a frame of their own above them and the frames below,
 // and below the call stack's: kept while their key (gk) stands and the
 // frames' rules allow keeping any frame; the stack's frame i is Frames'
 // pins+below.n+1+i then.
-func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, frames *backend.Frames, keep bool, below belowFrames, globals func(*env.Walker), gk globalsKey) (uint64, string) {
+func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, frames *backend.Frames, keep bool, below belowFrames, ctx *tensor.Context, globals func(*env.Walker), gk globalsKey) (uint64, string) {
+	c.castsDone = false
+	if frames == nil {
+		ctx = nil
+	}
 	depth := 0
 	if thread != nil {
 		depth = thread.CallStackDepth()
@@ -272,6 +294,12 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 			c.globals, c.globalsWhy = gk, w.Why()
 		}
 	}
+	if ctx != nil {
+		var ok bool
+		if kept, ok = c.extendCasts(w, frames, ctx, base, kept); !ok {
+			return now, ""
+		}
+	}
 	stackKept := max(0, kept-base)
 	c.horizon, c.who, c.why = c.horizon[:stackKept], c.who[:stackKept], c.why[:stackKept]
 	c.stackPins = c.stackPins[:min(stackKept, len(c.stackPins))]
@@ -294,6 +322,9 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 		fr := thread.DebugFrame(depth - 1 - i)
 		met := c.pins.outside
 		b, by := walkFrame(w, fr, i == depth-1)
+		if ctx != nil {
+			c.walkCasts(w, ctx, fr, i)
+		}
 		horizon, who = lowerBound(horizon, who, b, by)
 		w.Settle()
 		if w.Stopped() {
@@ -319,6 +350,61 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 		thread.ResetLowWater()
 	}
 	return clampHorizon(horizon, who, now)
+}
+
+// The autocast cache's casts are held by the Context until the outermost
+// autocast region is left, which is when the nn.autocast call that entered
+// it returns: they are the values of that call's frame, its Owner
+// (tensor.AutocastState), and credited to it. The frame is kept as any
+// other (it waits for the function it called), and the casts made since
+// the last walk extend it (backend.Frames.Extend): the cache only grows
+// until it is cleared, which its owner's return does. Casts whose owner
+// is no frame (a region entered from Go code), and every walk during
+// backward(), walk the casts apart, after the frames (Session.reach).
+
+// extendCasts extends the stack's kept frame that owns ctx's casts by the
+// casts made since the last walk, if the owner is the last walk's; or, if
+// the cache was cleared since (which only its owner's return does),
+// forgets the frames from the owner's up. It returns the frames kept
+// after, and false if the walk was stopped.
+func (c *frameCache) extendCasts(w *env.Walker, frames *backend.Frames, ctx *tensor.Context, base, kept int) (int, bool) {
+	casts, gen, owner := tensor.Casts(ctx)
+	at := base + c.castsAt
+	if owner == 0 || owner != c.castsOwner || at >= kept {
+		return kept, true
+	}
+	if gen != c.castsGen || len(casts) < c.castsN {
+		frames.Drop(at)
+		return at, true
+	}
+	if len(casts) > c.castsN {
+		frames.Extend(at)
+		from := c.castsN
+		w.Engine(func(r *tensor.Reacher) { r.CastsFrom(ctx, from) })
+		w.Settle()
+		if w.Stopped() {
+			frames.Drop(at)
+			return at, false
+		}
+		kept = frames.EndExtend()
+		c.castsN = len(casts)
+	}
+	c.castsDone = true
+	return kept, true
+}
+
+// walkCasts walks ctx's casts, as values of fr, the stack's frame i, if
+// fr is the frame of the call that owns them.
+func (c *frameCache) walkCasts(w *env.Walker, ctx *tensor.Context, fr starlark.DebugFrame, i int) {
+	casts, gen, owner := tensor.Casts(ctx)
+	if owner == 0 || c.castsDone || fr.Stamp() != owner {
+		return
+	}
+	if _, ok := fr.Callable().(*starlark.Builtin); !ok {
+		return
+	}
+	w.Engine(func(r *tensor.Reacher) { r.CastsFrom(ctx, 0) })
+	c.castsDone, c.castsOwner, c.castsAt, c.castsN, c.castsGen = true, owner, i, len(casts), gen
 }
 
 // lowerBound returns the lower of the frames' bound so far (horizon, given

@@ -104,7 +104,7 @@ func (s *Session) memoKey() (memoKey, bool) {
 // engine's frames, credited to no frame. It returns the horizon the
 // frames give.
 func (s *Session) reachMemo(w *env.Walker, key memoKey, visit func(*backend.Memory), frames *backend.Frames) (horizon uint64, reused bool) {
-	s.frames.usable = false // Frames' numbers are the memo's walk's
+	s.frames.usable, s.frames.castsOwner = false, 0 // Frames' numbers are the memo's walk's
 	s.frames.pins.unpinAll()
 	below := s.engineFrames(w, frames, 1)
 	m := s.memo

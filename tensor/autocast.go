@@ -26,6 +26,45 @@ type AutocastState struct {
 	// (PyTorch keys by TensorImpl* and keeps a weak reference), the cast
 	// held strongly until the outermost region is left.
 	Cache map[weak.Pointer[Tensor]]*Tensor
+	// Owner identifies the frame of the call that entered the outermost
+	// region, when the layer above says (nn.autocast: its built-in
+	// frame's stamp), 0 otherwise: the reach walk credits the casts to
+	// that frame (scope's frameCache).
+	Owner uint64
+	// casts are Cache's casts in the order they were made, and gen counts
+	// the times Cache was cleared (Casts)
+	casts []*Tensor
+	gen   uint64
+}
+
+// AddCast puts c, the cast of t, in the cache.
+func (st *AutocastState) AddCast(key weak.Pointer[Tensor], c *Tensor) {
+	if st.Cache == nil {
+		st.Cache = map[weak.Pointer[Tensor]]*Tensor{}
+	}
+	st.Cache[key] = c
+	st.casts = append(st.casts, c)
+}
+
+// ClearCache empties the cache (the outermost autocast region is left).
+func (st *AutocastState) ClearCache() {
+	clear(st.Cache)
+	clear(st.casts)
+	st.casts = st.casts[:0]
+	st.gen++
+	st.Owner = 0
+}
+
+// Casts returns the casts c's autocast cache holds, in the order they
+// were made, the number of times it was cleared — while that number
+// stands, the cache has only grown, and the casts a walk met are a prefix
+// of those it holds — and its Owner. The caller must not change the
+// slice.
+func Casts(c *Context) (casts []*Tensor, gen, owner uint64) {
+	if c == nil || c.Autocast == nil {
+		return nil, 0, 0
+	}
+	return c.Autocast.casts, c.Autocast.gen, c.Autocast.Owner
 }
 
 // AutocastOf returns c's autocast state, creating it (disabled) on first

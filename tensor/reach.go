@@ -203,9 +203,10 @@ func (r *Reacher) Drain() {
 	}
 }
 
-// Context walks what the Context itself keeps alive: the tensors held in
-// flight (Hold), the autocast cast cache (casts of parameters, held
-// until the outermost autocast region ends) and the cuBLAS workspaces.
+// Context walks what the Context itself keeps alive — the tensors held in
+// flight (Hold) and the cuBLAS workspaces — but the autocast cast cache
+// (casts of parameters, held until the outermost autocast region ends),
+// which the walk walks apart (Casts, CastsFrom).
 func (r *Reacher) Context(c *Context) {
 	if c == nil {
 		return
@@ -221,15 +222,19 @@ func (r *Reacher) Context(c *Context) {
 			(*x).Reach(r)
 		}
 	}
-	if c.Autocast != nil {
-		for _, t := range c.Autocast.Cache {
-			r.Tensor(t)
-		}
-	}
 	if c.blas != nil {
 		for _, m := range c.blas.ws {
 			r.Memory(m)
 		}
+	}
+}
+
+// CastsFrom walks the casts of c's autocast cache from the i-th on
+// (Casts).
+func (r *Reacher) CastsFrom(c *Context, i int) {
+	casts, _, _ := Casts(c)
+	for _, t := range casts[min(i, len(casts)):] {
+		r.Tensor(t)
 	}
 }
 

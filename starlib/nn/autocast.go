@@ -86,6 +86,11 @@ func autocastFn(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	defer func() { st.CacheEnabled = prevCache }()
 	var res starlark.Value
 	thread.DeclareTransparent() // the casts it keeps are the Context's cast cache
+	if st.Nesting == 0 {
+		// the outermost region: the reach walk credits its casts to this
+		// frame (tensor.AutocastState.Owner)
+		st.Owner = thread.DebugFrame(0).Stamp()
+	}
 	err = autograd.Autocast(ctx, enabled, dt, func() error {
 		var err error
 		res, err = starlark.Call(thread, fn, args[1:], rest)

@@ -183,10 +183,7 @@ func cachedCast(st *tensor.AutocastState, to tensor.DType, t *tensor.Tensor) (*t
 	if err != nil {
 		return nil, err
 	}
-	if st.Cache == nil {
-		st.Cache = map[weak.Pointer[tensor.Tensor]]*tensor.Tensor{}
-	}
-	st.Cache[key] = c
+	st.AddCast(key, c)
 	return c, nil
 }
 
@@ -219,9 +216,12 @@ func Autocast(ctx *tensor.Context, enabled bool, dt tensor.DType, f func() error
 	st.Nesting++
 	defer func() {
 		st.Nesting--
-		if st.Nesting == 0 && len(st.Cache) > 0 {
-			clear(st.Cache)
-			ctx.Manager.NoteHeldGarbage() // the Context held them
+		if st.Nesting == 0 {
+			if len(st.Cache) > 0 {
+				st.ClearCache()
+				ctx.Manager.NoteHeldGarbage() // the Context held them
+			}
+			st.Owner = 0
 		}
 		st.Enabled, st.DType, st.Excluded = prevOn, prevDT, prevEx
 	}()
