@@ -37,11 +37,11 @@ func (s *Session) reach(epoch uint64, visit func(*backend.Memory), frames *backe
 	w.SetFrames(frames)
 	var horizon uint64
 	reused := false
-	key, memo := s.memoKey()
+	key, above, memo := s.memoKey()
 	if memo {
 		// backward() is running: what the frames and globals reach is
 		// what an earlier walk during it found (reach_memo.go)
-		horizon, reused = s.reachMemo(w, key, visit, frames)
+		horizon, reused = s.reachMemo(w, key, above, visit, frames)
 	} else {
 		s.memo, s.memoFramed = nil, false
 		frames.SetGrowable(0)

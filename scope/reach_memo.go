@@ -23,15 +23,16 @@ import (
 // again (the model's modules, the optimizer's state, the sweep's results)
 // to reach the few allocations that change.
 //
-// So a walk made while backward() is the innermost frame walks the frames
-// and globals in frontier mode (tensor.Reacher.Frontier): it reports the
+// So a walk made while backward() runs walks the frames up to its own and
+// the globals in frontier mode (tensor.Reacher.Frontier): it reports the
 // storages it reaches and sets aside the tensors that have autograd state
 // (parameters, the loss) instead of walking their gradients and graphs;
-// then it walks what it set aside, and the Session's other roots (the
-// engine among them), as any walk does. It keeps (walkMemo) the storages
-// and the set-aside tensors. The next walk, if nothing that could change
-// them happened since (memoKey), reports the kept storages and walks only
-// the kept tensors' autograd state and the other roots. A collection
+// then it walks what it set aside, the frames above backward()'s (the
+// Starlark code its engine called back), and the Session's other roots
+// (the engine among them), as any walk does. It keeps (walkMemo) the
+// storages and the set-aside tensors. The next walk, if nothing that
+// could change them happened since (memoKey), keeps what they reach as
+// backend.Frames' frame 0 (reachMemo) and walks only what changed. A collection
 // must not see what the memo holds (a memo whose key moved may hold what
 // is garbage now): before each one (backend.Manager.SetForget) the memo
 // turns its pointers into weak ones, and the next walk that uses it
@@ -58,35 +59,69 @@ type walkMemo struct {
 	who, why string
 }
 
-// memoKey is what must not have moved for a walkMemo to hold: no Starlark
-// step ran and no call began or ended (the frames and globals hold the
-// same values), no existing Starlark value was changed
-// (starlark.Mutations), and no tensor gained or replaced its autograd
-// state or storage (tensor.ReachShape).
+// memoKey is what must not have moved for a walkMemo to hold: the same
+// call of backward() (its frame's stamp) with the same frames below it,
+// which wait for it and so hold the same values; no existing Starlark
+// value changed (starlark.Mutations: a hook or a checkpointed region's
+// recomputation, which run above backward(), may run Starlark code, but
+// it changes what the frames below reach only by changing a value that
+// exists); the same globals (globalsKey); and no tensor gained or
+// replaced its autograd state or storage (tensor.ReachShape).
 type memoKey struct {
-	steps, calls, mutations, shape uint64
-	depth                          int
+	call, mutations, shape uint64
+	depth                  int // the frames the memo stands for, backward()'s the innermost
+	globals                globalsKey
 }
 
 // memoKey returns the key of a walk that may use or make a walkMemo: one
 // made while backward() (the built-in that reports what its engine holds,
-// starlark.Thread.DeclareReported) is the innermost frame of the main
-// thread, and no module is being loaded.
-func (s *Session) memoKey() (memoKey, bool) {
+// starlark.Thread.DeclareReported) runs on the main thread — the
+// innermost frame, or, while its engine runs (tensor.Context.Framed),
+// below the frames of the Starlark code it called back (above: how many
+// there are) — and no module is being loaded.
+func (s *Session) memoKey() (key memoKey, above int, ok bool) {
 	if s.memoOff || len(s.loading) > 0 || s.thread == nil {
-		return memoKey{}, false
+		return memoKey{}, 0, false
 	}
 	depth := s.thread.CallStackDepth()
-	if depth == 0 || !s.thread.DebugFrame(0).Reported() {
-		return memoKey{}, false
+	if depth == 0 {
+		return memoKey{}, 0, false
+	}
+	above = -1
+	if s.thread.DebugFrame(0).Reported() {
+		above = 0
+	} else if s.tctx.Framed() != nil {
+		for i := 1; i < depth; i++ {
+			if s.thread.DebugFrame(i).Reported() {
+				above = i
+				break
+			}
+		}
+	}
+	if above < 0 {
+		return memoKey{}, 0, false
 	}
 	return memoKey{
-		steps:     s.stepBase + s.thread.Steps,
-		calls:     s.thread.Calls,
+		call:      s.thread.DebugFrame(above).Stamp(),
 		mutations: starlark.Mutations(),
 		shape:     tensor.ReachShape(),
-		depth:     depth,
-	}, true
+		depth:     depth - above,
+		globals:   s.globalsKey(),
+	}, above, true
+}
+
+// walkAbove walks the frames above the memo's (memoKey's above: a hook's,
+// a checkpointed region's recomputation), credited to no frame, each
+// walk, and returns the horizon bound that they and the memo's frames
+// (horizon, given by who) give.
+func (s *Session) walkAbove(w *env.Walker, above int, horizon uint64, who string) (uint64, string) {
+	depth := s.thread.CallStackDepth()
+	for i := depth - above; i < depth && !w.Stopped(); i++ {
+		b, by := walkFrame(w, s.thread.DebugFrame(depth-1-i), i == depth-1)
+		horizon, who = lowerBound(horizon, who, b, by)
+	}
+	w.Settle()
+	return horizon, who
 }
 
 // reachMemo walks the frames and globals for a walk made during
@@ -103,7 +138,7 @@ func (s *Session) memoKey() (memoKey, bool) {
 // whose graph the engine consumes) are walked at each walk, after the
 // engine's frames, credited to no frame. It returns the horizon the
 // frames give.
-func (s *Session) reachMemo(w *env.Walker, key memoKey, visit func(*backend.Memory), frames *backend.Frames) (horizon uint64, reused bool) {
+func (s *Session) reachMemo(w *env.Walker, key memoKey, above int, visit func(*backend.Memory), frames *backend.Frames) (horizon uint64, reused bool) {
 	s.frames.usable, s.frames.castsOwner = false, 0 // Frames' numbers are the memo's walk's
 	s.frames.pins.unpinAll()
 	below := s.engineFrames(w, frames, 1)
@@ -121,6 +156,7 @@ func (s *Session) reachMemo(w *env.Walker, key memoKey, visit func(*backend.Memo
 	kept := frames.Keep(n)
 	var rest []*tensor.Tensor
 	var nodes []tensor.GradNode
+	var who string
 	if kept > 0 {
 		if grown := frames.Grown(0); len(grown) > 0 {
 			frames.Extend(0)
@@ -133,16 +169,16 @@ func (s *Session) reachMemo(w *env.Walker, key memoKey, visit func(*backend.Memo
 		if m.why != "" {
 			w.Incomplete(m.why)
 		}
-		horizon, reused, rest = s.framesHorizon(w, m.horizon, m.who), true, m.tensors[m.leaves:]
+		horizon, who, reused, rest = m.horizon, m.who, true, m.tensors[m.leaves:]
 	} else {
 		frames.Enter(0)
-		horizon, reused, rest, nodes = s.memoFrame(w, key, visit)
+		horizon, who, reused, rest, nodes = s.memoFrame(w, key, visit)
 		w.Settle()
 		if w.Stopped() {
 			frames.Drop(0)
 			s.memoFramed = false
 			frames.SetGrowable(0)
-			return horizon, reused
+			return s.framesHorizon(w, horizon, who), reused
 		}
 		s.memoFramed = s.memo != nil
 	}
@@ -155,24 +191,25 @@ func (s *Session) reachMemo(w *env.Walker, key memoKey, visit func(*backend.Memo
 		below.walk(max(0, kept-1))
 	}
 	frames.Enter(-1)
+	horizon, who = s.walkAbove(w, above, horizon, who)
 	for _, t := range rest {
 		w.Autograd(t)
 	}
 	for _, n := range nodes {
 		w.Node(n)
 	}
-	return horizon, reused
+	return s.framesHorizon(w, horizon, who), reused
 }
 
 // memoFrame walks what frame 0 of a walk during backward() stands for:
 // the storages the frames and globals reach and the autograd state of
 // the leaves among the tensors they reach that have autograd state —
 // from the memo when it holds (reused), else by a frontier walk that
-// keeps a new memo. It returns the horizon the frames give, and what the
-// walk must walk outside any frame: the other tensors with autograd state
-// and the nodes the frontier walk set aside (with nodes, it keeps no
-// memo).
-func (s *Session) memoFrame(w *env.Walker, key memoKey, visit func(*backend.Memory)) (horizon uint64, reused bool, rest []*tensor.Tensor, nodes []tensor.GradNode) {
+// keeps a new memo. It returns the frames' bound on the horizon and who
+// gives it, and what the walk must walk outside any frame: the other
+// tensors with autograd state and the nodes the frontier walk set aside
+// (with nodes, it keeps no memo).
+func (s *Session) memoFrame(w *env.Walker, key memoKey, visit func(*backend.Memory)) (horizon uint64, who string, reused bool, rest []*tensor.Tensor, nodes []tensor.GradNode) {
 	if m := s.memo; m != nil {
 		for _, h := range m.mems {
 			visit(h)
@@ -183,7 +220,7 @@ func (s *Session) memoFrame(w *env.Walker, key memoKey, visit func(*backend.Memo
 		if m.why != "" {
 			w.Incomplete(m.why)
 		}
-		return s.framesHorizon(w, m.horizon, m.who), true, m.tensors[m.leaves:], nil
+		return m.horizon, m.who, true, m.tensors[m.leaves:], nil
 	}
 	var mems []*backend.Memory
 	w.SetMemory(func(h *backend.Memory) {
@@ -193,13 +230,15 @@ func (s *Session) memoFrame(w *env.Walker, key memoKey, visit func(*backend.Memo
 	w.SetFrontier(true)
 	// the memo must hold every tensor the frames and globals reach: none
 	// is passed over because a kept frame stands for it
-	horizon, who := uint64(math.MaxUint64), ""
+	horizon, who = uint64(math.MaxUint64), ""
 	var why string
 	var ts []*tensor.Tensor
 	w.Apart(w.Epoch()|frontierEpoch, func() {
+		// the frames up to backward()'s (key.depth of them, from the
+		// bottom)
 		depth := s.thread.CallStackDepth()
-		for i := range depth {
-			b, by := walkFrame(w, s.thread.DebugFrame(depth-1-i), i == depth-1)
+		for i := range key.depth {
+			b, by := walkFrame(w, s.thread.DebugFrame(depth-1-i), i == key.depth-1)
 			horizon, who = lowerBound(horizon, who, b, by)
 		}
 		s.reachGlobals(w)
@@ -221,7 +260,7 @@ func (s *Session) memoFrame(w *env.Walker, key memoKey, visit func(*backend.Memo
 	for _, t := range ts[:leaves] {
 		w.Autograd(t)
 	}
-	return s.framesHorizon(w, horizon, who), false, ts[leaves:], nodes
+	return horizon, who, false, ts[leaves:], nodes
 }
 
 // isLeaf reports whether t, which has autograd state, is a leaf (no

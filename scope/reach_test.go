@@ -414,8 +414,10 @@ x = None
 // collection (MEMSH_VERIFY_RECLAIM), the training steps reclaim exactly
 // what they reclaim with the memo off (MEMSH_REACH_MEMO=0), to the byte,
 // with the same peaks, and most of backward's walks are reused — also
-// across a checkpointed region's recomputation, which runs Starlark code
-// inside backward (the memo is made again after it).
+// through a checkpointed region's recomputation, which runs Starlark code
+// above backward (the memo holds through it unless that code changes an
+// existing value, as the region below that empties a global's list
+// does).
 func TestBackwardReusesWalks(t *testing.T) {
 	t.Setenv("MEMSH_VERIFY_RECLAIM", "1")
 	const src = `
@@ -442,9 +444,8 @@ for i in range(2):
 	// A checkpointed region whose recomputation (its second call, inside
 	// backward, after a walk that made a memo, and allocating too little
 	// to reclaim itself) lets go of a global's 4 MiB tensor: the memo must
-	// not be reused after it (with a key blind to Starlark steps, calls
-	// and mutations, the next walk reuses it and the verifying collection
-	// panics).
+	// not be reused after it (with a key blind to mutations, the next walk
+	// reuses it and the verifying collection panics).
 	const drop = `
 W0 = tensor.randn([256, 2048], device="cuda", requires_grad=True)
 W1 = tensor.randn([2048, 256], device="cuda", requires_grad=True)
