@@ -73,10 +73,7 @@ func Fit(streams []*Stream) (*Model, string) {
 	drivers := slices.ContainsFunc(ss[0].Ops, func(op Op) bool { return op.Kind == Driver })
 	ps := make([]*program, len(ss))
 	for i, s := range ss {
-		if !drivers {
-			s = withoutDrivers(s)
-		}
-		ps[i] = programOf(s)
+		ps[i] = s.program(!drivers)
 		if ps[i].why != "" {
 			return nil, ps[i].why
 		}
@@ -581,6 +578,7 @@ func withoutDrivers(s *Stream) *Stream {
 	}
 	t := *s
 	t.Ops = slices.DeleteFunc(slices.Clone(s.Ops), func(op Op) bool { return op.Kind == Driver })
+	t.progs = [2]*program{}
 	return &t
 }
 

@@ -118,6 +118,28 @@ type Stream struct {
 	Why string
 
 	start *Start // the GPUs when the recording started
+	// progs are its program (programOf), with and without the driver
+	// events, once made (program): a search fits its models again after
+	// each trial, on every stream recorded so far
+	progs [2]*program
+}
+
+// program returns the program of s (programOf), without its driver
+// events if bare (withoutDrivers), made once: a Stream does not change
+// once recorded.
+func (s *Stream) program(bare bool) *program {
+	i := 0
+	if bare {
+		i = 1
+	}
+	if s.progs[i] == nil {
+		t := s
+		if bare {
+			t = withoutDrivers(s)
+		}
+		s.progs[i] = programOf(t)
+	}
+	return s.progs[i]
 }
 
 // Block is where an allocation was placed.
