@@ -85,6 +85,19 @@ func (q *QuantState) Tensors() []*Tensor {
 	return append(out, q.State2.Tensors()...)
 }
 
+// EachTensor calls f for each tensor Tensors returns, in that order,
+// without making the slice (the reach walk meets each 4-bit weight's
+// state at every walk that walks its module).
+func (q *QuantState) EachTensor(f func(*Tensor)) {
+	for ; q != nil; q = q.State2 {
+		for _, t := range [...]*Tensor{q.Absmax, q.Code, q.Offset, q.dynamic} {
+			if t != nil {
+				f(t)
+			}
+		}
+	}
+}
+
 // Blocks returns the number of block scales of the weight.
 func (q *QuantState) Blocks() int {
 	return (numel(q.Shape) + q.Blocksize - 1) / q.Blocksize

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/memsh/memsh/backend"
@@ -127,6 +128,11 @@ func TestQuantize4bitBytes(t *testing.T) {
 		}
 		tensor.Dropped(w)
 		w = nil
+		var each []*tensor.Tensor
+		qs.EachTensor(func(t *tensor.Tensor) { each = append(each, t) })
+		if want := qs.Tensors(); !slices.Equal(each, want) || len(each) == 0 {
+			t.Errorf("%dx%d nested %v: EachTensor met %d tensors, Tensors gives %d (the same, in order, expected)", tc.rows, tc.cols, tc.nested, len(each), len(want))
+		}
 		c.Manager.Reclaim()
 		got := int64(gpu.Allocated()) - before
 		want := tc.want

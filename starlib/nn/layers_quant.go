@@ -51,11 +51,7 @@ func (s *QuantState) Truth() starlark.Bool  { return true }
 func (s *QuantState) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable: QuantState") }
 
 // Reach reports the state's tensors (env.Reacher).
-func (s *QuantState) Reach(w *env.Walker) {
-	for _, t := range s.q.Tensors() {
-		w.Tensor(t)
-	}
-}
+func (s *QuantState) Reach(w *env.Walker) { s.q.EachTensor(w.Tensor) }
 
 func (s *QuantState) Attr(name string) (starlark.Value, error) {
 	q := s.q

@@ -450,6 +450,12 @@ func (rp *replayer) footer() string {
 	switch {
 	case rp.off != "":
 		fmt.Fprintf(&b, "replay=True: every trial ran in full; replay was turned off: %s", rp.off)
+	case len(rp.models) == 0 && rp.pending != nil:
+		sizes := make([]string, len(rp.pending.Sizes))
+		for i, s := range rp.pending.Sizes {
+			sizes[len(sizes)-1-i] = fmt.Sprint(s)
+		}
+		fmt.Fprintf(&b, "replay=True: every trial ran in full (a model of the step was fitted on the trials at %s, but no trial left was worth verifying it for: the boundary was near, or the trial would run out of memory, which a full trial answers as cheaply)", strings.Join(sizes, ", "))
 	case len(rp.models) == 0 && rp.why == "":
 		fmt.Fprintf(&b, "replay=True: every trial ran in full (no model of the step: fewer than three trials ran with one program)")
 	case len(rp.models) == 0:

@@ -304,3 +304,22 @@ func figuresOf(t *testing.T, tr *starlarkstruct.Struct) trialFigures {
 	}
 	return f
 }
+
+// A model of the step fitted on the search's trials but never verified —
+// no trial left was worth a verifying trial: the next ran out of memory
+// in its unverified replay, which a full trial answers as cheaply, and
+// then the boundary was near — is said so in the footer, not hidden
+// behind why an earlier fit failed.
+func TestReplayFooterUnverifiedModel(t *testing.T) {
+	const setup = `
+def step(n):
+    x = tensor.empty([n, 25 << 20], device = "cuda")  # n × 100 MiB
+    y = x + 1
+    return n
+`
+	_, out := runSearch(t, "sim:1GiB,meta", setup, `R = sweep.max_fit(step, mode = "binsearch", fresh = True, replay = REPLAY)`, true)
+	want := "replay=True: every trial ran in full (a model of the step was fitted on the trials at 1, 2, 4, 5, but no trial left was worth verifying it for"
+	if !strings.Contains(out, want) {
+		t.Errorf("footer: want %q in\n%s", want, out)
+	}
+}
