@@ -3,7 +3,6 @@ package scope
 import (
 	"math"
 	"os"
-	"slices"
 	"weak"
 
 	"go.starlark.net/starlark"
@@ -248,12 +247,17 @@ func (s *Session) memoFrame(w *env.Walker, key memoKey, visit func(*backend.Memo
 	w.SetFrontier(false)
 	w.SetMemory(visit)
 	// the leaves first: frame 0 walks them, the rest is walked at each walk
-	ts = slices.Clone(ts)
-	slices.SortStableFunc(ts, func(a, b *tensor.Tensor) int { return cmpBool(!isLeaf(a), !isLeaf(b)) })
-	leaves := 0
-	for leaves < len(ts) && isLeaf(ts[leaves]) {
-		leaves++
+	var others []*tensor.Tensor
+	leafFirst := make([]*tensor.Tensor, 0, len(ts))
+	for _, t := range ts {
+		if isLeaf(t) {
+			leafFirst = append(leafFirst, t)
+		} else {
+			others = append(others, t)
+		}
 	}
+	leaves := len(leafFirst)
+	ts = append(leafFirst, others...)
 	if !w.Stopped() && len(nodes) == 0 {
 		s.memo = &walkMemo{key: key, mems: mems, tensors: ts, leaves: leaves, horizon: horizon, who: who, why: why}
 	}
@@ -269,17 +273,6 @@ func (s *Session) memoFrame(w *env.Walker, key memoKey, visit func(*backend.Memo
 func isLeaf(t *tensor.Tensor) bool {
 	ag := t.Autograd()
 	return ag != nil && ag.GradFn == nil
-}
-
-// cmpBool orders false before true.
-func cmpBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case !a:
-		return -1
-	}
-	return 1
 }
 
 // frontierEpoch marks the epoch of a memo's frontier walk, a walk of its

@@ -52,7 +52,6 @@ func (st *AutocastState) ClearCache() {
 	clear(st.casts)
 	st.casts = st.casts[:0]
 	st.gen++
-	st.Owner = 0
 }
 
 // Casts returns the casts c's autocast cache holds, in the order they

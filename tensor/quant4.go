@@ -73,16 +73,9 @@ func (q *QuantState) Nested() bool { return q.State2 != nil }
 // memory is): absmax, code, offset, the nested state's absmax and code,
 // and the shared dynamic map.
 func (q *QuantState) Tensors() []*Tensor {
-	if q == nil {
-		return nil
-	}
 	var out []*Tensor
-	for _, t := range []*Tensor{q.Absmax, q.Code, q.Offset, q.dynamic} {
-		if t != nil {
-			out = append(out, t)
-		}
-	}
-	return append(out, q.State2.Tensors()...)
+	q.EachTensor(func(t *Tensor) { out = append(out, t) })
+	return out
 }
 
 // EachTensor calls f for each tensor Tensors returns, in that order,
