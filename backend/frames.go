@@ -74,6 +74,10 @@ func (f *Frames) SetGrowable(n int) {
 	f.grown = slices.DeleteFunc(f.grown, func(g growth) bool { return int(g.frame) >= n })
 }
 
+// Growing reports whether values were noted grown since the last walk
+// that took them (Grown).
+func (f *Frames) Growing() bool { return len(f.grown) > 0 }
+
 // Grown returns the values noted grown in kept frame i since the last
 // walk that took them, and forgets them: the walk extends frame i by
 // them (Extend).

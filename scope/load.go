@@ -184,6 +184,7 @@ func (s *Session) load(thread *starlark.Thread, module string) (starlark.StringD
 	lt := &starlark.Thread{Name: "load " + module, Print: s.thread.Print, Load: s.load}
 	env.Install(lt, s.env)
 	lt.SetLocal(sessionKey, s)
+	lt.SetMutations(&s.mutations)
 	if s.opts.MaxSteps > 0 {
 		lt.SetMaxExecutionSteps(s.opts.MaxSteps)
 	}

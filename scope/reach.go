@@ -1,6 +1,7 @@
 package scope
 
 import (
+	"fmt"
 	"math"
 	"reflect"
 	"slices"
@@ -44,7 +45,9 @@ func (s *Session) reach(epoch uint64, visit func(*backend.Memory), frames *backe
 		horizon, reused = s.reachMemo(w, key, above, visit, frames)
 	} else {
 		s.memo, s.memoFramed = nil, false
-		frames.SetGrowable(0)
+		// every frame may grow: its values' growth noted between walks
+		// extends it at the next (extendGrown)
+		frames.SetGrowable(math.MaxInt)
 		// The globals, then the main thread's frames bottom-up, each
 		// credited with what it reaches (backend.Frames); those that
 		// cannot have changed since the last walk are not walked again.
@@ -171,7 +174,7 @@ func (s *Session) layoutClock() uint64 {
 // is not kept from. MEMSH_REACH_KEEP=0 keeps nothing (to compare).
 type frameCache struct {
 	thread    *starlark.Thread
-	mutations uint64 // starlark.Mutations() after the last walk
+	mutations uint64 // the thread's Mutations() after the last walk
 	usable    bool   // the next walk may keep frames of the last one
 	horizon   []uint64
 	who, why  []string
@@ -247,7 +250,7 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 		n := 0
 		if below.keepable {
 			n = nb
-			same := keep && c.usable && c.thread == thread && starlark.Mutations() == c.mutations && !c.pins.keepNone
+			same := keep && c.usable && c.thread == thread && thread.Mutations() == c.mutations && !c.pins.keepNone
 			// a list that grew without moving Mutations (reach_pins.go):
 			// the pin's frame that met it takes its elements in, or,
 			// when none did, the globals and the stack are walked again
@@ -261,6 +264,10 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 			}
 		}
 		kept = frames.Keep(n)
+		var ok bool
+		if kept, ok = extendGrown(w, frames, kept); !ok {
+			return now, ""
+		}
 	}
 	if np > 0 {
 		var ok bool
@@ -345,7 +352,7 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 		}
 		c.stackPins = append(c.stackPins, below|c.pins.outside&^met)
 	}
-	c.thread, c.mutations, c.usable = thread, starlark.Mutations(), keep && frames != nil && depth > 0 && starlark.IsPure(thread.DebugFrame(0).Callable())
+	c.thread, c.mutations, c.usable = thread, thread.Mutations(), keep && frames != nil && depth > 0 && starlark.IsPure(thread.DebugFrame(0).Callable())
 	if thread != nil {
 		thread.ResetLowWater()
 	}
@@ -405,6 +412,45 @@ func (c *frameCache) walkCasts(w *env.Walker, ctx *tensor.Context, fr starlark.D
 	}
 	w.Engine(func(r *tensor.Reacher) { r.CastsFrom(ctx, 0) })
 	c.castsDone, c.castsOwner, c.castsAt, c.castsN, c.castsGen = true, owner, i, len(casts), gen
+}
+
+// extendGrown extends each of the kept frames by the values noted grown
+// in it since the last walk (backend.Frames.Grown: a leaf given its first
+// gradient, the state an optimizer made), instead of walking it again,
+// and returns the frames kept after (fewer if an extension took values
+// over from a frame above), and false if the walk was stopped.
+func extendGrown(w *env.Walker, frames *backend.Frames, kept int) (int, bool) {
+	for i := 0; i < kept && frames.Growing(); i++ {
+		grown := frames.Grown(i)
+		if len(grown) == 0 {
+			continue
+		}
+		frames.Extend(i)
+		for _, v := range grown {
+			walkGrown(w, v)
+		}
+		w.Settle()
+		if w.Stopped() {
+			frames.Drop(i)
+			return i, false
+		}
+		kept = frames.EndExtend()
+	}
+	return kept, true
+}
+
+// walkGrown walks a value noted grown: a tensor's autograd state (its
+// first gradient), or what an engine value came to hold
+// (tensor.Grown).
+func walkGrown(w *env.Walker, v any) {
+	switch v := v.(type) {
+	case *tensor.Tensor:
+		w.Autograd(v)
+	case tensor.ReachRoot:
+		w.Engine(v.Reach)
+	default:
+		panic(fmt.Sprintf("scope: a value noted grown of type %T", v))
+	}
 }
 
 // lowerBound returns the lower of the frames' bound so far (horizon, given

@@ -1,8 +1,6 @@
 package scope
 
 import (
-	"go.starlark.net/starlark"
-
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/tensor"
@@ -19,7 +17,7 @@ import (
 // the same engine walked them, and no existing Starlark value changed
 // (starlark.Mutations: the frames reach a checkpoint's function and
 // arguments) and no tensor the memo met gained or replaced its autograd
-// state or storage (tensor.ReachShape). What the engine changes in them
+// state or storage (tensor.Context.ReachShape). What the engine changes in them
 // (a node run, a checkpoint holder given its tensor, a gradient replaced)
 // it tells the Manager itself, which forgets those frames' credits.
 type engineKey struct {
@@ -44,7 +42,7 @@ func (s *Session) engineFrames(w *env.Walker, frames *backend.Frames, base int) 
 		return belowFrames{keepable: keepable}
 	}
 	fr.BeginFrames(w.Epoch(), base)
-	key := engineKey{fr, starlark.Mutations(), tensor.ReachShape(), base}
+	key := engineKey{fr, s.thread.Mutations(), s.tctx.ReachShape(), base}
 	// the engine's frames only go, from the top (a node runs); more of
 	// them than at the last walk means that walk numbered others there
 	// (the engine had not counted its graph yet)

@@ -5,8 +5,6 @@ import (
 	"os"
 	"weak"
 
-	"go.starlark.net/starlark"
-
 	"github.com/memsh/memsh/backend"
 	"github.com/memsh/memsh/env"
 	"github.com/memsh/memsh/tensor"
@@ -65,7 +63,7 @@ type walkMemo struct {
 // recomputation, which run above backward(), may run Starlark code, but
 // it changes what the frames below reach only by changing a value that
 // exists); the same globals (globalsKey); and no tensor gained or
-// replaced its autograd state or storage (tensor.ReachShape).
+// replaced its autograd state or storage (tensor.Context.ReachShape).
 type memoKey struct {
 	call, mutations, shape uint64
 	depth                  int // the frames the memo stands for, backward()'s the innermost
@@ -102,8 +100,8 @@ func (s *Session) memoKey() (key memoKey, above int, ok bool) {
 	}
 	return memoKey{
 		call:      s.thread.DebugFrame(above).Stamp(),
-		mutations: starlark.Mutations(),
-		shape:     tensor.ReachShape(),
+		mutations: s.thread.Mutations(),
+		shape:     s.tctx.ReachShape(),
 		depth:     depth - above,
 		globals:   s.globalsKey(),
 	}, above, true
@@ -160,7 +158,7 @@ func (s *Session) reachMemo(w *env.Walker, key memoKey, above int, visit func(*b
 		if grown := frames.Grown(0); len(grown) > 0 {
 			frames.Extend(0)
 			for _, v := range grown {
-				w.Autograd(v.(*tensor.Tensor))
+				walkGrown(w, v)
 			}
 			w.Settle()
 			kept = frames.EndExtend()

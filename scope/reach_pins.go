@@ -128,7 +128,9 @@ func key(v pinnable) unsafe.Pointer {
 
 // pinSet is the frameCache's pinned lists and dicts, and the running walk's state.
 type pinSet struct {
-	all []pin
+	// mutations is the Session's Mutations domain, which unpinning moves
+	mutations *starlark.MutationCounter
+	all       []pin
 	// valid: the bottom pins whose frame numbers have not changed since
 	// the last walk (the pins after them were added or dropped)
 	valid int
@@ -521,7 +523,7 @@ func (p *pinSet) end(w *env.Walker, done bool) (retry bool) {
 		}
 		p.remove(drop)
 		if orphan {
-			starlark.Mutated() // no frame kept relies on those pins
+			p.mutations.Add(1) // no frame kept relies on those pins
 		}
 	}
 	for i, l := range p.cand {
@@ -561,5 +563,5 @@ func (p *pinSet) unpinAll() {
 	}
 	clear(p.all)
 	p.all, p.valid = p.all[:0], 0
-	starlark.Mutated()
+	p.mutations.Add(1)
 }

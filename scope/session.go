@@ -83,7 +83,11 @@ type Session struct {
 	// walker is the reach walk's, reused from walk to walk.
 	walker *env.Walker
 	frames frameCache // what the last walk found in the frames it walked (reach.go)
-	memo   *walkMemo  // what a walk during backward() found in the frames and globals (reach_memo.go)
+	// mutations is the Session's Mutations domain
+	// (starlark.Thread.SetMutations): its threads' calls move it, and no
+	// other Session's code does
+	mutations starlark.MutationCounter
+	memo      *walkMemo // what a walk during backward() found in the frames and globals (reach_memo.go)
 	// memoFramed: the last walk credited what memo stands for to
 	// backend.Frames' frame 0 (reach_memo.go)
 	memoFramed bool
@@ -211,6 +215,8 @@ func NewWithDevices(opts Options, gpus []backend.Device) (*Session, error) {
 	}
 	env.Install(s.thread, s.env)
 	s.thread.SetLocal(sessionKey, s)
+	s.thread.SetMutations(&s.mutations)
+	s.frames.pins.mutations = &s.mutations
 	// Layout mode reclaims before an allocation only when Starlark code
 	// ran (an instruction: an operator's pops drop its operands, a store
 	// its old value) or a call began or ended since its last reclaim (or

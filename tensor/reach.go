@@ -52,14 +52,33 @@ type Reacher struct {
 }
 
 // reachShape moves whenever a tensor a Frontier walk reached gains or
-// replaces its autograd state or its storage (reshaped).
+// replaces its autograd state or its storage (reshaped) and the tensor
+// has no Context; each Context's moves with those of its own (goRoots).
 var reachShape atomic.Uint64
 
-// ReachShape returns a counter that moves whenever a tensor a Frontier
-// walk reached gains or replaces its autograd state, or is made to refer
-// to other storage: what a Frontier walk reached from values that did not
-// change is what it was while the counter stands still.
-func ReachShape() uint64 { return reachShape.Load() }
+// ReachShape returns a counter that moves whenever a tensor of c (or of
+// no Context) that a Frontier walk reached gains or replaces its autograd
+// state, or is made to refer to other storage, or Go code notes a change
+// to what an engine object of c holds (NoteHeld, NoteGrew): what a
+// Frontier walk reached from values that did not change is what it was
+// while the counter stands still. Contexts made apart (one per Session)
+// share no tensors, so what one's tensors do moves no other's counter.
+func (c *Context) ReachShape() uint64 {
+	n := reachShape.Load()
+	if c != nil && c.roots != nil {
+		n += c.roots.shape.Load()
+	}
+	return n
+}
+
+// shapeMoved moves c's ReachShape (the shared counter when c is nil).
+func (c *Context) shapeMoved() {
+	if c == nil || c.roots == nil {
+		reachShape.Add(1)
+		return
+	}
+	c.roots.shape.Add(1)
+}
 
 // NoteHeld tells the reclaim that Go code changed what the values
 // marked by marks hold — an engine object a walk reaches (FSDP2's
@@ -68,7 +87,7 @@ func ReachShape() uint64 { return reachShape.Load() }
 // again (backend.Manager.NoteChanged), and ReachShape moves, so a
 // Frontier walk's findings no longer stand.
 func NoteHeld(c *Context, marks ...*backend.Mark) {
-	reachShape.Add(1)
+	c.shapeMoved()
 	if c == nil || c.Manager == nil {
 		return
 	}
@@ -77,11 +96,38 @@ func NoteHeld(c *Context, marks ...*backend.Mark) {
 	}
 }
 
+// Grown is what NoteGrew hands the reclaim: the tensors an engine value
+// came to hold, which the next walk that keeps the frame that met the
+// value walks to extend that frame (backend.Frames.Grown).
+type Grown []*Tensor
+
+// Reach passes the tensors to r (tensor.ReachRoot).
+func (g Grown) Reach(r *Reacher) {
+	for _, t := range g {
+		r.Tensor(t)
+	}
+}
+
+// NoteGrew tells the reclaim that the engine value mk marks (an
+// optimizer that made a parameter's state) came to hold ts besides what
+// it held when a walk last met it, and let go of nothing: the next walk
+// that keeps the frame that met it walks only ts, to extend that frame
+// (backend.Manager.NoteGrew), instead of walking the frame again.
+// ReachShape moves, as for NoteHeld: a Frontier walk's findings no
+// longer stand.
+func NoteGrew(c *Context, mk *backend.Mark, ts ...*Tensor) {
+	c.shapeMoved()
+	if c == nil || c.Manager == nil || len(ts) == 0 {
+		return
+	}
+	c.Manager.NoteGrew(mk, Grown(slices.Clone(ts)))
+}
+
 // reshaped notes that t's autograd state or storage changed (SetAutograd,
 // EnsureAutograd, SetData).
 func (t *Tensor) reshaped() {
 	if t.memoed {
-		reachShape.Add(1)
+		t.ctx.shapeMoved()
 	}
 }
 
@@ -310,6 +356,8 @@ func (t *Tensor) ReachGrew() {
 // goRoots are the Context's ReachRoots and its tick count, shared with
 // staging contexts.
 type goRoots struct {
+	// shape is the Context's part of ReachShape
+	shape atomic.Uint64
 	roots []*ReachRoot
 	ticks uint64
 	stamp func() uint64

@@ -368,7 +368,7 @@ func activation(name, fname string, f, inPlace func(*tensor.Tensor) (*tensor.Ten
 				return nil, err
 			}
 			if inplace {
-				defer inPlaceCall()()
+				defer inPlaceCall(thread)()
 			}
 			return wrap(op(xt))
 		}
@@ -392,7 +392,7 @@ func activation(name, fname string, f, inPlace func(*tensor.Tensor) (*tensor.Ten
 				return nil, err
 			}
 			if inplace {
-				defer inPlaceCall()()
+				defer inPlaceCall(thread)()
 			}
 			return wrap(pick(inplace)(xt))
 		})

@@ -56,6 +56,16 @@ func init() {
 	}
 }
 
+// pureMethods are the module methods that only read the module (they
+// make new lists and tuples of what it holds): declared pure
+// (starlark.Builtin.DeclarePure), so that calling them keeps the reclaim's
+// kept frames.
+var pureMethods = map[string]bool{
+	"parameters": true, "named_parameters": true, "buffers": true, "named_buffers": true,
+	"children": true, "named_children": true, "modules": true, "named_modules": true,
+	"num_parameters": true,
+}
+
 // tensorsMethod is parameters()/named_parameters()/buffers()/named_buffers():
 // a list of tensors, or of (name, tensor) tuples with PyTorch's dotted names.
 func tensorsMethod(kind entryKind, named bool) moduleMethod {

@@ -186,9 +186,13 @@ func (m *Layer) Attr(name string) (starlark.Value, error) {
 		}
 	}
 	if mth, ok := moduleMethods[name]; ok {
-		return starlark.NewBuiltin(m.typ+"."+name, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		b := starlark.NewBuiltin(m.typ+"."+name, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			return mth(thread, b.Name(), m, args, kwargs)
-		}).BindReceiver(m), nil // the receiver, for the reclaim's reach walk
+		})
+		if pureMethods[name] {
+			b.DeclarePure()
+		}
+		return b.BindReceiver(m), nil // the receiver, for the reclaim's reach walk
 	}
 	return nil, nil
 }

@@ -91,11 +91,11 @@ func registerF(name string, fn builtinFn) {
 	Functional.Members[name] = starlark.NewBuiltin("nn.functional."+name, fn).DeclarePure()
 }
 
-// inPlaceCall moves starlark.Mutations before an op rewrites its input in
+// inPlaceCall moves the thread's Mutations before an op rewrites its input in
 // place (its autograd state can change) and returns what moves it again
 // after: what a built-in or module that is pure does instead of being
 // impure when it rewrites its input.
-func inPlaceCall() (done func()) {
-	starlark.Mutated()
-	return starlark.Mutated
+func inPlaceCall(thread *starlark.Thread) (done func()) {
+	thread.Mutated()
+	return thread.Mutated
 }

@@ -106,7 +106,11 @@ func (o *Optimizer) Attr(name string) (starlark.Value, error) {
 				return nil, fmt.Errorf("%s: %w", b.Name(), err)
 			}
 			return starlark.None, nil
-		}).BindReceiver(o), nil // the receiver, for the reclaim's reach walk
+			// pure: the step changes what no Starlark value refers to
+			// but the optimizer's state, which the engine optimizer
+			// notes itself (its Reach's mark): the reclaim keeps the
+			// frames below while it runs
+		}).DeclarePure().BindReceiver(o), nil // the receiver, for the reclaim's reach walk
 	case "zero_grad":
 		return starlark.NewBuiltin(o.o.Name()+".zero_grad", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			setToNone := true

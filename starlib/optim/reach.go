@@ -6,15 +6,18 @@ import (
 )
 
 // Reach walks the optimizer's parameters and state, for the reclaim proof
-// (env.Walker); an engine optimizer without a Reach method leaves its
-// state unreached.
+// (env.Walker): the engine optimizer's Reach, which walks both, unless a
+// walk that keeps the frame that met it need not (its mark); an engine
+// optimizer without a Reach method has its parameters walked, its state
+// left unreached.
 func (o *Optimizer) Reach(w *env.Walker) {
-	for _, p := range o.params {
-		w.Value(p)
-	}
 	w.Values(o.group)
 	if r, ok := o.o.(interface{ Reach(*tensor.Reacher) }); ok {
 		w.Engine(r.Reach)
+		return
+	}
+	for _, p := range o.params {
+		w.Value(p)
 	}
 }
 

@@ -67,6 +67,7 @@ type HFAdafactor struct {
 	ScaleParameter, RelativeStep, WarmupInit bool
 	state                                    map[*tensor.Tensor]*hfAdafactorState
 	byIndex                                  []*hfAdafactorState
+	marked
 }
 
 type hfAdafactorState struct {
@@ -132,6 +133,9 @@ func (o *HFAdafactor) StateTensors(p *tensor.Tensor, fn func(*tensor.Tensor)) {
 
 // Reach passes the parameters and the state tensors to r.
 func (o *HFAdafactor) Reach(r *tensor.Reacher) {
+	if !o.visit(r) {
+		return
+	}
 	for _, p := range o.params {
 		r.Tensor(p)
 	}
@@ -226,6 +230,7 @@ func (o *HFAdafactor) stepParam(f *frame, i int, p *tensor.Tensor) error {
 			if s.expAvg, err = tensor.ZerosLike(grad, tensor.Undefined, ""); err != nil {
 				return err
 			}
+			o.grew(p.Context(), s.expAvg)
 		}
 		if factored {
 			// torch.zeros(shape[:-1]).to(grad): on CUDA a host tensor copied
@@ -233,12 +238,16 @@ func (o *HFAdafactor) stepParam(f *frame, i int, p *tensor.Tensor) error {
 			if s.row, err = tensor.Zeros(p.Context(), shape[:len(shape)-1], grad.DType(), grad.Device()); err != nil {
 				return err
 			}
+			o.grew(p.Context(), s.row)
 			colShape := append(slices.Clone(shape[:len(shape)-2]), shape[len(shape)-1])
 			if s.col, err = tensor.Zeros(p.Context(), colShape, grad.DType(), grad.Device()); err != nil {
 				return err
 			}
+			o.grew(p.Context(), s.col)
 		} else if s.expAvgSq, err = tensor.ZerosLike(grad, tensor.Undefined, ""); err != nil {
 			return err
+		} else {
+			o.grew(p.Context(), s.expAvgSq)
 		}
 	}
 	f.set("p_data_fp32", p, false)
@@ -259,8 +268,12 @@ func (o *HFAdafactor) stepParam(f *frame, i int, p *tensor.Tensor) error {
 	old := s.rms
 	s.rms = rms
 	if old != nil {
+		// state["RMS"] rebound: the old one is let go
+		o.changed(p.Context())
 		tensor.Dropped(old)
 		dropped(p)
+	} else {
+		o.grew(p.Context(), rms)
 	}
 	// lr = self._get_lr(group, state)
 	relStep := o.lr(s)

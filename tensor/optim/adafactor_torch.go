@@ -18,6 +18,7 @@ type Adafactor struct {
 	Foreach, Maximize             bool
 	state                         map[*tensor.Tensor]*adafactorState
 	byIndex                       []*adafactorState
+	marked
 }
 
 type adafactorState struct {
@@ -78,6 +79,9 @@ func (o *Adafactor) StateTensors(p *tensor.Tensor, fn func(*tensor.Tensor)) {
 
 // Reach passes the parameters and the state tensors to r.
 func (o *Adafactor) Reach(r *tensor.Reacher) {
+	if !o.visit(r) {
+		return
+	}
 	for _, p := range o.params {
 		r.Tensor(p)
 	}
@@ -129,13 +133,17 @@ func (o *Adafactor) initGroup(idx []int) error {
 			if s.rowVar, err = tensor.Zeros(p.Context(), row, g.DType(), g.Device()); err != nil {
 				return err
 			}
+			o.grew(p.Context(), s.rowVar)
 			col := slices.Clone(shape)
 			col[len(col)-2] = 1
 			if s.colVar, err = tensor.Zeros(p.Context(), col, g.DType(), g.Device()); err != nil {
 				return err
 			}
+			o.grew(p.Context(), s.colVar)
 		} else if s.variance, err = tensor.ZerosLike(g, tensor.Undefined, ""); err != nil {
 			return err
+		} else {
+			o.grew(p.Context(), s.variance)
 		}
 	}
 	return nil

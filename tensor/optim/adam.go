@@ -3,7 +3,6 @@ package optim
 import (
 	"fmt"
 	"math"
-	"runtime"
 
 	"github.com/memsh/memsh/tensor"
 	"github.com/memsh/memsh/tensor/autograd"
@@ -33,6 +32,7 @@ type Adam struct {
 	// byIndex[i] is params[i]'s state (nil while it has none): the reach
 	// walk's order, without a map iteration per walk
 	byIndex []*adamState
+	marked
 }
 
 type adamState struct {
@@ -125,23 +125,30 @@ func (o *Adam) initState(idx []int) error {
 		s := &adamState{}
 		o.state[p] = s
 		o.setIndex(i, s)
+		// each tensor noted as soon as it is made: the walk of the next
+		// one's allocation keeps the frame that holds the optimizer
 		var err error
+		made := func(t **tensor.Tensor, f func() (*tensor.Tensor, error)) {
+			if err == nil {
+				if *t, err = f(); err == nil {
+					o.grew(p.Context(), *t)
+				}
+			}
+		}
+		zeros := func() (*tensor.Tensor, error) { return tensor.ZerosLike(p, p.DType(), p.Device()) }
 		if o.Fused {
 			// torch.zeros((), dtype=_get_scalar_dtype(is_fused=True), device=p.device)
-			s.stepT, err = tensor.Zeros(p.Context(), nil, tensor.Float32, p.Device())
+			made(&s.stepT, func() (*tensor.Tensor, error) { return tensor.Zeros(p.Context(), nil, tensor.Float32, p.Device()) })
 		}
-		if err == nil {
-			s.expAvg, err = tensor.ZerosLike(p, p.DType(), p.Device())
-		}
-		if err == nil {
-			s.expAvgSq, err = tensor.ZerosLike(p, p.DType(), p.Device())
-		}
-		if err == nil && o.AMSGrad {
-			s.maxExpSq, err = tensor.ZerosLike(p, p.DType(), p.Device())
+		made(&s.expAvg, zeros)
+		made(&s.expAvgSq, zeros)
+		if o.AMSGrad {
+			made(&s.maxExpSq, zeros)
 		}
 		if err != nil {
 			delete(o.state, p)
 			o.setIndex(i, nil)
+			o.changed(p.Context())
 			return err
 		}
 	}
@@ -166,67 +173,83 @@ func (o *Adam) Step() error {
 }
 
 // stepLoop is _single_tensor_adam.
+//
+// What its Go code holds across an allocation (the previous parameter's
+// denominator, a weight-decayed gradient, the root) is held in the
+// Context (tensor.Context.Hold) and told dropped (tensor.Dropped) where
+// Python lets go of it, so that a reclaim's walk sees what is alive and
+// frees what is not though the step's Go code is still running.
 func (o *Adam) stepLoop(idx []int) error {
-	var denom *tensor.Tensor // the previous parameter's, alive until replaced
+	var denom, decayed *tensor.Tensor // alive until the next parameter's are made
 	for _, i := range idx {
-		p := o.params[i]
-		dropped(p) // the previous parameter's temporaries (a weight-decayed grad)
-		g := autograd.Grad(p)
-		s := o.state[p]
-		s.step++
-		var err error
-		if o.WDecay != 0 {
-			if o.Decoupled {
-				if err := tensor.MulScalar_(p, 1-o.LR*o.WDecay); err != nil {
-					return err
-				}
-			} else if g, err = tensor.AddScaled(g, p, o.WDecay); err != nil {
-				return err
-			}
-		}
-		if err := tensor.Lerp_(s.expAvg, g, 1-o.Beta1); err != nil {
-			return err
-		}
-		if err := tensor.MulScalar_(s.expAvgSq, o.Beta2); err != nil {
-			return err
-		}
-		if err := tensor.Addcmul_(s.expAvgSq, g, g, 1-o.Beta2); err != nil {
-			return err
-		}
-		bc1 := 1 - math.Pow(o.Beta1, s.step)
-		bc2 := 1 - math.Pow(o.Beta2, s.step)
-		stepSize := o.LR / bc1
-		sq := s.expAvgSq
-		if o.AMSGrad {
-			if err := tensor.Maximum_(s.maxExpSq, s.expAvgSq); err != nil {
-				return err
-			}
-			sq = s.maxExpSq
-		}
-		// Python rebinds denom only after the new one is computed: the
-		// previous parameter's denominator is alive meanwhile.
-		prev := denom
-		r, err := tensor.Sqrt(sq)
-		if err != nil {
-			return err
-		}
-		d, err := tensor.DivScalar(r, math.Sqrt(bc2))
-		if err != nil {
-			return err
-		}
-		runtime.KeepAlive(prev)
-		r = nil
-		dropped(p) // the previous denominator and r
-		if err := tensor.AddScalar_(d, o.Eps); err != nil {
-			return err
-		}
-		denom = d
-		if err := tensor.Addcdiv_(p, s.expAvg, denom, -stepSize); err != nil {
+		tensor.Dropped(decayed) // the previous parameter's grad: rebound
+		decayed = nil
+		if err := o.stepOne(o.params[i], &denom, &decayed); err != nil {
 			return err
 		}
 	}
-	_ = denom
 	return nil
+}
+
+// stepOne is the loop's body for parameter p: denom is the previous
+// parameter's denominator, replaced by p's; decayed is set to p's
+// weight-decayed gradient, if one is made.
+func (o *Adam) stepOne(p *tensor.Tensor, denom, decayed **tensor.Tensor) error {
+	dropped(p) // the previous parameter's temporaries
+	defer p.Context().Hold(*denom)()
+	g := autograd.Grad(p)
+	s := o.state[p]
+	s.step++
+	var err error
+	if o.WDecay != 0 {
+		if o.Decoupled {
+			if err := tensor.MulScalar_(p, 1-o.LR*o.WDecay); err != nil {
+				return err
+			}
+		} else if g, err = tensor.AddScaled(g, p, o.WDecay); err != nil {
+			return err
+		} else {
+			*decayed = g
+			p.Context().Hold(g) // released with the denominator's hold
+		}
+	}
+	if err := tensor.Lerp_(s.expAvg, g, 1-o.Beta1); err != nil {
+		return err
+	}
+	if err := tensor.MulScalar_(s.expAvgSq, o.Beta2); err != nil {
+		return err
+	}
+	if err := tensor.Addcmul_(s.expAvgSq, g, g, 1-o.Beta2); err != nil {
+		return err
+	}
+	bc1 := 1 - math.Pow(o.Beta1, s.step)
+	bc2 := 1 - math.Pow(o.Beta2, s.step)
+	stepSize := o.LR / bc1
+	sq := s.expAvgSq
+	if o.AMSGrad {
+		if err := tensor.Maximum_(s.maxExpSq, s.expAvgSq); err != nil {
+			return err
+		}
+		sq = s.maxExpSq
+	}
+	// Python rebinds denom only after the new one is computed: the
+	// previous parameter's denominator is alive meanwhile.
+	r, err := tensor.Sqrt(sq)
+	if err != nil {
+		return err
+	}
+	p.Context().Hold(r)
+	d, err := tensor.DivScalar(r, math.Sqrt(bc2))
+	if err != nil {
+		return err
+	}
+	tensor.Dropped(*denom, r)
+	dropped(p) // the previous denominator and r
+	*denom = d
+	if err := tensor.AddScalar_(d, o.Eps); err != nil {
+		return err
+	}
+	return tensor.Addcdiv_(p, s.expAvg, d, -stepSize)
 }
 
 // stepForeach is _multi_tensor_adam.

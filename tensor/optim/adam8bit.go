@@ -69,6 +69,7 @@ type Adam8bit struct {
 	q1, q2                        *tensor.Tensor // the maps on the device, once copied
 	state                         map[*tensor.Tensor]*adam8bitState
 	byIndex                       []*adam8bitState
+	marked
 }
 
 type adam8bitState struct {
@@ -206,6 +207,9 @@ func (o *Adam8bit) PagedBytes() uint64 {
 
 // Reach passes the parameters, the maps and the state tensors to r.
 func (o *Adam8bit) Reach(r *tensor.Reacher) {
+	if !o.visit(r) {
+		return
+	}
 	for _, p := range o.params {
 		r.Tensor(p)
 	}
@@ -266,7 +270,9 @@ func deviceOrdinal(dev string) int {
 	return n
 }
 
-// initState is Optimizer2State.init_state for p.
+// initState is Optimizer2State.init_state for p. Each state tensor is
+// noted as soon as it is made (marked.grew): the walk of the next one's
+// allocation keeps the frame that holds the optimizer.
 func (o *Adam8bit) initState(i int, p *tensor.Tensor) (*adam8bitState, error) {
 	s := &adam8bitState{}
 	o.state[p] = s
@@ -274,37 +280,55 @@ func (o *Adam8bit) initState(i int, p *tensor.Tensor) (*adam8bitState, error) {
 		o.byIndex = make([]*adam8bitState, len(o.params))
 	}
 	o.byIndex[i] = s
-	var err error
+	ctx := p.Context()
+	buffer := func(t **tensor.Tensor, b **PagedBuffer, dt tensor.DType) (err error) {
+		if *t, *b, err = o.stateBuffer(p, dt); err == nil {
+			o.grew(ctx, *t)
+		}
+		return err
+	}
 	if p.Numel() < o.MinSize {
-		if s.state1, s.paged1, err = o.stateBuffer(p, tensor.Float32); err != nil {
+		if err := buffer(&s.state1, &s.paged1, tensor.Float32); err != nil {
 			return nil, err
 		}
-		s.state2, s.paged2, err = o.stateBuffer(p, tensor.Float32)
-		return s, err
+		return s, buffer(&s.state2, &s.paged2, tensor.Float32)
 	}
 	// self.name2qmap[...] = self.name2qmap[...].to(p.device)
 	for k, q := range []**tensor.Tensor{&o.q1, &o.q2} {
 		if *q == nil || (*q).Device() != p.Device() {
 			src := []*tensor.Tensor{o.hostQ1, o.hostQ2}[k]
-			if *q, err = tensor.To(src, p.Device(), tensor.Undefined, false); err != nil {
+			moved, err := tensor.To(src, p.Device(), tensor.Undefined, false)
+			if err != nil {
 				return nil, err
+			}
+			if old := *q; old != nil {
+				*q = moved
+				o.changed(ctx) // the map on another device: let go here
+			} else {
+				*q = moved
+				o.grew(ctx, moved)
 			}
 		}
 	}
-	if s.state1, s.paged1, err = o.stateBuffer(p, tensor.Uint8); err != nil {
+	if err := buffer(&s.state1, &s.paged1, tensor.Uint8); err != nil {
 		return nil, err
 	}
 	s.q1 = o.q1
-	if s.state2, s.paged2, err = o.stateBuffer(p, tensor.Uint8); err != nil {
+	if err := buffer(&s.state2, &s.paged2, tensor.Uint8); err != nil {
 		return nil, err
 	}
 	s.q2 = o.q2
 	blocks := (p.Numel() + Block8bit - 1) / Block8bit
-	if s.absmax1, err = tensor.Zeros(p.Context(), []int{blocks}, tensor.Float32, p.Device()); err != nil {
+	var err error
+	if s.absmax1, err = tensor.Zeros(ctx, []int{blocks}, tensor.Float32, p.Device()); err != nil {
 		return nil, err
 	}
-	s.absmax2, err = tensor.Zeros(p.Context(), []int{blocks}, tensor.Float32, p.Device())
-	return s, err
+	o.grew(ctx, s.absmax1)
+	if s.absmax2, err = tensor.Zeros(ctx, []int{blocks}, tensor.Float32, p.Device()); err != nil {
+		return nil, err
+	}
+	o.grew(ctx, s.absmax2)
+	return s, nil
 }
 
 // Step updates every parameter with a gradient, parameter by parameter
@@ -332,6 +356,7 @@ func (o *Adam8bit) Step() error {
 				if err := autograd.SetGrad(p, c); err != nil {
 					return err
 				}
+				p.ReachChanged()
 				g = c
 			}
 			s.step++

@@ -158,13 +158,13 @@ func (s *GradScaler) Unscale(o Optimizer) error {
 		return err
 	}
 	d = nil // a temporary of the expression, freed once reciprocal returns
-	s.scale.Context().Manager.NoteGarbage()
+	s.scale.Context().Manager.NoteHeldGarbage()
 	inv, err := tensor.To(rec, "", tensor.Float32, false)
 	if err != nil {
 		return err
 	}
 	rec = nil
-	s.scale.Context().Manager.NoteGarbage()
+	s.scale.Context().Manager.NoteHeldGarbage()
 	found, err := tensor.Full(s.scale.Context(), nil, tensor.Float(0), tensor.Float32, s.scale.Device())
 	if err != nil {
 		return err

@@ -142,7 +142,7 @@ func (f *frame) letGo(t *tensor.Tensor) {
 	delete(f.made, t)
 	tensor.Dropped(t)
 	if f.ctx != nil && f.ctx.Manager != nil {
-		f.ctx.Manager.NoteGarbage()
+		f.ctx.Manager.NoteHeldGarbage() // the frame, a root, alone held it
 	}
 }
 

@@ -146,9 +146,13 @@ func noGrad(params []*tensor.Tensor, f func() error) error {
 
 // dropped tells p's Manager that the step let go of temporaries (as
 // PyTorch's Python step rebinds or deletes them): exact peak mode looks
-// for garbage before the next allocation.
+// for garbage before the next allocation. Only the step's Go code (its
+// variables, Context.Hold, its locals frame: roots of every walk) held
+// them, so what the frames of the reclaim's walks reach is what it was
+// (backend.Manager.NoteHeldGarbage); a state tensor let go is noted by
+// its optimizer (marked.changed).
 func dropped(p *tensor.Tensor) {
 	if ctx := p.Context(); ctx != nil && ctx.Manager != nil {
-		ctx.Manager.NoteGarbage()
+		ctx.Manager.NoteHeldGarbage()
 	}
 }

@@ -20,6 +20,7 @@ type SGD struct {
 	LR, Momentum, Dampening, WDecay float64
 	Nesterov, Foreach               bool
 	buf                             map[*tensor.Tensor]*tensor.Tensor
+	marked
 }
 
 // NewSGD checks the hyper-parameters as PyTorch does and returns an SGD.
@@ -70,17 +71,25 @@ func (o *SGD) Step() error {
 	})
 }
 
-// stepLoop is _single_tensor_sgd.
+// stepLoop is _single_tensor_sgd. The previous parameter's temporaries
+// are told dropped (tensor.Dropped) as the next begins, where Python
+// rebinds grad: a reclaim's walk frees them though the step's Go code is
+// still running.
 func (o *SGD) stepLoop() error {
+	var temps []*tensor.Tensor
 	for _, i := range withGrads(o.params) {
 		p := o.params[i]
-		dropped(p) // the previous parameter's temporaries
+		tensor.Dropped(temps...)
+		clear(temps)
+		temps = temps[:0]
+		dropped(p)
 		g := autograd.Grad(p)
 		var err error
 		if o.WDecay != 0 {
 			if g, err = tensor.AddScaled(g, p, o.WDecay); err != nil {
 				return err
 			}
+			temps = append(temps, g)
 		}
 		if o.Momentum != 0 {
 			b := o.buf[p]
@@ -89,6 +98,7 @@ func (o *SGD) stepLoop() error {
 					return err
 				}
 				o.buf[p] = b
+				o.grew(p.Context(), b)
 			} else {
 				if err := tensor.MulScalar_(b, o.Momentum); err != nil {
 					return err
@@ -101,6 +111,7 @@ func (o *SGD) stepLoop() error {
 				if g, err = tensor.AddScaled(g, b, o.Momentum); err != nil {
 					return err
 				}
+				temps = append(temps, g)
 			} else {
 				g = b
 			}
@@ -150,6 +161,7 @@ func (o *SGD) stepForeach() error {
 						return err
 					}
 					o.buf[p] = b
+					o.grew(p.Context(), b)
 				default:
 					if err := tensor.MulScalar_(b, o.Momentum); err != nil {
 						return err

@@ -84,6 +84,10 @@ type Thread struct {
 	// ResetLowWater (see LowWater).
 	lowWater int
 
+	// memsh: mutations is the thread's domain's counter (SetMutations),
+	// or nil
+	mutations *MutationCounter
+
 	// cancelReason records the reason from the first call to Cancel.
 	cancelReason atomic.Pointer[string]
 
@@ -202,27 +206,64 @@ func (thread *Thread) LowWater() int { return min(thread.lowWater, len(thread.st
 // memsh: ResetLowWater sets the low-water mark to the current depth.
 func (thread *Thread) ResetLowWater() { thread.lowWater = len(thread.stack) }
 
-// memsh: mutations counts what may have changed which values an existing
-// value refers to (see Mutations).
-var mutations atomic.Uint64
+// memsh: A MutationCounter counts what may have changed which values an
+// existing value refers to, for the threads of one domain
+// (Thread.SetMutations): memsh gives each Session one, so that the calls
+// one Session's code makes move no other's. The process has one more,
+// the shared counter, which the watched containers move, and the
+// threads in no domain (see Mutations).
+type MutationCounter struct{ atomic.Uint64 }
 
-// memsh: Mutations returns a counter that moves whenever a value that
-// existed before may have come to refer to other values: a list, dict
-// or set was changed (by any goroutine), a field or an element was
-// assigned (x.f = v, x[k] = v), or a callable other than a Starlark
-// function or a built-in declared pure (Builtin.DeclarePure) was called.
-// Between two equal readings, with the frames below a thread's LowWater
-// unchanged, what those frames reach is what it was: memsh's reclaim
-// keeps what it found reachable from them instead of walking them again.
+// memsh: mutations is the shared counter (MutationCounter).
+var mutations MutationCounter
+
+// memsh: Mutations returns the shared counter: it moves whenever a value
+// that existed before may have come to refer to other values by a
+// change no domain counts — a watched list, dict or set was changed (by
+// any goroutine), a thread in no domain called a callable that is not
+// pure or assigned a field or an element, or host code said so
+// (Mutated). Thread.Mutations adds the thread's domain.
 func Mutations() uint64 { return mutations.Load() }
 
-// memsh: mutating moves the Mutations counter when c, a callable whose
+// memsh: SetMutations puts the thread in c's domain (nil: none): its
+// calls of callables that are not pure, and its assignments to fields
+// and elements, move c instead of the shared counter.
+func (thread *Thread) SetMutations(c *MutationCounter) { thread.mutations = c }
+
+// memsh: counter returns the thread's domain's counter, or the shared one.
+func (thread *Thread) counter() *MutationCounter {
+	if thread != nil && thread.mutations != nil {
+		return thread.mutations
+	}
+	return &mutations
+}
+
+// memsh: Mutations returns a reading that moves whenever a value that
+// existed before may have come to refer to other values, as far as the
+// thread's domain can tell: a watched list, dict or set was changed (by
+// any goroutine), a thread of the domain assigned a field or an element
+// (x.f = v, x[k] = v) or called a callable other than a Starlark
+// function or a built-in declared pure (Builtin.DeclarePure), or the
+// shared counter moved. Between two equal readings, with the frames
+// below the thread's LowWater unchanged, what those frames reach is what
+// it was: memsh's reclaim keeps what it found reachable from them
+// instead of walking them again. Domains must not share values that
+// are not frozen, but for containers.
+func (thread *Thread) Mutations() uint64 {
+	n := mutations.Load()
+	if thread != nil && thread.mutations != nil {
+		n += thread.mutations.Load()
+	}
+	return n
+}
+
+// memsh: mutating moves the thread's Mutations when c, a callable whose
 // code runs now (entered, or returned into), may change existing values:
 // unless it is a Starlark function (whose instructions that do move it
 // themselves) or a built-in declared pure.
-func mutating(c Callable) {
+func mutating(thread *Thread, c Callable) {
 	if !IsPure(c) {
-		mutations.Add(1)
+		thread.counter().Add(1)
 	}
 }
 
@@ -252,9 +293,14 @@ func IsPure(c Callable) bool {
 	return false
 }
 
-// memsh: Mutated moves the Mutations counter, for host code that changes
-// which values one of its values refers to outside any call.
+// memsh: Mutated moves the shared Mutations counter, for host code that
+// changes which values one of its values refers to outside any call.
 func Mutated() { mutations.Add(1) }
+
+// memsh: Mutated moves the thread's Mutations (its domain's counter, or
+// the shared one), for host code that changes which values one of the
+// thread's values refers to.
+func (thread *Thread) Mutated() { thread.counter().Add(1) }
 
 // A StringDict is a mapping from names to values, and represents
 // an environment such as the global variables of a module.
@@ -852,9 +898,10 @@ func getAttr(x Value, name string) (Value, error) {
 }
 
 // setField implements x.name = y.
-func setField(x Value, name string, y Value) error {
-	mutations.Add(1)       // memsh: before, and after (its Go code may
-	defer mutations.Add(1) // allocate, and so reclaim, before it assigns)
+func setField(thread *Thread, x Value, name string, y Value) error {
+	c := thread.counter()
+	c.Add(1)       // memsh: before, and after (its Go code may
+	defer c.Add(1) // allocate, and so reclaim, before it assigns)
 	if x, ok := x.(HasSetField); ok {
 		err := x.SetField(name, y)
 		if is[NoSuchAttrError](err) {
@@ -909,15 +956,16 @@ func outOfRange(i, n int, x Value) error {
 }
 
 // setIndex implements x[y] = z.
-func setIndex(x, y, z Value) error {
+func setIndex(thread *Thread, x, y, z Value) error {
 	switch x := x.(type) {
 	case *Dict: // memsh: its insertion moves the counter when watched
 		return x.SetKey(y, z)
 	case *List:
 		// memsh: SetIndex moves the counter when watched (below)
 	default:
-		mutations.Add(1) // memsh: before and after, as setField
-		defer mutations.Add(1)
+		c := thread.counter()
+		c.Add(1) // memsh: before and after, as setField
+		defer c.Add(1)
 	}
 	switch x := x.(type) {
 	case HasSetKey:
@@ -1475,7 +1523,7 @@ func Call(thread *Thread, fn Value, args Tuple, kwargs []Tuple) (Value, error) {
 
 	thread.stack = append(thread.stack, fr) // push
 	thread.Calls++                          // memsh
-	mutating(c)                             // memsh: see Mutations
+	mutating(thread, c)                     // memsh: see Mutations
 
 	fr.callable = c
 	fr.args, fr.kwargs = args, kwargs // memsh
@@ -1504,7 +1552,7 @@ func Call(thread *Thread, fn Value, args Tuple, kwargs []Tuple) (Value, error) {
 			thread.lowWater = n // memsh
 		}
 		if n := len(thread.stack); n > 0 {
-			mutating(thread.stack[n-1].callable) // memsh: its Go code resumes
+			mutating(thread, thread.stack[n-1].callable) // memsh: its Go code resumes
 		}
 	}()
 

@@ -435,7 +435,7 @@ loop:
 			y := stack[sp-2]
 			x := stack[sp-3]
 			sp -= 3
-			err = setIndex(x, y, z)
+			err = setIndex(thread, x, y, z)
 			if err != nil {
 				break loop
 			}
@@ -467,7 +467,7 @@ loop:
 			x := stack[sp-2]
 			sp -= 2
 			name := f.Prog.Names[arg]
-			if err2 := setField(x, name, y); err2 != nil {
+			if err2 := setField(thread, x, name, y); err2 != nil {
 				err = err2
 				break loop
 			}
