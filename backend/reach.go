@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 )
 
 // A reclaim frees what nothing reaches any more. The Go collector can
@@ -194,12 +195,20 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done, stopped bool) {
 	// garbage now changes no figure, and a later walk frees it (a
 	// BatchNorm2d's empty reserve made ResNet-50's every batch norm a
 	// collection).
+	// The live allocations neither reached nor held by a kept frame are
+	// m.live - reached: most are recent (temporaries), so the entries,
+	// in allocation order, are looked at newest first until that many
+	// are found (all of them, under MEMSH_VERIFY_RECLAIM, which checks
+	// the count), and the garbage is freed oldest first.
 	var garbage []*record
-	for _, e := range m.entries {
-		r := e.rec
+	unreached := m.live - reached
+	found := 0
+	for i := len(m.entries) - 1; i >= 0 && (found < unreached || m.reach.verify); i-- {
+		r := m.entries[i].rec
 		if r.freed || r.mark == epoch || fr.holds(r) {
 			continue
 		}
+		found++
 		if !r.dropped && w.protects(r.stamp) {
 			if r.nbytes == 0 {
 				continue
@@ -212,7 +221,11 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done, stopped bool) {
 		}
 		garbage = append(garbage, r)
 	}
+	slices.Reverse(garbage)
 	if m.reach.verify {
+		if found != unreached {
+			panic(fmt.Sprintf("memsh: a reach walk counted %d allocations neither reached nor kept, and found %d", unreached, found))
+		}
 		m.verifyGarbage(garbage)
 	}
 	for _, r := range garbage {
