@@ -139,7 +139,13 @@ func newLoRA(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 		return nil, err
 	}
 	// inject_adapter: each target's adapter made on its base layer's
-	// device and in its dtype
+	// device and in its dtype. A Quiet region (backend.Manager.Quiet):
+	// it runs no Starlark and lets go of nothing but the half adapters
+	// it casts (Dropped), so exact mode reclaims before a peak only
+	// when something may have become garbage, not at each adapter.
+	if c.Manager != nil {
+		defer c.Manager.Quiet()()
+	}
 	defer c.Hold()() // releases the adapters' holds below
 	wrapped := make([]*Layer, len(targets))
 	for i, t := range targets {

@@ -231,7 +231,16 @@ func methodToEmpty(thread *starlark.Thread, f string, m *Layer, args starlark.Tu
 		}
 		want = s
 	}
-	var err error
+	// A Quiet region (backend.Manager.Quiet): it runs no Starlark and
+	// lets go of nothing, so exact mode reclaims before a peak only when
+	// something may have become garbage, not at each parameter.
+	c, err := ctxOf(thread, f)
+	if err != nil {
+		return nil, err
+	}
+	if c.Manager != nil {
+		defer c.Manager.Quiet()()
+	}
 	var walk func(x *Layer)
 	walk = func(x *Layer) {
 		for i, n := range x.names {
