@@ -220,7 +220,7 @@ type belowFrames struct {
 // nil, its casts: walkCasts), keeping what it can of the last walk when
 // keep is set and frames is not nil, and returns the horizon and the
 // built-in that gave it. The pins are
-// backend.Frames' bottom frames, kept while starlark.Mutations stands;
+// backend.Frames' bottom frames, kept while the thread's Mutations stands;
 // the globals are a frame of their own above them and the frames below,
 // and below the call stack's: kept while their key (gk) stands and the
 // frames' rules allow keeping any frame; the stack's frame i is Frames'

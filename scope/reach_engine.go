@@ -15,7 +15,7 @@ import (
 // engineKey is what must not have moved since the last walk for a walk
 // to keep the credits of the autograd engine's frames (walkEngineFrames):
 // the same engine walked them, and no existing Starlark value changed
-// (starlark.Mutations: the frames reach a checkpoint's function and
+// (the thread's Mutations, starlark.Thread.Mutations: the frames reach a checkpoint's function and
 // arguments) and no tensor the memo met gained or replaced its autograd
 // state or storage (tensor.Context.ReachShape). What the engine changes in them
 // (a node run, a checkpoint holder given its tensor, a gradient replaced)

@@ -59,7 +59,7 @@ type walkMemo struct {
 // memoKey is what must not have moved for a walkMemo to hold: the same
 // call of backward() (its frame's stamp) with the same frames below it,
 // which wait for it and so hold the same values; no existing Starlark
-// value changed (starlark.Mutations: a hook or a checkpointed region's
+// value changed (the thread's Mutations, starlark.Thread.Mutations: a hook or a checkpointed region's
 // recomputation, which run above backward(), may run Starlark code, but
 // it changes what the frames below reach only by changing a value that
 // exists); the same globals (globalsKey); and no tensor gained or
@@ -113,11 +113,21 @@ func (s *Session) memoKey() (key memoKey, above int, ok bool) {
 // (horizon, given by who) give.
 func (s *Session) walkAbove(w *env.Walker, above int, horizon uint64, who string) (uint64, string) {
 	depth := s.thread.CallStackDepth()
-	for i := depth - above; i < depth && !w.Stopped(); i++ {
-		b, by := walkFrame(w, s.thread.DebugFrame(depth-1-i), i == depth-1)
+	horizon, who = s.walkStack(w, depth-above, depth, horizon, who)
+	w.Settle()
+	return horizon, who
+}
+
+// walkStack walks the main thread's frames from..to-1, counted from the
+// bottom, as walkFrame does (frame to-1 as the innermost), credited to
+// whatever frame the walk is in, and returns the horizon bound lowered by
+// theirs.
+func (s *Session) walkStack(w *env.Walker, from, to int, horizon uint64, who string) (uint64, string) {
+	depth := s.thread.CallStackDepth()
+	for i := from; i < to && !w.Stopped(); i++ {
+		b, by := walkFrame(w, s.thread.DebugFrame(depth-1-i), i == to-1)
 		horizon, who = lowerBound(horizon, who, b, by)
 	}
-	w.Settle()
 	return horizon, who
 }
 
@@ -233,11 +243,7 @@ func (s *Session) memoFrame(w *env.Walker, key memoKey, visit func(*backend.Memo
 	w.Apart(w.Epoch()|frontierEpoch, func() {
 		// the frames up to backward()'s (key.depth of them, from the
 		// bottom)
-		depth := s.thread.CallStackDepth()
-		for i := range key.depth {
-			b, by := walkFrame(w, s.thread.DebugFrame(depth-1-i), i == key.depth-1)
-			horizon, who = lowerBound(horizon, who, b, by)
-		}
+		horizon, who = s.walkStack(w, 0, key.depth, horizon, who)
 		s.reachGlobals(w)
 		why = w.Why()
 		ts, nodes = w.Frontier()

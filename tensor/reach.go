@@ -112,15 +112,23 @@ func (g Grown) Reach(r *Reacher) {
 // optimizer that made a parameter's state) came to hold ts besides what
 // it held when a walk last met it, and let go of nothing: the next walk
 // that keeps the frame that met it walks only ts, to extend that frame
-// (backend.Manager.NoteGrew), instead of walking the frame again.
-// ReachShape moves, as for NoteHeld: a Frontier walk's findings no
-// longer stand.
+// (backend.Manager.NoteGrew), instead of walking the frame again; nil
+// tensors are skipped. ReachShape moves, as for NoteHeld: a Frontier
+// walk's findings no longer stand.
 func NoteGrew(c *Context, mk *backend.Mark, ts ...*Tensor) {
 	c.shapeMoved()
-	if c == nil || c.Manager == nil || len(ts) == 0 {
+	if c == nil || c.Manager == nil {
 		return
 	}
-	c.Manager.NoteGrew(mk, Grown(slices.Clone(ts)))
+	var g Grown
+	for _, t := range ts {
+		if t != nil {
+			g = append(g, t)
+		}
+	}
+	if len(g) > 0 {
+		c.Manager.NoteGrew(mk, g)
+	}
 }
 
 // reshaped notes that t's autograd state or storage changed (SetAutograd,

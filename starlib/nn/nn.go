@@ -86,7 +86,7 @@ func registerPure(name string, fn builtinFn) {
 // (starlark.Builtin.DeclarePure): the functional forms make new tensors
 // and change existing ones only in their data (batch_norm's running
 // statistics); one that rewrites its input (relu's inplace=True) moves
-// starlark.Mutations itself (inPlaceCall).
+// the thread's Mutations itself (inPlaceCall).
 func registerF(name string, fn builtinFn) {
 	Functional.Members[name] = starlark.NewBuiltin("nn.functional."+name, fn).DeclarePure()
 }

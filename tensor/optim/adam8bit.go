@@ -301,11 +301,11 @@ func (o *Adam8bit) initState(i int, p *tensor.Tensor) (*adam8bitState, error) {
 			if err != nil {
 				return nil, err
 			}
-			if old := *q; old != nil {
-				*q = moved
-				o.changed(ctx) // the map on another device: let go here
+			replaced := *q != nil // the map on another device: let go here
+			*q = moved
+			if replaced {
+				o.changed(ctx)
 			} else {
-				*q = moved
 				o.grew(ctx, moved)
 			}
 		}

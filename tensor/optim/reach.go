@@ -21,9 +21,7 @@ func (m *marked) visit(r *tensor.Reacher) bool { return r.Visit(&m.mark) }
 // grew notes the state tensors ts made for a parameter of ctx (nil ones
 // skipped).
 func (m *marked) grew(ctx *tensor.Context, ts ...*tensor.Tensor) {
-	var made []*tensor.Tensor
-	each(func(t *tensor.Tensor) { made = append(made, t) }, ts...)
-	tensor.NoteGrew(ctx, &m.mark, made...)
+	tensor.NoteGrew(ctx, &m.mark, ts...)
 }
 
 // changed notes that the optimizer holds other state than when a walk
