@@ -234,9 +234,9 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 	if thread != nil {
 		depth = thread.CallStackDepth()
 	}
-	np, valid := 0, 0 // the pins, and those whose frame numbers stand
+	np, stand := 0, math.MaxInt // the pins, and the bottom frames whose numbers stand
 	if frames != nil && keep && below.n == 0 {
-		np, valid = c.pins.begin(w)
+		np, stand = c.pins.begin(w)
 	} else {
 		c.pins.unpinAll()
 	}
@@ -259,9 +259,9 @@ func (c *frameCache) walk(w *env.Walker, thread *starlark.Thread, now uint64, fr
 			} else if (globals == nil || gk == c.globals) && !c.pins.loose {
 				n = base + min(thread.LowWater()-1, len(c.horizon))
 			}
-			if np > 0 && valid < np {
-				n = min(n, valid) // pins added or gone: the frames above were numbered otherwise
-			}
+			// pins added or gone (the collector took one): the frames
+			// above them were numbered otherwise
+			n = min(n, stand)
 		}
 		kept = frames.Keep(n)
 		var ok bool

@@ -1,6 +1,7 @@
 package scope
 
 import (
+	"math"
 	"math/bits"
 	"unsafe"
 	"weak"
@@ -131,9 +132,12 @@ type pinSet struct {
 	// mutations is the Session's Mutations domain, which unpinning moves
 	mutations *starlark.MutationCounter
 	all       []pin
-	// valid: the bottom pins whose frame numbers have not changed since
-	// the last walk (the pins after them were added or dropped)
-	valid int
+	// renumbered: pins were added or dropped since the last walk began
+	// (begin), the collector's taking one included; valid is then how
+	// many bottom pins keep their frame numbers. Every frame above them,
+	// the globals' and the stack's too, was numbered otherwise.
+	renumbered bool
+	valid      int
 	// while a walk runs (active)
 	active bool
 	values []pinnable // all's containers
@@ -196,8 +200,11 @@ type fold struct{ parent, child pin }
 // begin starts a walk that uses the pins: it resolves them (a list the
 // collector took is dropped) and makes w ask about each list it meets.
 // It returns how many pins there are and how many bottom frames keep
-// their numbers.
-func (p *pinSet) begin(w *env.Walker) (n, valid int) {
+// their numbers: all of them (math.MaxInt) unless pins were added or
+// dropped since the last walk began — at the top of the pins as well as
+// below others, and all of them: the globals' and the stack's frames sit
+// above the pins, so they move too.
+func (p *pinSet) begin(w *env.Walker) (n, stand int) {
 	p.active, p.cur, p.outside, p.grown = true, -1, 0, 0
 	p.walks++
 	if p.index == nil {
@@ -261,7 +268,12 @@ func (p *pinSet) begin(w *env.Walker) (n, valid int) {
 	}
 	clear(p.folds)
 	p.folds = p.folds[:0]
-	return len(p.all), p.valid
+	stand = math.MaxInt
+	if p.renumbered {
+		stand = p.valid
+	}
+	p.renumbered, p.valid = false, len(p.all)
+	return len(p.all), stand
 }
 
 // marked returns the pin whose frame a growth mark names — the frame is
@@ -290,7 +302,7 @@ func (p *pinSet) remove(drop uint64) {
 	for k, pn := range p.all {
 		if drop&(1<<k) != 0 {
 			to[k] = -1
-			p.valid = min(p.valid, k)
+			p.valid, p.renumbered = min(p.valid, k), true
 			continue
 		}
 		to[k] = len(kept)
@@ -459,7 +471,6 @@ func (p *pinSet) end(w *env.Walker, done bool) (retry bool) {
 		}
 	}
 	all := uint64(1)<<len(p.all) - 1 // a shift by 64 gives 0
-	p.valid = len(p.all)
 	unmet := ^live & all
 	drop := unmet
 	retry = drop != 0
@@ -529,6 +540,7 @@ func (p *pinSet) end(w *env.Walker, done bool) (retry bool) {
 	for i, l := range p.cand {
 		if len(p.all) < maxPins && !l.Pinned() && (p.grown&(1<<i) != 0 || len(p.all)+bits.OnesCount64(p.grown>>i) < maxPins) {
 			l.Pin(true)
+			p.valid, p.renumbered = min(p.valid, len(p.all)), true
 			p.all = append(p.all, newPin(l))
 			p.all[len(p.all)-1].grew, p.all[len(p.all)-1].id = p.walks, p.newID()
 			if lst, ok := l.(*starlark.List); ok {
@@ -562,6 +574,6 @@ func (p *pinSet) unpinAll() {
 		}
 	}
 	clear(p.all)
-	p.all, p.valid = p.all[:0], 0
+	p.all, p.valid, p.renumbered = p.all[:0], 0, true
 	p.mutations.Add(1)
 }

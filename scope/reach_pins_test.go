@@ -2,6 +2,7 @@ package scope_test
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
@@ -157,6 +158,61 @@ c = cuda.memory_allocated()
 		t.Errorf("no walk made again after g's list went: %+v", st)
 	}
 	t.Logf("%d reclaims, %d walks made again", st.Reclaims, st.RetriedWalks)
+}
+
+// TestPinCollected: a pinned dict that the Go collector takes before the
+// next walk (pins are held weakly) is dropped at that walk's start
+// without a walk made again, and the frames above it — the globals' and
+// the stack's, which sit above the pins — are numbered otherwise from
+// then on: none of them is kept. Here the dict was the only pin, the top
+// one. A walk that kept the frames by their old numbers (once the only
+// behaviour when the pin that went was the top one, or the last) took the
+// dict's frame for the globals' and its tensor for held, and kept no
+// frame for outer's, one below the frames it walked again: outer's tensor
+// was freed while reachable. go_gc runs a Go collection and nothing
+// else; it is pure (it moves no Mutations), as are the calls between two
+// walks of a forward pass. The figures are in 512-byte blocks.
+func TestPinCollected(t *testing.T) {
+	s, _ := newSession(t, "sim:1GiB")
+	s.Set("go_gc", starlark.NewBuiltin("go_gc", func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+		runtime.GC()
+		return starlark.None, nil
+	}).DeclarePure())
+	src := `
+def f():
+    d = {}
+    a = tensor.zeros([64], device="cuda")  # a walk meets d empty
+    d["k"] = tensor.zeros([64], device="cuda")
+    b = tensor.zeros([64], device="cuda")  # meets it longer: pinned
+    c = tensor.zeros([64], device="cuda")  # the pin's frame holds d["k"]
+    return 0
+
+def main():
+    keep = tensor.zeros([64], device="cuda")
+    f()
+    go_gc()  # d is collected; a, b, c and d["k"] are garbage
+    e = tensor.zeros([64], device="cuda")  # a peak: the walk frees them
+    return cuda.memory_allocated(), keep, e
+
+def outer():
+    held = tensor.zeros([64], device="cuda")
+    got, keep, e = main()
+    return got, held.sum().item()
+
+got, total = outer()
+`
+	before := s.Manager().Stats()
+	if err := s.Exec("collected.star", src); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Manager().Stats().Since(before)
+	// held, keep and e: three blocks
+	if got, _ := starlark.AsInt32(s.Get("got")); got != 3*512 {
+		t.Errorf("memory_allocated() after the walk = %d, want %d (held, keep and e)", got, 3*512)
+	}
+	if st.Collections() != 0 {
+		t.Errorf("%d reclaims were collections, want none (the walks free what the collector took): %+v", st.Collections(), st)
+	}
 }
 
 // TestGrowthLogSound: lists that grow without moving starlark.Mutations
