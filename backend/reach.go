@@ -27,7 +27,13 @@ import (
 //   - Otherwise the collector decides, as before.
 //
 // MEMSH_VERIFY_RECLAIM=1 checks both outcomes with a collection and
-// panics on a contradiction; MEMSH_RECLAIM=gc leaves every freeing to
+// panics on a contradiction; MEMSH_VERIFY_RECLAIM=collect-first also runs
+// a Go collection before each walk (one that frees nothing itself), so
+// that every weakly held value a walk resolves — a pinned list or dict,
+// a fold's, the memo's once weakened — is already gone when it was
+// dropped: the path a background collection's timing takes now and then
+// (a collection right after each walk, as =1 runs, never lets a walk
+// meet one). MEMSH_RECLAIM=gc leaves every freeing to
 // the collector; MEMSH_DEBUG_REACH=1 prints why a walk did not settle a
 // reclaim.
 
@@ -110,8 +116,10 @@ type reachState struct {
 	stamp  func() uint64 // the clock allocations are stamped with
 	epoch  uint64
 	verify bool // MEMSH_VERIFY_RECLAIM: check each proof with a collection
-	off    bool // MEMSH_RECLAIM=gc: never free without a collection
-	frames Frames
+	// MEMSH_VERIFY_RECLAIM=collect-first: and collect before each walk
+	collectFirst bool
+	off          bool // MEMSH_RECLAIM=gc: never free without a collection
+	frames       Frames
 }
 
 // SetReach installs the reach walk (nil removes it).
@@ -119,7 +127,8 @@ func (m *Manager) SetReach(f ReachFunc) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.reach.f = f
-	m.reach.verify = os.Getenv("MEMSH_VERIFY_RECLAIM") == "1"
+	v := os.Getenv("MEMSH_VERIFY_RECLAIM")
+	m.reach.verify, m.reach.collectFirst = v == "1" || v == "collect-first", v == "collect-first"
 	m.reach.off = os.Getenv("MEMSH_RECLAIM") == "gc"
 }
 
@@ -156,6 +165,9 @@ func (m *Manager) walkReclaim() (res ReclaimResult, done, stopped bool) {
 		return res, false, false
 	}
 	fr := &m.reach.frames
+	if m.reach.collectFirst {
+		runtime.GC()
+	}
 	w, epoch, reached := m.walk()
 	if w.Retry {
 		// a frame it counted stood for a value no longer reachable:

@@ -324,7 +324,7 @@ func (m *walkMemo) strengthen() bool {
 // cleared is strengthen's answer when a collection cleared a pointer of a
 // memo whose key holds: what the memo reports would not all be reachable.
 func (m *walkMemo) cleared() bool {
-	if os.Getenv("MEMSH_VERIFY_RECLAIM") == "1" {
+	if v := os.Getenv("MEMSH_VERIFY_RECLAIM"); v == "1" || v == "collect-first" {
 		panic("memsh: a reach walk's memo (scope/reach_memo.go) held what a collection found unreachable, though nothing it watches changed")
 	}
 	return false
