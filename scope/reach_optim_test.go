@@ -66,8 +66,8 @@ nn.functional.cross_entropy(m(x), y).backward()
 // each of the step's allocations: four times the parameters walk at most
 // five times the values over a first and a second step (each walk of the
 // step walked them all before: about 15 times), with the same reclaims
-// and figures as walks that keep nothing, every proof checked by a
-// collection. The loops (foreach=False) also hold what their Go code
+// and figures as walks that keep nothing (every proof checked by a
+// collection under MEMSH_VERIFY_RECLAIM). The loops (foreach=False) also hold what their Go code
 // computes with and tell what it drops (tensor.Context.Hold,
 // tensor.Dropped): no collection. The optimizer is a global (the
 // globals' frame) or a local of a function below the step.
