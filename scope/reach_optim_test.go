@@ -10,8 +10,10 @@ import (
 )
 
 // TestOptimReclaimsNeedNoCollection: the steps of the memory-saving
-// optimizers, of the loops (foreach=False), clipping and accumulation
-// free their temporaries by the reach walk (tensor/optim's frame drops
+// optimizers, of the loops (foreach=False), GradScaler's step (its
+// unscale_'s inv_scale and found_inf), clipping and accumulation free
+// their temporaries
+// by the reach walk (tensor/optim's frame drops
 // what it made; the loops hold what they compute with and tell what they
 // drop), never by a Go collection, in exact peak mode.
 func TestOptimReclaimsNeedNoCollection(t *testing.T) {
@@ -30,6 +32,8 @@ nn.functional.cross_entropy(m(x), y).backward()
 		{"fused AdamW", model + "opt = optim.AdamW(m.parameters(), fused=True)\n", "opt.step()\nopt.step()"},
 		{"Adam loop with weight decay", model + "opt = optim.Adam(m.parameters(), weight_decay=0.1, foreach=False)\n", "opt.step()\nopt.step()"},
 		{"SGD loop, Nesterov", model + "opt = optim.SGD(m.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1, foreach=False)\n", "opt.step()\nopt.step()"},
+		{"GradScaler step", model + "opt = optim.AdamW(m.parameters())\nscaler = optim.GradScaler()\nscaler.scale(nn.functional.cross_entropy(m(x), y)).backward()\n",
+			"scaler.step(opt)\nscaler.update()"},
 		{"clip_grad_norm_", model, "n = nn.utils.clip_grad_norm_(m.parameters(), 1.0)\nn = None"},
 		{"accumulation", model, "nn.functional.cross_entropy(m(x), y).backward()"},
 	}

@@ -298,6 +298,10 @@ r = sorted([tensor.ones([8 * i + 8], device="cuda") for i in range(4)], key=lamb
 //     attention's forward (its output and logsumexp held while the rest
 //     is allocated).
 //
+//   - a tensor-parallel block's forward and backward (RowwiseParallel's
+//     Partial output held while it is reduced, all-reduced to Replicate
+//     or reduce-scattered to Shard(1));
+//
 //   - batch norm, convolution, max pooling, layer norm and cross entropy,
 //     forward and backward, and an embedding's backward over more than
 //     3,072 indices (their results, contiguous copies and sort buffers
@@ -350,6 +354,19 @@ def build():
 		{"flash attention", `
 q = tensor.randn([4, 8, 512, 64], device="cuda", dtype="bfloat16", requires_grad=True)
 `, `o = nn.sdpa_kernel("flash", nn.functional.scaled_dot_product_attention, q, q, q)`, backend.PeakExact},
+		// a tensor-parallel block: RowwiseParallel's Partial output is
+		// held while it is reduced (all-reduce, reduce-scatter)
+		{"tensor parallel", `
+mesh = dist.init_device_mesh("cuda", (4,), mesh_dim_names = ("tp",))
+P = dist.tensor.parallel
+def mlpf(self, x):
+    return self.down(self.up(x))
+m = nn.Module(mlpf, up = nn.Linear(256, 1024, bias = False), down = nn.Linear(1024, 256, bias = False)).to("cuda")
+m2 = nn.Module(mlpf, up = nn.Linear(256, 1024, bias = False), down = nn.Linear(1024, 256, bias = False)).to("cuda")
+P.parallelize_module(m, mesh["tp"], {"up": P.ColwiseParallel(), "down": P.RowwiseParallel()})
+P.parallelize_module(m2, mesh["tp"], {"up": P.ColwiseParallel(), "down": P.RowwiseParallel(output_layouts = dist.tensor.Shard(1))})
+x = tensor.randn([8, 64, 256], device="cuda", requires_grad=True)
+`, "y = m2(x)\ny.sum().backward()\ny = m(x)", backend.PeakExact},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -528,7 +528,12 @@ func (h *tpHook) run(run func(starlark.Tuple) (starlark.Value, error), args star
 // output layout; its gradient arrives placed there.
 func (h *tpHook) finish(y *tensor.Tensor, d tdist.DTensor, to tdist.Placement) (starlark.Value, error) {
 	grad := &tdist.GradPlacement{P: to}
+	// y is the forward's output, which only this code holds while the
+	// redistribution allocates (a walk must reach it, not leave it to a
+	// collection)
+	release := h.ctx.Hold(y)
 	z, nd, err := h.to(y, d, to, grad)
+	release()
 	if err != nil {
 		return nil, err
 	}

@@ -307,6 +307,8 @@ func (o *Adam) stepForeach(idx []int) error {
 func (o *Adam) rootsStep(ps []*tensor.Tensor, ss []*adamState) (err error) {
 	roots := make([]*tensor.Tensor, len(ss))
 	defer ps[0].Context().Hold()()
+	// exp_avg_sq_sqrt is _multi_tensor_adam's local: freed as it returns
+	defer func() { tensor.Dropped(roots...) }()
 	for k, s := range ss {
 		sq := s.expAvgSq
 		if o.AMSGrad {

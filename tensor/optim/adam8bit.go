@@ -138,10 +138,13 @@ func NewAdam8bit(params []*tensor.Tensor, lr, beta1, beta2, eps, weightDecay flo
 	}
 	// fill_qmap: the two maps, made on the host at construction
 	var err error
-	if o.hostQ1, err = tensor.FromFloat64s(params[0].Context(), DynamicMap(true), []int{256}, tensor.Float32, "cpu"); err != nil {
+	ctx := params[0].Context()
+	if o.hostQ1, err = tensor.FromFloat64s(ctx, DynamicMap(true), []int{256}, tensor.Float32, "cpu"); err != nil {
 		return nil, err
 	}
-	if o.hostQ2, err = tensor.FromFloat64s(params[0].Context(), DynamicMap(false), []int{256}, tensor.Float32, "cpu"); err != nil {
+	// o is not a value yet: the first map is held while the second is made
+	defer ctx.Hold(o.hostQ1)()
+	if o.hostQ2, err = tensor.FromFloat64s(ctx, DynamicMap(false), []int{256}, tensor.Float32, "cpu"); err != nil {
 		return nil, err
 	}
 	return o, nil

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
+	"slices"
 
 	"github.com/memsh/memsh/tensor"
 	"github.com/memsh/memsh/tensor/autograd"
@@ -148,28 +148,36 @@ func (s *GradScaler) Unscale(o Optimizer) error {
 			return errors.New("Attempting to unscale FP16 gradients.")
 		}
 	}
-	// inv_scale = self._scale.double().reciprocal().float()
+	// inv_scale = self._scale.double().reciprocal().float(): each
+	// temporary of the expression is held while the next is made, and
+	// freed once it is
+	ctx := s.scale.Context()
 	d, err := tensor.To(s.scale, "", tensor.Float64, false)
 	if err != nil {
 		return err
 	}
+	release := ctx.Hold(d)
 	rec, err := tensor.Div(tensor.Float(1), d)
+	release()
 	if err != nil {
 		return err
 	}
-	d = nil // a temporary of the expression, freed once reciprocal returns
-	s.scale.Context().Manager.NoteHeldGarbage()
+	tensor.Dropped(d)
+	release = ctx.Hold(rec)
 	inv, err := tensor.To(rec, "", tensor.Float32, false)
+	release()
 	if err != nil {
 		return err
 	}
-	rec = nil
-	s.scale.Context().Manager.NoteHeldGarbage()
-	found, err := tensor.Full(s.scale.Context(), nil, tensor.Float(0), tensor.Float32, s.scale.Device())
+	tensor.Dropped(rec)
+	defer ctx.Hold(inv)() // and each tensor held below (Hold nests)
+	found, err := tensor.Full(ctx, nil, tensor.Float(0), tensor.Float32, s.scale.Device())
 	if err != nil {
 		return err
 	}
+	ctx.Hold(found)
 	perDev := map[string]*tensor.Tensor{}
+	invs := map[string]*tensor.Tensor{inv.Device(): inv}
 	var devOrder []*tensor.Tensor
 	for _, p := range o.Params() {
 		g := autograd.Grad(p)
@@ -184,18 +192,31 @@ func (s *GradScaler) Unscale(o Optimizer) error {
 			if f, err = tensor.To(found, dev, tensor.Undefined, false); err != nil {
 				return err
 			}
+			ctx.Hold(f)
 			perDev[dev] = f
 			devOrder = append(devOrder, f)
 		}
-		iv, err := tensor.To(inv, dev, tensor.Undefined, false)
-		if err != nil {
-			return err
+		iv, ok := invs[dev]
+		if !ok {
+			// _MultiDeviceReplicator(inv_scale): one copy per device
+			if iv, err = tensor.To(inv, dev, tensor.Undefined, false); err != nil {
+				return err
+			}
+			ctx.Hold(iv)
+			invs[dev] = iv
 		}
 		if err := nonFiniteCheckAndUnscale(g, f, iv); err != nil {
 			return err
 		}
 	}
-	runtime.KeepAlive(inv)
+	// inv_scale and its replicas are unscale_'s locals: freed as it
+	// returns
+	for _, iv := range invs {
+		tensor.Dropped(iv)
+	}
+	if !slices.Contains(devOrder, found) {
+		tensor.Dropped(found) // no gradient on the scale's device
+	}
 	st.foundInf = devOrder
 	st.stage = stageUnscaled
 	return nil
