@@ -176,50 +176,63 @@ func (s *GradScaler) Unscale(o Optimizer) error {
 		return err
 	}
 	ctx.Hold(found)
-	perDev := map[string]*tensor.Tensor{}
-	invs := map[string]*tensor.Tensor{inv.Device(): inv}
-	var devOrder []*tensor.Tensor
+	founds, invs := newReplicator(found), newReplicator(inv)
 	for _, p := range o.Params() {
 		g := autograd.Grad(p)
 		if g == nil {
 			continue
 		}
-		dev := g.Device()
-		f, ok := perDev[dev]
-		if !ok {
-			// _MultiDeviceReplicator: the master tensor on its own
-			// device, a copy on any other.
-			if f, err = tensor.To(found, dev, tensor.Undefined, false); err != nil {
-				return err
-			}
-			ctx.Hold(f)
-			perDev[dev] = f
-			devOrder = append(devOrder, f)
+		f, err := founds.get(g.Device())
+		if err != nil {
+			return err
 		}
-		iv, ok := invs[dev]
-		if !ok {
-			// _MultiDeviceReplicator(inv_scale): one copy per device
-			if iv, err = tensor.To(inv, dev, tensor.Undefined, false); err != nil {
-				return err
-			}
-			ctx.Hold(iv)
-			invs[dev] = iv
+		iv, err := invs.get(g.Device())
+		if err != nil {
+			return err
 		}
 		if err := nonFiniteCheckAndUnscale(g, f, iv); err != nil {
 			return err
 		}
 	}
 	// inv_scale and its replicas are unscale_'s locals: freed as it
-	// returns
-	for _, iv := range invs {
-		tensor.Dropped(iv)
-	}
+	// returns; so is found_inf when no gradient is on the scale's device
+	tensor.Dropped(inv)
+	tensor.Dropped(invs.order...)
+	devOrder := founds.order
 	if !slices.Contains(devOrder, found) {
-		tensor.Dropped(found) // no gradient on the scale's device
+		tensor.Dropped(found)
 	}
 	st.foundInf = devOrder
 	st.stage = stageUnscaled
 	return nil
+}
+
+// replicator is _MultiDeviceReplicator: a master tensor, itself on its
+// own device and a copy made once on any other. The copies are held
+// (Context.Hold) while the caller's hold stands.
+type replicator struct {
+	master *tensor.Tensor
+	per    map[string]*tensor.Tensor
+	order  []*tensor.Tensor // by the device's first get
+}
+
+func newReplicator(master *tensor.Tensor) *replicator {
+	return &replicator{master: master, per: map[string]*tensor.Tensor{}}
+}
+
+// get returns the master's replica on dev.
+func (r *replicator) get(dev string) (*tensor.Tensor, error) {
+	if t, ok := r.per[dev]; ok {
+		return t, nil
+	}
+	t, err := tensor.To(r.master, dev, tensor.Undefined, false)
+	if err != nil {
+		return nil, err
+	}
+	r.master.Context().Hold(t)
+	r.per[dev] = t
+	r.order = append(r.order, t)
+	return t, nil
 }
 
 // nonFiniteCheckAndUnscale is one gradient's share of
