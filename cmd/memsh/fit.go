@@ -104,8 +104,9 @@ func fitCommand(args []string, stdout, stderr io.Writer) int {
 	// A fit's Go heap stays a few MiB while it allocates and drops
 	// autograd nodes, walk marks and events at a high rate, so Go's
 	// default pacing (a collection at every doubling, from 4 MiB)
-	// collects hundreds of times; at GOGC=400 llama-3.1-8b's fit takes
-	// 13 % less time for about 30 MiB more RSS (bench/README.md). Only
+	// collected about a hundred times in llama-3.1-8b's fit; at GOGC=400
+	// it takes about 15 % less time for about 25 MiB more RSS
+	// (bench/README.md). Only
 	// here: a script's host-memory figures include the Go heap, and
 	// stay as they were. GOGC in the environment wins.
 	if os.Getenv("GOGC") == "" {
