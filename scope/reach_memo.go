@@ -165,13 +165,12 @@ func (s *Session) reachMemo(w *env.Walker, key memoKey, above int, visit func(*b
 	var nodes []tensor.GradNode
 	var who string
 	if kept > 0 {
-		if grown := frames.Grown(0); len(grown) > 0 {
-			frames.Extend(0)
-			for _, v := range grown {
-				walkGrown(w, v)
-			}
-			w.Settle()
-			kept = frames.EndExtend()
+		var ok bool
+		if kept, ok = extendGrown(w, frames, kept); !ok {
+			// stopped while frame 0 took its growth in: it is dropped
+			s.memoFramed = false
+			frames.SetGrowable(0)
+			return s.framesHorizon(w, m.horizon, m.who), true
 		}
 		if m.why != "" {
 			w.Incomplete(m.why)

@@ -222,7 +222,8 @@ var mutations MutationCounter
 // change no domain counts — a watched list, dict or set was changed (by
 // any goroutine), a thread in no domain called a callable that is not
 // pure or assigned a field or an element, or host code said so
-// (Mutated). Thread.Mutations adds the thread's domain.
+// (Thread.Mutated on a nil thread). Thread.Mutations adds the thread's
+// domain.
 func Mutations() uint64 { return mutations.Load() }
 
 // memsh: SetMutations puts the thread in c's domain (nil: none): its
@@ -271,7 +272,7 @@ func mutating(thread *Thread, c Callable) {
 // and built-ins (an application's callable values) that can say whether
 // calling them changes no value that existed before the call, other than
 // through code that moves the Mutations counter itself (the Starlark
-// functions and the built-ins they call, Mutated).
+// functions and the built-ins they call, Thread.Mutated).
 type PureCallable interface {
 	Callable
 	Pure() bool
@@ -293,13 +294,9 @@ func IsPure(c Callable) bool {
 	return false
 }
 
-// memsh: Mutated moves the shared Mutations counter, for host code that
-// changes which values one of its values refers to outside any call.
-func Mutated() { mutations.Add(1) }
-
 // memsh: Mutated moves the thread's Mutations (its domain's counter, or
-// the shared one), for host code that changes which values one of the
-// thread's values refers to.
+// the shared one; a nil thread moves the shared one), for host code that
+// changes which values one of the thread's values refers to.
 func (thread *Thread) Mutated() { thread.counter().Add(1) }
 
 // A StringDict is a mapping from names to values, and represents
